@@ -1,0 +1,231 @@
+"""Build side: run the workloads in a child process and lay out ``_precompiled/``.
+
+No torch here: the child imports it, this process only starts the child, watches it, and copies
+files. Kept separate from the hatchling hook so that tools (``verify``, ``warm``) can reuse it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Callable
+
+from hatch_precompile import __version__, kernels, manifest
+from hatch_precompile._child import EVENT_MARK, EXIT_WORKLOAD_FAILED
+
+HEARTBEAT_SECONDS = 30.0
+# Inductor's own bookkeeping, never worth shipping: lock files and half-written temp files.
+_SKIP_DIRS = {"locks"}
+
+
+class WorkloadFailed(Exception):
+    def __init__(self, workload: str | None, detail: str) -> None:
+        self.workload = workload
+        self.detail = detail
+        where = f"workload {workload!r}" if workload else "the precompile child process"
+        super().__init__(f"{where} failed: {detail}")
+
+
+def _run_child(
+    spec_path: Path, env: dict[str, str], timeout: float, say: Callable[[str], None]
+) -> tuple[int, str | None, str]:
+    """Run the child; return (exit code, workload running at the end, last output lines)."""
+    package_parent = str(Path(__file__).resolve().parents[1])
+    code = (
+        "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+        "from hatch_precompile._child import main; sys.exit(main(sys.argv))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, package_parent, str(spec_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        text=True,
+        errors="replace",
+        start_new_session=True,  # one process group, so a timeout kills every grandchild too
+    )
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line.rstrip("\n"))
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    tail: deque[str] = deque(maxlen=40)
+    running: str | None = None
+    started = time.monotonic()
+    workload_started = started
+    next_beat = started + HEARTBEAT_SECONDS
+    try:
+        while True:
+            now = time.monotonic()
+            if now - started > timeout:
+                _kill_group(proc)
+                tail.append(f"killed after the {timeout:g} s timeout")
+                return -signal.SIGKILL, running, "\n".join(tail)
+            try:
+                line = lines.get(timeout=min(1.0, max(0.05, next_beat - now)))
+            except queue.Empty:
+                if time.monotonic() >= next_beat and running:
+                    say(f"  {running}: still running ({time.monotonic() - workload_started:.0f} s)")
+                    next_beat = time.monotonic() + HEARTBEAT_SECONDS
+                continue
+            if line is None:
+                break
+            if line.startswith(EVENT_MARK):
+                event = json.loads(line[len(EVENT_MARK):])
+                if event["event"] == "start":
+                    running = event["workload"]
+                    workload_started = time.monotonic()
+                    next_beat = workload_started + HEARTBEAT_SECONDS
+                    say(f"precompile: running workload {running}")
+                elif event["event"] == "done":
+                    say(f"precompile: workload {running} finished in {event['seconds']:.1f} s")
+                    running = None
+                continue
+            tail.append(line)
+            say(f"  | {line}")
+        return proc.wait(), running, "\n".join(tail)
+    finally:
+        if proc.poll() is None:
+            _kill_group(proc)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def _copy_cache(cache_dir: Path, dest: Path) -> int:
+    copied = 0
+    for path in sorted(cache_dir.rglob("*")):
+        rel = path.relative_to(cache_dir)
+        if rel.parts[0] in _SKIP_DIRS or path.name.endswith(".tmp") or path.is_symlink():
+            continue
+        if path.is_file():
+            target = dest / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+            copied += 1
+    return copied
+
+
+def _relocatable_kernels(
+    inductor_dir: Path, commands: dict[str, str], values: dict[str, str]
+) -> tuple[list[dict[str, Any]], int]:
+    """Kernel entries whose key our mirror of Inductor's hash reproduces (see kernels.py)."""
+    entries, unverified = [], 0
+    for key, template in sorted(commands.items()):
+        source = inductor_dir / kernels.cache_relpath(key, ".main.cpp")
+        if not (source.is_file() and (inductor_dir / kernels.cache_relpath(key, ".main.so")).is_file()):
+            continue
+        if kernels.code_key(source.read_text(), kernels.render(template, values)) != key:
+            unverified += 1
+            continue
+        group = sorted(source.parent.glob(key + ".*"))
+        entries.append(
+            {
+                "key": key,
+                "command": template,
+                "source": f"{manifest.INDUCTOR_DIR}/{kernels.cache_relpath(key, '.main.cpp')}",
+                "files": [f"{manifest.INDUCTOR_DIR}/{p.relative_to(inductor_dir).as_posix()}" for p in group],
+            }
+        )
+    return entries, unverified
+
+
+def capture(
+    *,
+    root: Path,
+    work_dir: Path,
+    package: str,
+    workloads: list[str],
+    timeout: float,
+    say: Callable[[str], None],
+) -> Path | None:
+    """Run ``workloads`` and build ``work_dir/_precompiled``; return it, or None if nothing compiled.
+
+    Raises WorkloadFailed on a raising, crashing or timed-out workload.
+    """
+    started = time.perf_counter()
+    cache_dir = work_dir / "inductor-cache"
+    out_dir = work_dir / "child-out"
+    cache_dir.mkdir(parents=True)
+    out_dir.mkdir()
+    paths = [str(root)] + ([str(root / "src")] if (root / "src").is_dir() else [])
+    spec_path = work_dir / "spec.json"
+    spec_path.write_text(json.dumps({"workloads": workloads, "out": str(out_dir), "paths": paths}))
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache_dir))
+
+    code, running, tail = _run_child(spec_path, env, timeout, say)
+    result_path = out_dir / "result.json"
+    result = json.loads(result_path.read_text()) if result_path.is_file() else {}
+    if code == EXIT_WORKLOAD_FAILED and "error" in result:
+        raise WorkloadFailed(result["error"]["workload"], "\n" + result["error"]["traceback"])
+    if code < 0 and running is not None and code == -signal.SIGKILL:
+        raise WorkloadFailed(running, f"timed out after {timeout:g} s (the `timeout` option)")
+    if code != 0 or "env" not in result:
+        raise WorkloadFailed(running, f"the child process exited with code {code}; its last output:\n{tail}")
+
+    target = work_dir / manifest.DIRNAME
+    copied = _copy_cache(cache_dir, target / manifest.INDUCTOR_DIR)
+    compiled = any(
+        (target / manifest.INDUCTOR_DIR / kind).is_dir() for kind in ("aotautograd", "fxgraph")
+    )
+    torchscript_dir = out_dir / manifest.TORCHSCRIPT_DIR
+    scripted = sorted(torchscript_dir.glob("*.pt")) if torchscript_dir.is_dir() else []
+    if not compiled and not scripted:
+        shutil.rmtree(target, ignore_errors=True)
+        return None
+    if (out_dir / manifest.MEGACACHE_FILE).is_file():
+        shutil.copy2(out_dir / manifest.MEGACACHE_FILE, target / manifest.MEGACACHE_FILE)
+    if scripted:
+        shutil.copytree(torchscript_dir, target / manifest.TORCHSCRIPT_DIR)
+
+    kernel_entries, unverified = _relocatable_kernels(
+        target / manifest.INDUCTOR_DIR, result["kernel_commands"], result["path_values"]
+    )
+    if unverified:
+        say(
+            f"precompile: {unverified} kernel(s) are not relocatable with this torch; they hit "
+            "only where torch is installed at the same path as in this build"
+        )
+    files = manifest.describe_files(target)
+    data = {
+        "format": manifest.FORMAT,
+        "generator": f"hatch-precompile {__version__}",
+        "package": package,
+        "env": result["env"],
+        "python_full": result["python_full"],
+        "inductor_vec_isa": result["inductor_vec_isa"],
+        "files": files,
+        "kernels": kernel_entries,
+        "megacache": {"file": manifest.MEGACACHE_FILE, "artifacts": result["megacache"]}
+        if result["megacache"]
+        else None,
+        "torchscript": {p.stem: f"{manifest.TORCHSCRIPT_DIR}/{p.name}" for p in scripted},
+        "workloads": result["workloads"],
+        "compile_times": result["compile_times"],
+        "timings": {
+            "torch_import_seconds": result["import_seconds"],
+            "total_seconds": round(time.perf_counter() - started, 3),
+        },
+        "cache_files_copied": copied,
+    }
+    manifest.write(target, data)
+    return target

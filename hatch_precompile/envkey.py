@@ -1,0 +1,77 @@
+"""The environment key: what must match for compiled artifacts to be reused safely.
+
+Every field is compared exactly. The FX graph key inside torch already covers torch's own
+source and the inputs; these fields cover what it does not: the CPU vector ISA (a mismatch makes
+torch's own recipe crash, see NOTES.md), the C++ compiler (part of every kernel's key, and its
+ABI), the CPython minor version (the pybinding kernels are built against its C-API), and the
+GPU stack when there is one.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import subprocess
+import sys
+from importlib import metadata
+from typing import Any
+
+# Order matters: the first differing field is the one a skip message names.
+FIELDS = ("python", "torch", "system", "machine", "cpu_capability", "cxx", "cuda", "triton", "gpu")
+
+
+def cxx_command() -> str:
+    """The compiler Inductor will call (mirrors ``torch._inductor.config.cpp.cxx``)."""
+    return os.environ.get("CXX") or ("clang++" if sys.platform == "darwin" else "g++")
+
+
+@functools.lru_cache(maxsize=None)
+def _compiler_version(command: str) -> str:
+    try:
+        proc = subprocess.run(
+            [command, "--version"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"unavailable ({exc.__class__.__name__})"
+    lines = (proc.stdout or proc.stderr).strip().splitlines()
+    return lines[0].strip() if proc.returncode == 0 and lines else f"unavailable (exit {proc.returncode})"
+
+
+def cxx_identity() -> str:
+    command = cxx_command()
+    return f"{command} | {_compiler_version(command)}"
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def current(torch: Any) -> dict[str, str | None]:
+    """The key of this process. ``torch`` is the imported module (callers import it lazily)."""
+    gpu = None
+    cuda = getattr(torch.version, "cuda", None) or getattr(torch.version, "hip", None)
+    if cuda and torch.cuda.is_available():
+        gpu = torch.cuda.get_device_name(0)
+    return {
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+        "torch": torch.__version__,
+        "system": platform.system(),
+        "machine": platform.machine(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cxx": cxx_identity(),
+        "cuda": cuda,
+        "triton": _dist_version("triton") if gpu else None,
+        "gpu": gpu,
+    }
+
+
+def first_mismatch(shipped: dict[str, Any], here: dict[str, Any]) -> tuple[str, Any, Any] | None:
+    """(field, shipped value, value here) of the first differing field, or None."""
+    for field in FIELDS:
+        if shipped.get(field) != here.get(field):
+            return field, shipped.get(field), here.get(field)
+    return None

@@ -1,0 +1,44 @@
+"""The on/off switch shared by the build hook and `load()`.
+
+Precedence: ``PRECOMPILE_<NAME>`` beats ``PRECOMPILE`` beats the caller's default (the
+pyproject ``enable`` option at build time, on at run time). Standard library only: this runs
+before anything imports torch.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+
+OFF_VALUES = frozenset({"0", "false", "no", "off"})
+ON_VALUES = frozenset({"1", "true", "yes", "on"})
+GLOBAL_VAR = "PRECOMPILE"
+
+
+class GateValueError(ValueError):
+    """An environment switch holds a value that is neither on nor off."""
+
+
+def package_var(name: str) -> str:
+    """``sample-pkg`` / ``sample_pkg`` / ``Sample.Pkg`` -> ``PRECOMPILE_SAMPLE_PKG``."""
+    return f"{GLOBAL_VAR}_{re.sub(r'[-_.]+', '_', name).upper()}"
+
+
+def decide(name: str, default: bool, environ: Mapping[str, str] | None = None) -> tuple[bool, str]:
+    """Return (enabled, why) for the project or import package ``name``."""
+    env = os.environ if environ is None else environ
+    for var in (package_var(name), GLOBAL_VAR):
+        raw = env.get(var, "").strip()
+        if not raw:
+            continue
+        value = raw.lower()
+        if value in OFF_VALUES:
+            return False, f"{var}={raw}"
+        if value in ON_VALUES:
+            return True, f"{var}={raw}"
+        raise GateValueError(
+            f"{var}={raw!r} is not a valid switch value: use one of "
+            f"{', '.join(sorted(ON_VALUES))} or {', '.join(sorted(OFF_VALUES))}"
+        )
+    return default, "default" if default else "enable = false"

@@ -1,0 +1,72 @@
+"""TorchScript modules recorded by a workload at build time and loaded back at run time."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from hatch_precompile import manifest, runtime
+from hatch_precompile._child import TORCHSCRIPT_DIR_VAR
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+def _check_name(name: str) -> None:
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name:
+        raise ValueError(
+            f"TorchScript name {name!r} must be letters, digits, '_', '-' or '.' (at most 128)"
+        )
+
+
+def save_torchscript(name: str, module: Any) -> Path | None:
+    """Record a scripted or traced ``module`` under ``name`` when called from a build workload.
+
+    Outside a precompile build (a user running the workload by hand) this does nothing and
+    returns None, so workloads can call it unconditionally.
+    """
+    _check_name(name)
+    directory = os.environ.get(TORCHSCRIPT_DIR_VAR)
+    if not directory:
+        return None
+    import torch
+
+    if not isinstance(module, torch.jit.ScriptModule):
+        raise TypeError(
+            f"save_torchscript({name!r}, ...) needs a torch.jit.ScriptModule "
+            f"(from torch.jit.script or torch.jit.trace), got {type(module).__name__}"
+        )
+    path = Path(directory) / f"{name}.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.jit.save(module, str(path))
+    return path
+
+
+def load_torchscript(package: str, name: str, map_location: Any = None) -> Any:
+    """The ScriptModule ``package`` shipped as ``name``, or None (the caller falls back).
+
+    Checks the same environment key and sha256 as ``load()``; never raises for an artifact
+    problem.
+    """
+    _check_name(name)
+    if runtime.disabled_reason(package):
+        return None
+    try:
+        checked = runtime.checked_manifest(package)
+        if checked is None:
+            return None
+        root, data = checked
+        relpath = data.get("torchscript", {}).get(name)
+        if relpath is None or not manifest.is_safe_relpath(relpath):
+            raise runtime._Skip(f"no TorchScript module named {name!r} was shipped")
+        blob = runtime.verified_bytes(root, data, relpath)
+        import torch
+
+        return torch.jit.load(io.BytesIO(blob), map_location=map_location)
+    except runtime._Skip as skip:
+        runtime._warn(runtime.LoadResult(package, False, f"TorchScript {name!r}: {skip}"))
+    except Exception as exc:
+        runtime._warn(runtime.LoadResult(package, False, f"TorchScript {name!r}: {exc!r}"))
+    return None

@@ -1,0 +1,9 @@
+"""A small image classifier whose compiled training step starts warm."""
+
+import hatch_precompile
+
+precompile_status = hatch_precompile.load(__name__)
+
+from sample_pkg.model import ConvNet, Trainer, make_batch, make_model, scripted_classifier  # noqa: E402
+
+__all__ = ["ConvNet", "Trainer", "make_batch", "make_model", "precompile_status", "scripted_classifier"]

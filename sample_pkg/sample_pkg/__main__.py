@@ -1,0 +1,54 @@
+"""``python -m sample_pkg [--json]``: time the first compiled training step of a fresh process."""
+
+import json
+import sys
+import time
+
+import torch
+from torch._dynamo.utils import counters
+
+import sample_pkg  # `python -m` imported it already, so import time is not measured here
+from hatch_precompile.runtime import inductor_cache_dir
+
+
+def count_kernels() -> int:
+    return sum(1 for _ in inductor_cache_dir().rglob("*.so")) if inductor_cache_dir().is_dir() else 0
+
+
+def main() -> None:
+    kernels_before = count_kernels()
+    trainer = sample_pkg.Trainer(sample_pkg.make_model())
+    images, labels = sample_pkg.make_batch()
+    t0 = time.perf_counter()
+    loss = trainer.step(images, labels)
+    step_seconds = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    logits = trainer.predict(images)
+    predict_seconds = time.perf_counter() - t0
+    status = sample_pkg.precompile_status
+    result = {
+        "first_step_seconds": step_seconds,
+        "first_predict_seconds": predict_seconds,
+        "loss": loss.item(),
+        "logits_sum": logits.double().sum().item(),
+        "precompiled": status.loaded,
+        "precompile_reason": status.reason,
+        "aot_autograd": dict(counters["aot_autograd"]),
+        "inductor": {k: v for k, v in counters["inductor"].items() if "cache" in k},
+        "kernels_compiled": count_kernels() - kernels_before,
+        "torch": torch.__version__,
+    }
+    if "--json" in sys.argv:
+        print(json.dumps(result))
+        return
+    print(f"precompiled caches:      {'loaded' if status.loaded else 'not loaded'} ({status.reason})")
+    print(f"first training step:     {step_seconds:.2f} s  (loss {result['loss']:.4f})")
+    print(f"first inference call:    {predict_seconds:.2f} s")
+    aot = result["aot_autograd"]
+    print(
+        f"AOTAutograd cache:       {aot.get('autograd_cache_hit', 0)} hit(s), "
+        f"{aot.get('autograd_cache_miss', 0)} miss(es); C++ kernels compiled: {result['kernels_compiled']}"
+    )
+
+
+main()

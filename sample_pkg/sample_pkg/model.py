@@ -1,0 +1,72 @@
+"""The model, its compiled training step and its compiled inference call."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+import hatch_precompile
+
+IMAGE_SIZE = 28
+NUM_CLASSES = 10
+BATCH_SIZE = 32
+
+
+class ConvNet(nn.Module):
+    """Two conv blocks and a linear head for 1x28x28 images."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(1, 16, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+        )
+        self.head = nn.Sequential(nn.Flatten(), nn.Linear(32 * 7 * 7, 64), nn.ReLU(), nn.Linear(64, NUM_CLASSES))
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(images))
+
+
+def make_model(seed: int = 0) -> ConvNet:
+    torch.manual_seed(seed)
+    return ConvNet()
+
+
+def make_batch(batch_size: int = BATCH_SIZE, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    images = torch.randn(batch_size, 1, IMAGE_SIZE, IMAGE_SIZE, generator=generator)
+    labels = torch.randint(0, NUM_CLASSES, (batch_size,), generator=generator)
+    return images, labels
+
+
+class Trainer:
+    """A compiled model with an SGD optimizer: ``step`` trains, ``predict`` infers."""
+
+    def __init__(self, model: nn.Module, lr: float = 0.05) -> None:
+        self.model = model
+        self.compiled = torch.compile(model)
+        self.optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+
+    def step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(self.compiled(images), labels)
+        loss.backward()
+        self.optimizer.step()
+        return loss.detach()
+
+    @torch.no_grad()
+    def predict(self, images: torch.Tensor) -> torch.Tensor:
+        return self.compiled(images)
+
+
+def scripted_classifier(model: nn.Module | None = None) -> torch.jit.ScriptModule:
+    """The shipped TorchScript export of the untrained classifier, or a fresh trace of ``model``."""
+    shipped = hatch_precompile.load_torchscript("sample_pkg", "classifier")
+    if shipped is not None and model is None:
+        return shipped
+    model = model if model is not None else make_model()
+    return torch.jit.trace(model.eval(), make_batch()[0])
