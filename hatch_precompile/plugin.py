@@ -181,3 +181,8 @@ class PrecompileBuildHook(BuildHookInterface):
             f"{total / 1e6:.2f} MB, in {data['timings']['total_seconds']:.1f} s"
             + (f"; {breaks} graph break(s)" if breaks else "")
         )
+        env = data["env"]
+        self.app.display_info(
+            f"precompile: artifacts are used only with torch {env['torch']}, Python {env['python']}, "
+            f"CPU capability {env['cpu_capability']}, compiler {env['cxx']}"
+        )

@@ -84,7 +84,7 @@ def _warn(result: LoadResult) -> None:
     if message in _warned:
         return
     _warned.add(message)
-    log.warning(message)
+    log.info(message)  # the warning below is the one user-visible report
     warnings.warn(message, PrecompileWarning, stacklevel=4)
 
 
@@ -198,13 +198,17 @@ def _install(root: Any, data: dict[str, Any], cache_dir: Path) -> tuple[int, int
         raise _Skip(f"cannot create the Inductor cache dir {cache_dir}: {exc}") from None
     if cache_dir.is_symlink() and cache_dir.lstat().st_uid != os.getuid():
         raise _Skip(f"the Inductor cache dir {cache_dir} is a symlink owned by another user")
-    installed = present = 0
-    for source, relpath in _destinations(root, data).items():
-        target = cache_dir / relpath
-        if os.path.lexists(target):
-            present += 1
-            continue
-        blob = verified_bytes(root, data, source)
+    destinations = _destinations(root, data)
+    pending = {
+        cache_dir / relpath: source
+        for source, relpath in destinations.items()
+        if not os.path.lexists(cache_dir / relpath)
+    }
+    present = len(destinations) - len(pending)
+    # Verify everything before writing anything: a bad file leaves the cache dir untouched.
+    blobs = {target: verified_bytes(root, data, source) for target, source in pending.items()}
+    installed = 0
+    for target, blob in blobs.items():
         _make_dirs(cache_dir, target.parent)
         if _write_new(target, blob):
             installed += 1

@@ -1,0 +1,111 @@
+"""Shared fixtures: real wheels, real venvs, real torch. Expensive ones are session-scoped."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import venv
+import zipfile
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "sample_pkg"
+TORCH_REQUIREMENT = f"torch=={metadata.version('torch').split('+')[0]}"
+
+
+def run(cmd, *, env=None, cwd=None, check=True, timeout=1200) -> subprocess.CompletedProcess:
+    """Run ``cmd``; stdout and stderr together in ``.stdout``; fail loudly with the output."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("PRECOMPILE", "HATCH_BUILD"))}
+    full_env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    full_env.update(env or {})
+    proc = subprocess.run(
+        [str(c) for c in cmd],
+        env=full_env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        pytest.fail(f"{' '.join(map(str, cmd))} exited {proc.returncode}:\n{proc.stdout[-6000:]}")
+    return proc
+
+
+def make_venv(path: Path) -> Path:
+    venv.EnvBuilder(with_pip=True, clear=True).create(path)
+    return path / "bin" / "python"
+
+
+def copy_project(dest: Path, source: Path = SAMPLE) -> Path:
+    shutil.copytree(source, dest, ignore=shutil.ignore_patterns("dist", "__pycache__", "*.egg-info"))
+    return dest
+
+
+def build_wheel(project: Path, out: Path, *, python=sys.executable, env=None, check=True):
+    """Build ``project``'s wheel without isolation; return (process, wheel path or None)."""
+    out.mkdir(parents=True, exist_ok=True)
+    proc = run([python, "-m", "build", "--wheel", "--no-isolation", "-o", out, project], env=env, check=check)
+    wheels = sorted(out.glob("*.whl"))
+    return proc, (wheels[-1] if wheels else None)
+
+
+def unpack(wheel: Path, dest: Path) -> Path:
+    """Install a wheel the cheap way (its files, no metadata processing) into ``dest``."""
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(dest)
+    return dest
+
+
+def read_manifest(wheel: Path) -> dict:
+    with zipfile.ZipFile(wheel) as archive:
+        return json.loads(archive.read("sample_pkg/_precompiled/manifest.json"))
+
+
+def run_sample(python: Path, cache_dir: Path, env=None, pythonpath: Path | None = None) -> dict:
+    """`python -m sample_pkg --json` in a fresh process with ``cache_dir`` as Inductor's cache."""
+    extra = {"TORCHINDUCTOR_CACHE_DIR": str(cache_dir), **(env or {})}
+    if pythonpath:
+        extra["PYTHONPATH"] = str(pythonpath)
+    proc = run([python, "-m", "sample_pkg", "--json"], env=extra, cwd=cache_dir.parent)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def hp_dist(tmp_path_factory) -> Path:
+    """hatch-precompile's own wheel, for venvs and isolated builds."""
+    out = tmp_path_factory.mktemp("hp-dist")
+    run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "-o", out, ROOT])
+    return out
+
+
+@pytest.fixture(scope="session")
+def precompiled_wheel(tmp_path_factory) -> tuple[Path, str]:
+    """sample_pkg built with precompilation in this (the test) environment."""
+    project = copy_project(tmp_path_factory.mktemp("precompiled-src") / "sample_pkg")
+    proc, wheel = build_wheel(project, tmp_path_factory.mktemp("precompiled-dist"))
+    return wheel, proc.stdout
+
+
+@pytest.fixture(scope="session")
+def runtime_python(tmp_path_factory, hp_dist, precompiled_wheel) -> Path:
+    """A fresh venv (torch at another path than the builder's) with the precompiled wheel."""
+    python = make_venv(tmp_path_factory.mktemp("runtime") / "venv")
+    hp_wheel = next(hp_dist.glob("*.whl"))
+    run([python, "-m", "pip", "install", "-q", TORCH_REQUIREMENT, hp_wheel, precompiled_wheel[0]])
+    return python
+
+
+@pytest.fixture(scope="session")
+def notorch_python(tmp_path_factory, hp_dist) -> Path:
+    """A fresh venv with hatchling and hatch-precompile but no torch."""
+    python = make_venv(tmp_path_factory.mktemp("notorch") / "venv")
+    run([python, "-m", "pip", "install", "-q", "hatchling", "editables", "build", next(hp_dist.glob("*.whl"))])
+    assert run([python, "-c", "import torch"], check=False).returncode != 0
+    return python

@@ -1,0 +1,132 @@
+"""Bad configuration and bad workloads: clear messages, nothing left behind."""
+
+from __future__ import annotations
+
+import re
+import time
+import zipfile
+
+import pytest
+
+from conftest import build_wheel, copy_project
+
+WORKLOAD_TABLE = '[tool.hatch.build.hooks.precompile]\nworkload = "sample_pkg.precompile:workload"\n'
+
+
+def project_with(tmp_path, hook_table: str, workload_source: str | None = None):
+    project = copy_project(tmp_path / "sample_pkg")
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace(WORKLOAD_TABLE, hook_table))
+    if workload_source is not None:
+        (project / "sample_pkg" / "precompile.py").write_text(workload_source)
+    return project
+
+
+def test_raising_workload_fails_the_build_with_its_traceback(tmp_path):
+    project = project_with(
+        tmp_path, WORKLOAD_TABLE, "def workload():\n    helper()\n\ndef helper():\n    raise ValueError('boom')\n"
+    )
+    proc, wheel = build_wheel(project, tmp_path / "out", check=False)
+    assert proc.returncode != 0 and wheel is None
+    assert "precompile: workload 'sample_pkg.precompile:workload' failed" in proc.stdout
+    assert "Traceback (most recent call last)" in proc.stdout
+    assert re.search(r'precompile\.py", line 5, in helper', proc.stdout)
+    assert "ValueError: boom" in proc.stdout
+
+
+def test_raising_workload_with_on_failure_warn_builds_a_plain_wheel(tmp_path):
+    project = project_with(
+        tmp_path, WORKLOAD_TABLE + 'on-failure = "warn"\n', "def workload():\n    raise ValueError('boom')\n"
+    )
+    proc, wheel = build_wheel(project, tmp_path / "out")
+    assert "ValueError: boom" in proc.stdout
+    assert 'on-failure = "warn": building the wheel without precompiled artifacts' in proc.stdout
+    assert wheel.name.endswith("-py3-none-any.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        assert not any("_precompiled" in n for n in archive.namelist())
+
+
+def test_missing_workload_function_names_it(tmp_path):
+    table = '[tool.hatch.build.hooks.precompile]\nworkload = "sample_pkg.precompile:no_such_function"\n'
+    proc, wheel = build_wheel(project_with(tmp_path, table), tmp_path / "out", check=False)
+    assert proc.returncode != 0 and wheel is None
+    assert "workload 'sample_pkg.precompile:no_such_function' failed" in proc.stdout
+    assert "has no attribute 'no_such_function'" in proc.stdout
+
+
+def test_hanging_workload_is_killed_at_timeout_with_its_children(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    source = (
+        "import os, subprocess, sys, time\n"
+        "def workload():\n"
+        "    child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        f"    open({str(pid_file)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\n"
+        "    time.sleep(600)\n"
+    )
+    project = project_with(tmp_path, WORKLOAD_TABLE + "timeout = 4\n", source)
+    started = time.monotonic()
+    proc, wheel = build_wheel(project, tmp_path / "out", check=False)
+    assert time.monotonic() - started < 120
+    assert proc.returncode != 0 and wheel is None
+    assert "workload 'sample_pkg.precompile:workload' failed: timed out after 4 s" in proc.stdout
+    for pid in map(int, pid_file.read_text().split()):
+        assert not is_running(pid), f"process {pid} outlived the build"
+
+
+def is_running(pid: int) -> bool:
+    """Alive and not a zombie (killed orphans wait for an init that may not reap them)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_workload_that_compiles_nothing_ships_nothing(tmp_path):
+    project = project_with(tmp_path, WORKLOAD_TABLE, "def workload():\n    pass\n")
+    proc, wheel = build_wheel(project, tmp_path / "out")
+    assert "precompile: the workload compiled nothing" in proc.stdout
+    assert wheel.name.endswith("-py3-none-any.whl")
+
+
+@pytest.mark.parametrize(
+    ("table_extra", "message"),
+    [
+        ('workloads = "x:y"\n', "Unknown option(s) `workloads` for build hook `precompile`"),
+        ('timeout = "fast"\n', "Option `timeout` must be a positive number of seconds, got 'fast'"),
+        ("timeout = 0\n", "Option `timeout` must be a positive number of seconds, got 0"),
+        ("enable = 1\n", "Option `enable` must be a boolean, got 1"),
+        ('on-failure = "ignore"\n', "Option `on-failure` must be one of error, warn, got 'ignore'"),
+        ('package = "not a name"\n', "Option `package` must be an importable package name"),
+    ],
+)
+def test_bad_options_are_rejected_by_name(tmp_path, table_extra, message):
+    project = project_with(tmp_path, WORKLOAD_TABLE + table_extra)
+    proc, wheel = build_wheel(project, tmp_path / "out", check=False)
+    assert proc.returncode != 0 and wheel is None
+    assert message in proc.stdout
+    assert "running workload" not in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ("[tool.hatch.build.hooks.precompile]\n", "Option `workload` is required"),
+        ('[tool.hatch.build.hooks.precompile]\nworkload = "no-colon"\n', "`workload` entry 'no-colon' must look like"),
+        ('[tool.hatch.build.hooks.precompile]\nworkload = ["a:b", 3]\n', "`workload` must be a string or an array"),
+        (
+            '[tool.hatch.build.hooks.precompile]\nworkload = "elsewhere.mod:fn"\n',
+            "`package` is 'elsewhere', but no such package directory exists",
+        ),
+    ],
+)
+def test_bad_workload_option_is_rejected_by_name(tmp_path, table, message):
+    proc, wheel = build_wheel(project_with(tmp_path, table), tmp_path / "out", check=False)
+    assert proc.returncode != 0 and wheel is None
+    assert message in proc.stdout
+
+
+def test_reserved_hatchling_keys_are_accepted(tmp_path):
+    table = WORKLOAD_TABLE + "enable-by-default = true\ndependencies = []\nenable = false\n"
+    proc, wheel = build_wheel(project_with(tmp_path, table), tmp_path / "out")
+    assert wheel.name.endswith("-py3-none-any.whl")

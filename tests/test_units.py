@@ -1,0 +1,62 @@
+"""Small pure pieces, checked against the real thing where there is one."""
+
+from __future__ import annotations
+
+import pytest
+
+from hatch_precompile import gate, kernels, manifest
+
+
+@pytest.mark.parametrize(
+    ("env", "default", "expected"),
+    [
+        ({}, True, (True, "default")),
+        ({}, False, (False, "enable = false")),
+        ({"PRECOMPILE": "0"}, True, (False, "PRECOMPILE=0")),
+        ({"PRECOMPILE": "Off"}, True, (False, "PRECOMPILE=Off")),
+        ({"PRECOMPILE": "yes"}, False, (True, "PRECOMPILE=yes")),
+        ({"PRECOMPILE": "0", "PRECOMPILE_MY_PKG": "1"}, True, (True, "PRECOMPILE_MY_PKG=1")),
+        ({"PRECOMPILE": "1", "PRECOMPILE_MY_PKG": "false"}, True, (False, "PRECOMPILE_MY_PKG=false")),
+        ({"PRECOMPILE": " "}, True, (True, "default")),
+    ],
+)
+def test_gate_precedence(env, default, expected):
+    assert gate.decide("my-pkg", default, env) == expected
+    assert gate.decide("My.Pkg", default, env) == expected
+
+
+def test_gate_rejects_garbage():
+    with pytest.raises(gate.GateValueError, match="PRECOMPILE_MY_PKG='maybe'"):
+        gate.decide("my_pkg", True, {"PRECOMPILE_MY_PKG": "maybe"})
+
+
+@pytest.mark.parametrize("path", ["../x", "a/../../x", "/etc/passwd", "a//b", "./a", "a\\b", "", "a/", None, 3])
+def test_unsafe_manifest_paths(path):
+    assert not manifest.is_safe_relpath(path)
+
+
+def test_manifest_rejects_escaping_paths_and_unknown_format():
+    good = b'{"format": 1, "env": {}, "files": {"inductor/a/b": {"size": 1, "sha256": "x"}}}'
+    assert manifest.parse(good)["files"]
+    with pytest.raises(manifest.ManifestError, match="outside its directory"):
+        manifest.parse(good.replace(b"inductor/a/b", b"../../b"))
+    with pytest.raises(manifest.ManifestError, match="format 2 is not the supported format 1"):
+        manifest.parse(good.replace(b'"format": 1', b'"format": 2'))
+    with pytest.raises(manifest.ManifestError, match="lacks size or sha256"):
+        manifest.parse(good.replace(b'"size": 1, ', b""))
+
+
+def test_code_key_mirrors_inductor():
+    codecache = pytest.importorskip("torch._inductor.codecache")
+    for source, extra in [("  int x;\n", "g++ -I/a/torch/include -O3"), ("int y;", "")]:
+        assert kernels.code_key(source, extra) == codecache.get_hash(source.strip(), extra)
+
+
+def test_template_round_trip():
+    values = {kernels.TORCH_DIR: "/v/site-packages/torch", kernels.PY_INCLUDE: "/py/include/python3.11",
+              kernels.PY_INCLUDE_POSIX: "/py/include/python3.11"}
+    command = "g++ -I/py/include/python3.11 -I/v/site-packages/torch/include -I/v/site-packages/torch/include/api"
+    template = kernels.to_template(command, values)
+    assert "/v/" not in template and "/py/" not in template
+    moved = dict(values, **{kernels.TORCH_DIR: "/w/torch"})
+    assert kernels.render(template, moved) == command.replace("/v/site-packages/torch", "/w/torch")
