@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import os
 import sys
 import time
@@ -69,6 +70,55 @@ def record_kernel_commands(codecache: Any) -> dict[str, str]:
     return recorded
 
 
+class GraphBreakRecorder(logging.Handler):
+    """Collects Dynamo's graph-break reports (with user source locations) instead of printing them."""
+
+    SUFFIX = "__graph_breaks"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.breaks: list[dict[str, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not record.name.endswith(self.SUFFIX):
+            return
+        lines = record.getMessage().splitlines()
+        location = lines[0].rpartition(" at ")[2] if lines else "?"
+        explanation = next((l.strip() for l in lines if l.strip().startswith("Explanation:")), None)
+        reason = explanation or (lines[1] if len(lines) > 1 else "")
+        self.breaks.append({"location": location, "reason": reason.removeprefix("Explanation: ")})
+
+    @classmethod
+    def install(cls, torch: Any) -> "GraphBreakRecorder":
+        torch._logging.set_logs(graph_breaks=True)
+        recorder = cls()
+        # set_logs gives several torch loggers (torch, torch._dynamo, ...) their own stderr
+        # handler and stops propagation there: listen on each, and keep them from printing.
+        names = ["torch"] + [n for n in logging.root.manager.loggerDict if n.startswith("torch.")]
+        for name in names:
+            logger = logging.getLogger(name)
+            if logger.handlers:
+                for handler in logger.handlers:
+                    handler.addFilter(lambda record: not record.name.endswith(cls.SUFFIX))
+                logger.addHandler(recorder)
+        return recorder
+
+
+def recompiles(guard_failures: Any) -> list[dict[str, Any]]:
+    """Dynamo's recompilation reasons, per compiled function, with its source location."""
+    out = []
+    for code, reasons in guard_failures.items():
+        if reasons:
+            out.append(
+                {
+                    "function": getattr(code, "co_name", str(code)),
+                    "location": f"{getattr(code, 'co_filename', '?')}:{getattr(code, 'co_firstlineno', '?')}",
+                    "reasons": [str(r) for r in reasons],
+                }
+            )
+    return out
+
+
 def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[1]).read_text())
     out = Path(spec["out"])
@@ -80,15 +130,18 @@ def main(argv: list[str]) -> int:
     import torch
     import torch._dynamo  # torch 2.7.0 saved no Mega-Cache unless dynamo was imported first
     import torch._inductor.codecache as codecache
-    from torch._dynamo.utils import compile_times, counters
+    from torch._dynamo.utils import compile_times, counters, guard_failures
 
     kernel_commands = record_kernel_commands(codecache)
+    graph_breaks = GraphBreakRecorder.install(torch)
     import_seconds = time.perf_counter() - started
 
     workloads = []
     for name in spec["workloads"]:
         emit("start", workload=name)
         before = snapshot(counters)
+        breaks_before = len(graph_breaks.breaks)
+        guard_failures.clear()
         t0 = time.perf_counter()
         try:
             resolve(name)()
@@ -99,8 +152,16 @@ def main(argv: list[str]) -> int:
             return EXIT_WORKLOAD_FAILED
         seconds = time.perf_counter() - t0
         counts = delta(before, snapshot(counters))
-        workloads.append({"name": name, "seconds": round(seconds, 3), "counters": counts})
-        emit("done", workload=name, seconds=seconds, counters=counts)
+        workloads.append(
+            {
+                "name": name,
+                "seconds": round(seconds, 3),
+                "counters": counts,
+                "graph_breaks": graph_breaks.breaks[breaks_before:],
+                "recompiles": recompiles(guard_failures),
+            }
+        )
+        emit("done", **workloads[-1])
 
     saved = torch.compiler.save_cache_artifacts()
     megacache = None

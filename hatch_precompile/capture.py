@@ -92,7 +92,7 @@ def _run_child(
                     next_beat = workload_started + HEARTBEAT_SECONDS
                     say(f"precompile: running workload {running}")
                 elif event["event"] == "done":
-                    say(f"precompile: workload {running} finished in {event['seconds']:.1f} s")
+                    _say_done(event, say)
                     running = None
                 continue
             tail.append(line)
@@ -101,6 +101,21 @@ def _run_child(
     finally:
         if proc.poll() is None:
             _kill_group(proc)
+
+
+def _say_done(workload: dict[str, Any], say: Callable[[str], None]) -> None:
+    breaks, recompiled = workload["graph_breaks"], workload["recompiles"]
+    graphs = workload["counters"].get("stats", {}).get("unique_graphs", 0)
+    say(
+        f"precompile: workload {workload['name']} finished in {workload['seconds']:.1f} s: "
+        f"{graphs} graph(s), {len(breaks)} graph break(s), "
+        f"{sum(len(r['reasons']) for r in recompiled)} recompile(s)"
+    )
+    for item in breaks:
+        say(f"  graph break at {item['location']}: {item['reason']}")
+    for item in recompiled:
+        for reason in item["reasons"]:
+            say(f"  recompiled {item['function']} ({item['location']}): {reason}")
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

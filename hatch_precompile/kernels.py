@@ -1,8 +1,9 @@
 """Moving built CPU kernels between torch installs.
 
 Inductor names a CPU pybinding kernel (``<key>.main.cpp`` / ``<key>.main.so``) after a hash of
-its source *and* its compiler command line, and that command line holds absolute include paths:
-``-I<site-packages>/torch/include`` and the CPython include dir. A wheel built in pip's isolated
+its source *and* its compiler command line, and that command line holds absolute paths:
+``-I<site-packages>/torch/include``, ``-L<site-packages>/torch/lib``, and CPython's include and
+library dirs. A wheel built in pip's isolated
 build env (``/tmp/pip-build-env-*/...``) and installed anywhere else would therefore miss every
 such kernel and recompile it. At build time we record each kernel's hashed command line with
 those paths replaced by placeholders; at load time we render it with this process's paths and
@@ -22,6 +23,7 @@ import sysconfig
 TORCH_DIR = "@TORCH_DIR@"
 PY_INCLUDE = "@PY_INCLUDE@"
 PY_INCLUDE_POSIX = "@PY_INCLUDE_POSIX@"
+PY_LIBDIR = "@PY_LIBDIR@"
 
 
 def path_values(torch_dir: str) -> dict[str, str]:
@@ -30,6 +32,7 @@ def path_values(torch_dir: str) -> dict[str, str]:
         TORCH_DIR: torch_dir,
         PY_INCLUDE: sysconfig.get_path("include"),
         PY_INCLUDE_POSIX: sysconfig.get_path("include", scheme="posix_prefix"),
+        PY_LIBDIR: sysconfig.get_config_var("LIBDIR") or "",
     }
 
 

@@ -171,9 +171,7 @@ class PrecompileBuildHook(BuildHookInterface):
         total = sum(entry["size"] for entry in files.values())
         graphs = {p.split("/")[2] for p in files if p.startswith("inductor/aotautograd/")}
         kernels = [p for p in files if p.endswith(".so")]
-        breaks = sum(
-            sum(w["counters"].get("graph_break", {}).values()) for w in data["workloads"]
-        )
+        breaks = sum(len(w["graph_breaks"]) for w in data["workloads"])
         self.app.display_info(
             f"precompile: captured {len(graphs)} compiled graph(s), {len(kernels)} kernel "
             "binaries, "

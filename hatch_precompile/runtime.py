@@ -151,13 +151,26 @@ def verified_bytes(root: Any, data: dict[str, Any], relpath: str) -> bytes:
     entry = data["files"].get(relpath)
     if entry is None:
         raise _Skip(f"{relpath} is not listed in the manifest")
+    node = root.joinpath(*relpath.split("/"))
+    if isinstance(node, Path) and _escapes(root, node):
+        raise _Skip(f"{relpath} is a symlink; shipped artifacts must be plain files")
     try:
-        blob = root.joinpath(*relpath.split("/")).read_bytes()
+        blob = node.read_bytes()
     except OSError as exc:
         raise _Skip(f"{relpath} cannot be read: {exc}") from None
     if len(blob) != entry["size"] or manifest.sha256(blob) != entry["sha256"]:
         raise _Skip(f"{relpath} does not match its sha256 in the manifest (altered or truncated)")
     return blob
+
+
+def _escapes(root: Path, node: Path) -> bool:
+    """True if ``node`` or a directory between ``root`` and it is a symlink."""
+    current = node
+    while current != root and current != current.parent:
+        if current.is_symlink():
+            return True
+        current = current.parent
+    return False
 
 
 def inductor_cache_dir() -> Path:

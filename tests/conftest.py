@@ -109,3 +109,11 @@ def notorch_python(tmp_path_factory, hp_dist) -> Path:
     run([python, "-m", "pip", "install", "-q", "hatchling", "editables", "build", next(hp_dist.glob("*.whl"))])
     assert run([python, "-c", "import torch"], check=False).returncode != 0
     return python
+
+
+@pytest.fixture(scope="session")
+def cold_result(runtime_python, tmp_path_factory) -> dict:
+    """The sample's numbers from a cold compile (PRECOMPILE=0, empty cache dir)."""
+    cache = tmp_path_factory.mktemp("cold") / "cache"
+    cache.mkdir()
+    return run_sample(runtime_python, cache, env={"PRECOMPILE": "0"})

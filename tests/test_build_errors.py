@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import zipfile
@@ -130,3 +131,44 @@ def test_reserved_hatchling_keys_are_accepted(tmp_path):
     table = WORKLOAD_TABLE + "enable-by-default = true\ndependencies = []\nenable = false\n"
     proc, wheel = build_wheel(project_with(tmp_path, table), tmp_path / "out")
     assert wheel.name.endswith("-py3-none-any.whl")
+
+
+def test_hanging_workload_with_on_failure_warn_builds_a_plain_wheel(tmp_path):
+    source = "import time\ndef workload():\n    time.sleep(600)\n"
+    project = project_with(tmp_path, WORKLOAD_TABLE + 'timeout = 3\non-failure = "warn"\n', source)
+    proc, wheel = build_wheel(project, tmp_path / "out")
+    assert "timed out after 3 s" in proc.stdout and "without precompiled artifacts" in proc.stdout
+    assert wheel.name.endswith("-py3-none-any.whl")
+
+
+GRAPH_BREAK_WORKLOAD = """\
+import torch
+
+
+def double_then_add(x):
+    x = x * 2
+    print("side effect")
+    return x + 1
+
+
+def workload():
+    compiled = torch.compile(double_then_add)
+    compiled(torch.ones(4))
+    compiled(torch.ones(4, 4))  # another rank: a recompile
+"""
+
+
+def test_graph_breaks_and_recompiles_are_recorded_and_shown(tmp_path):
+    project = project_with(tmp_path, WORKLOAD_TABLE, GRAPH_BREAK_WORKLOAD)
+    proc, wheel = build_wheel(project, tmp_path / "out")
+    source = project / "sample_pkg" / "precompile.py"
+    assert re.search(r"finished in [\d.]+ s: \d+ graph\(s\), [1-9]\d* graph break\(s\), [1-9]\d* recompile\(s\)", proc.stdout)
+    assert f"graph break at {source}:6: Dynamo does not know how to trace builtin operator `print`" in proc.stdout
+    assert "recompiled double_then_add" in proc.stdout and "rank mismatch" in proc.stdout
+    with zipfile.ZipFile(wheel) as archive:
+        manifest = json.loads(archive.read("sample_pkg/_precompiled/manifest.json"))
+    (workload,) = manifest["workloads"]
+    assert workload["graph_breaks"][0]["location"] == f"{source}:6"
+    assert workload["recompiles"][0]["function"] == "double_then_add"
+    assert workload["recompiles"][0]["location"] == f"{source}:4"
+    assert any(p.endswith(".so") for p in manifest["files"]), "artifacts are still captured"

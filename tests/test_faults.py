@@ -1,0 +1,258 @@
+"""The fault matrix of the load side: each case names its concrete outcome (see README)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import stat
+import subprocess
+import time
+import zipfile
+
+import pytest
+
+from conftest import run, run_sample, unpack
+
+ARTIFACTS = "sample_pkg/_precompiled"
+STATUS = (
+    "import json, sample_pkg; s = sample_pkg.precompile_status; "
+    "print(json.dumps([s.loaded, s.reason, s.installed]))"
+)
+
+
+@pytest.fixture
+def site(precompiled_wheel, tmp_path):
+    """The precompiled wheel's files in a private dir that a test may damage."""
+    return unpack(precompiled_wheel[0], tmp_path / "site")
+
+
+def manifest_of(site) -> dict:
+    return json.loads((site / ARTIFACTS / "manifest.json").read_text())
+
+
+def write_manifest(site, data) -> None:
+    (site / ARTIFACTS / "manifest.json").write_text(json.dumps(data))
+
+
+def load_status(python, site, cache, env=None):
+    """(loaded, reason, files installed, full output) of `import sample_pkg` in a fresh process."""
+    full_env = {"PYTHONPATH": str(site), "TORCHINDUCTOR_CACHE_DIR": str(cache), **(env or {})}
+    proc = run([python, "-W", "always", "-c", STATUS], env=full_env)
+    loaded, reason, installed = json.loads(proc.stdout.splitlines()[-1])
+    return loaded, reason, installed, proc.stdout
+
+
+def files_in(directory) -> list:
+    return sorted(p for p in directory.rglob("*") if p.is_file()) if directory.exists() else []
+
+
+def assert_skipped(python, site, tmp_path, expected_reason, env=None):
+    cache = tmp_path / "cache"
+    loaded, reason, installed, output = load_status(python, site, cache, env)
+    assert loaded is False and installed == 0
+    assert expected_reason in reason, reason
+    assert output.count("not using sample_pkg's precompiled caches") == 1
+    assert files_in(cache) == [], "a skipped load must leave the cache dir untouched"
+    return reason
+
+
+# -- compatibility -----------------------------------------------------------------------
+
+
+def test_isa_mismatch_skips_then_compiles_normally(runtime_python, site, tmp_path):
+    shipped = manifest_of(site)["env"]["cpu_capability"]
+    if shipped == "DEFAULT":
+        pytest.skip("this CPU has no vector ISA to turn off")
+    env = {"ATEN_CPU_CAPABILITY": "default"}
+    reason = assert_skipped(runtime_python, site, tmp_path, f"built for cpu_capability={shipped!r}", env)
+    assert "this environment has cpu_capability='DEFAULT'" in reason and "--no-build-isolation" in reason
+    # Torch's own recipe crashes here (avx512 kernel source built without its defines); we compile.
+    cache = tmp_path / "cold-cache"
+    cache.mkdir()
+    result = run_sample(runtime_python, cache, env=env, pythonpath=site)
+    assert not result["precompiled"] and result["kernels_compiled"] > 0
+    assert result["aot_autograd"]["autograd_cache_miss"] >= 2
+
+
+def test_compiler_mismatch_skips(runtime_python, site, tmp_path):
+    wrapper = tmp_path / "g++-wrapper"
+    wrapper.write_text('#!/bin/sh\nexec g++ "$@"\n')
+    wrapper.chmod(0o755)
+    reason = assert_skipped(runtime_python, site, tmp_path, "built for cxx='g++ | ", {"CXX": str(wrapper)})
+    assert f"this environment has cxx='{wrapper} | " in reason
+
+
+def test_torch_version_mismatch_skips(runtime_python, site, tmp_path):
+    data = manifest_of(site)
+    data["env"]["torch"] = "2.7.0+cpu"
+    write_manifest(site, data)
+    assert_skipped(runtime_python, site, tmp_path, "built for torch='2.7.0+cpu', this environment has torch=")
+
+
+def test_skipped_load_gives_cold_compile_outputs(runtime_python, site, cold_result, tmp_path):
+    data = manifest_of(site)
+    data["env"]["python"] = "3.0"
+    write_manifest(site, data)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    result = run_sample(runtime_python, cache, pythonpath=site)
+    assert not result["precompiled"] and result["precompile_reason"].startswith("built for python='3.0'")
+    assert result["loss"] == cold_result["loss"] and result["logits_sum"] == cold_result["logits_sum"]
+
+
+# -- integrity -------------------------------------------------------------------------------
+
+
+def a_kernel(site) -> str:
+    return next(p for p in manifest_of(site)["files"] if p.endswith(".main.so"))
+
+
+def test_missing_file_skips(runtime_python, site, tmp_path):
+    victim = a_kernel(site)
+    (site / ARTIFACTS / victim).unlink()
+    assert_skipped(runtime_python, site, tmp_path, f"{victim} cannot be read")
+
+
+def test_truncated_file_skips(runtime_python, site, tmp_path):
+    victim = a_kernel(site)
+    path = site / ARTIFACTS / victim
+    path.write_bytes(path.read_bytes()[:-100])
+    assert_skipped(runtime_python, site, tmp_path, f"{victim} does not match its sha256")
+
+
+def test_altered_file_of_same_size_skips(runtime_python, site, tmp_path):
+    victim = next(p for p in manifest_of(site)["files"] if "/fxgraph/" in p)
+    path = site / ARTIFACTS / victim
+    blob = bytearray(path.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    path.write_bytes(bytes(blob))
+    assert_skipped(runtime_python, site, tmp_path, f"{victim} does not match its sha256")
+
+
+def test_unlisted_file_is_never_installed(runtime_python, site, tmp_path):
+    planted = site / ARTIFACTS / "inductor" / "zz" / "czzplanted.main.so"
+    planted.parent.mkdir()
+    planted.write_bytes(b"\x7fELF not ours")
+    cache = tmp_path / "cache"
+    loaded, _, installed, _ = load_status(runtime_python, site, cache)
+    assert loaded is True and installed > 0
+    assert not (cache / "zz").exists()
+
+
+def test_unparsable_manifest_skips(runtime_python, site, tmp_path):
+    (site / ARTIFACTS / "manifest.json").write_text("{not json")
+    assert_skipped(runtime_python, site, tmp_path, "manifest.json does not parse")
+
+
+def test_unknown_manifest_format_skips(runtime_python, site, tmp_path):
+    data = manifest_of(site)
+    data["format"] = 99
+    write_manifest(site, data)
+    assert_skipped(runtime_python, site, tmp_path, "manifest format 99 is not the supported format 1")
+
+
+@pytest.mark.parametrize("bad_path", ["../../../evil.so", "/etc/passwd", "inductor/../../evil"])
+def test_manifest_path_outside_its_dir_skips(runtime_python, site, tmp_path, bad_path):
+    data = manifest_of(site)
+    data["files"][bad_path] = {"size": 1, "sha256": "0" * 64}
+    write_manifest(site, data)
+    assert_skipped(runtime_python, site, tmp_path, "manifest names a path outside its directory")
+
+
+def test_symlink_out_of_the_artifact_dir_skips(runtime_python, site, tmp_path):
+    victim = a_kernel(site)
+    path = site / ARTIFACTS / victim
+    outside = tmp_path / "outside.so"
+    shutil.copy(path, outside)  # same bytes, so only the symlink itself can be refused
+    path.unlink()
+    path.symlink_to(outside)
+    assert_skipped(runtime_python, site, tmp_path, f"{victim} is a symlink")
+
+
+# -- the cache dir ---------------------------------------------------------------------------
+
+
+def test_existing_entries_are_never_overwritten(runtime_python, site, tmp_path):
+    cache = tmp_path / "cache"
+    loaded, _, first, _ = load_status(runtime_python, site, cache)
+    assert loaded and first > 0
+    kernel = next(cache.rglob("*.main.so"))
+    kernel.write_bytes(b"somebody else's entry")
+    loaded, _, second, _ = load_status(runtime_python, site, cache)
+    assert loaded and second == 0
+    assert kernel.read_bytes() == b"somebody else's entry"
+    assert not list(cache.rglob("*.tmp"))
+
+
+def test_planted_symlink_in_cache_dir_is_not_followed(runtime_python, site, tmp_path):
+    cache, elsewhere = tmp_path / "cache", tmp_path / "elsewhere"
+    cache.mkdir()
+    elsewhere.mkdir()
+    (cache / "aotautograd").symlink_to(elsewhere)
+    loaded, reason, _, _ = load_status(runtime_python, site, cache)
+    assert loaded is False and "aotautograd in the Inductor cache dir is a symlink" in reason
+    assert files_in(elsewhere) == []
+
+
+def test_uncreatable_cache_dir_skips(runtime_python, site, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    loaded, reason, _, _ = load_status(runtime_python, site, blocker / "cache")
+    assert loaded is False and reason.startswith("cannot create the Inductor cache dir")
+
+
+def test_read_only_site_packages_zip_import(runtime_python, site, tmp_path):
+    """A zip on sys.path is read-only by nature (and chmod means nothing to root)."""
+    for path in site.rglob("*"):
+        path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    archive = tmp_path / "site.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for path in sorted(site.rglob("*")):
+            if path.is_file():
+                zf.write(path, path.relative_to(site).as_posix())
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    result = run_sample(runtime_python, cache, pythonpath=archive)
+    assert result["precompiled"], result["precompile_reason"]
+    assert result["kernels_compiled"] == 0 and result["aot_autograd"].get("autograd_cache_miss", 0) == 0
+
+
+CONCURRENT = """
+import json, os, sys, time
+import torch
+open(sys.argv[1] + f".{os.getpid()}.ready", "w").close()
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.005)
+import sample_pkg
+trainer = sample_pkg.Trainer(sample_pkg.make_model())
+loss = trainer.step(*sample_pkg.make_batch())
+print(json.dumps([sample_pkg.precompile_status.loaded, loss.item()]))
+"""
+
+
+def test_eight_processes_at_once_on_an_empty_cache_dir(runtime_python, site, cold_result, tmp_path):
+    cache, go = tmp_path / "cache", tmp_path / "go"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PRECOMPILE")}
+    env.update(PYTHONPATH=str(site), TORCHINDUCTOR_CACHE_DIR=str(cache))
+    procs = [
+        subprocess.Popen([runtime_python, "-c", CONCURRENT, go], env=env, stdout=subprocess.PIPE, text=True)
+        for _ in range(8)
+    ]
+    deadline = time.monotonic() + 300
+    while len(list(tmp_path.glob("go.*.ready"))) < 8 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    go.touch()
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 8, outputs
+    for out in outputs:
+        loaded, loss = json.loads(out.strip().splitlines()[-1])
+        assert loaded is True and math.isclose(loss, cold_result["loss"], rel_tol=1e-6)
+    # Consistent: no temp files, and every kernel binary is one of the shipped ones, intact.
+    assert not [p for p in files_in(cache) if p.name.endswith(".tmp")]
+    shipped = {e["sha256"] for p, e in manifest_of(site)["files"].items() if p.endswith(".so")}
+    kernels = [p for p in files_in(cache) if p.suffix == ".so"]
+    assert len(kernels) == len(shipped)
+    assert {hashlib.sha256(p.read_bytes()).hexdigest() for p in kernels} == shipped
