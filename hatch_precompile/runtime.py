@@ -22,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile import gate, kernels, manifest
+from hatch_precompile import gate, kernels, manifest, usercache
 from hatch_precompile._child import BUILDING_VAR
 
 log = logging.getLogger("hatch_precompile")
@@ -109,16 +109,42 @@ def _load(package: str) -> LoadResult:
     root, data = checked
     cache_dir = inductor_cache_dir()
     installed, present = _install(root, data, cache_dir)
-    return LoadResult(package, True, "installed", installed, present, str(cache_dir))
+    if data.get("kernels") and not os.environ.get("HATCH_PRECOMPILE_NO_SPEEDUPS"):
+        from hatch_precompile import speedups
+
+        speedups.skip_header_for_built_kernels()
+    reason = f"installed from {root} (hatch-precompile warm)" if usercache.contains(root) else "installed"
+    return LoadResult(package, True, reason, installed, present, str(cache_dir))
 
 
 def checked_manifest(package: str) -> tuple[Any, dict[str, Any]] | None:
     """(artifact dir, manifest) once the environment key matches; None if nothing is shipped.
 
-    Raises _Skip when the artifacts exist but cannot be used here.
+    The shipped artifacts first; when they do not match or are absent, those that
+    ``hatch-precompile warm`` stored for this environment (usercache.py). Raises _Skip when
+    artifacts exist but none can be used here.
     """
     if package in _manifests:
         return _manifests[package]
+    shipped_problem = None
+    try:
+        checked = _checked_shipped(package)
+    except _Skip as skip:
+        checked, shipped_problem = None, skip
+    if checked is None:
+        try:
+            checked = _checked_warmed(package)
+        except _Skip as skip:
+            raise _Skip(f"{shipped_problem}; {skip}" if shipped_problem else str(skip)) from None
+    if checked is None:
+        if shipped_problem is not None:
+            raise shipped_problem
+        return None
+    _manifests[package] = checked
+    return checked
+
+
+def _checked_shipped(package: str) -> tuple[Any, dict[str, Any]] | None:
     try:
         root = resources.files(package).joinpath(manifest.DIRNAME)
         manifest_file = root.joinpath(manifest.FILENAME)
@@ -131,7 +157,30 @@ def checked_manifest(package: str) -> tuple[Any, dict[str, Any]] | None:
         data = manifest.parse(raw)
     except manifest.ManifestError as exc:
         raise _Skip(str(exc)) from None
+    _check_env(package, data)
+    return root, data
 
+
+def _checked_warmed(package: str) -> tuple[Any, dict[str, Any]] | None:
+    directory = usercache.package_dir(package)
+    if directory is None or not directory.is_dir():
+        return None  # the common case costs one stat, and no torch import
+    import torch
+
+    from hatch_precompile import envkey
+
+    root = usercache.env_dir(package, envkey.current(torch))
+    if root is None or not (root / manifest.FILENAME).is_file():
+        return None
+    try:
+        data = manifest.parse((root / manifest.FILENAME).read_bytes())
+    except (manifest.ManifestError, OSError) as exc:
+        raise _Skip(f"warmed artifacts in {root}: {exc}") from None
+    _check_env(package, data)
+    return root, data
+
+
+def _check_env(package: str, data: dict[str, Any]) -> None:
     import torch  # lazily: only once there is something to check it against
 
     from hatch_precompile import envkey
@@ -141,10 +190,9 @@ def checked_manifest(package: str) -> tuple[Any, dict[str, Any]] | None:
         field, shipped, here = mismatch
         raise _Skip(
             f"built for {field}={shipped!r}, this environment has {field}={here!r}; "
-            f"rebuild the wheel here (pip install --no-build-isolation ...)"
+            f"rebuild the wheel here (pip install --no-build-isolation ...) "
+            f"or run `hatch-precompile warm {package}`"
         )
-    _manifests[package] = (root, data)
-    return root, data
 
 
 def verified_bytes(root: Any, data: dict[str, Any], relpath: str) -> bytes:

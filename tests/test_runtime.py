@@ -59,3 +59,17 @@ def test_shipped_torchscript_module_loads_and_matches_eager(runtime_python, tmp_
     proc = run([runtime_python, "-W", "always", "-c", code], env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path)})
     assert proc.stdout.splitlines()[-1] == "ok"
     assert "no TorchScript module named 'missing' was shipped" in proc.stdout
+
+
+def test_warm_start_builds_no_precompiled_header(runtime_python, cold_result, tmp_path):
+    """Inductor's prefix header is built per environment into a machine-global dir (under the
+    temp dir) before it checks for a built kernel; with every kernel shipped it is not needed."""
+    results = {}
+    for name, env in [("fast", {}), ("unpatched", {"HATCH_PRECOMPILE_NO_SPEEDUPS": "1"})]:
+        tmp = tmp_path / name
+        (tmp / "cache").mkdir(parents=True)
+        results[name] = run_sample(runtime_python, tmp / "cache", env={"TMPDIR": str(tmp), **env})
+        headers = list(tmp.glob("torchinductor_*/precompiled_headers/*.gch"))
+        assert results[name]["precompiled"] and results[name]["kernels_compiled"] == 0
+        assert bool(headers) == (name == "unpatched"), headers
+    assert results["fast"]["loss"] == results["unpatched"]["loss"] == cold_result["loss"]
