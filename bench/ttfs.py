@@ -1,0 +1,271 @@
+#!/usr/bin/env python3
+"""Time to first step: precompiled wheels against cold starts and the hand recipes.
+
+    python3 bench/ttfs.py [PROJECT ...] [--repeats 3] [--out bench-out]
+
+For each consumer project (default: sample_pkg; any project that uses the hook and has a
+``<package>.bench`` module with zero-argument ``train_step()`` and ``infer()`` functions that make
+the first call and return its output):
+
+1. builds its wheel precompiled, with ``PRECOMPILE=0`` and with plain hatchling (no hooks),
+   in a build venv, timing each (the cheap builds are repeated, medians);
+2. installs the precompiled and the ``PRECOMPILE=0`` wheel into fresh venvs of their own;
+3. measures, in fresh processes with an empty ``TORCHINDUCTOR_CACHE_DIR`` each, alternating the
+   paths every repeat: ``import pkg`` (after torch), the first compiled inference call, and TTFS
+   (from before ``import torch`` to the end of the first training step) for
+   cold / Mega-Cache by hand / precompiled / the builder's hot cache dir / eager;
+4. prints one table with medians and ratios against cold, writes the raw numbers to
+   ``<out>/results.json`` and, when matplotlib is importable, a bar chart ``<out>/ttfs.png``.
+
+Standard library only (matplotlib optional). Nothing is installed outside ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TORCH = os.environ.get("BENCH_TORCH", "torch==2.13.0")
+PATHS = ("cold", "megacache", "precompiled", "hot-cache", "eager")
+
+# Runs inside the venv under test. argv: mode package megacache-file-or-dash
+HARNESS = r"""
+import importlib, json, sys, time
+mode, package, megacache = sys.argv[1:4]
+t0 = time.perf_counter()
+import torch
+t1 = time.perf_counter()
+importlib.import_module(package)
+t2 = time.perf_counter()
+if megacache != "-":
+    torch.compiler.load_cache_artifacts(open(megacache, "rb").read())
+t3 = time.perf_counter()
+out = getattr(importlib.import_module(package + ".bench"), mode)()
+t4 = time.perf_counter()
+from torch._dynamo.utils import counters
+print(json.dumps({
+    "torch_import": t1 - t0, "pkg_import": t2 - t1, "megacache_load": t3 - t2,
+    "call": t4 - t3, "total": t4 - t0, "checksum": float(out.double().sum()),
+    "aot_autograd": dict(counters["aot_autograd"]),
+}))
+"""
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PRECOMPILE", "HATCH_BUILD", "TORCH"))}
+    env.update(extra)
+    return env
+
+
+def sh(*cmd, env=None, cwd=None) -> str:
+    proc = subprocess.run([str(c) for c in cmd], env=env or clean_env(), cwd=cwd, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        sys.exit(f"failed: {' '.join(map(str, cmd))}\n{proc.stdout[-5000:]}")
+    return proc.stdout
+
+
+def make_venv(path: Path, *packages) -> Path:
+    print(f"  venv {path.name}", flush=True)
+    sh(sys.executable, "-m", "venv", "--clear", path)
+    python = path / "bin" / "python"
+    sh(python, "-m", "pip", "install", "-q", *packages)
+    return python
+
+
+def timed_build(python: Path, project: Path, out: Path, **env: str) -> tuple[float, Path]:
+    shutil.rmtree(out, ignore_errors=True)
+    started = time.perf_counter()
+    sh(python, "-m", "build", "--wheel", "--no-isolation", "-o", out, project, env=clean_env(**env))
+    return time.perf_counter() - started, next(out.glob("*.whl"))
+
+
+def measure(python: Path, mode: str, package: str, *, env=None, megacache="-", cache_from=None) -> dict:
+    with tempfile.TemporaryDirectory(prefix="ttfs-") as tmp:
+        cache = Path(tmp) / "cache"
+        if cache_from:
+            shutil.copytree(cache_from, cache)
+        else:
+            cache.mkdir()
+        out = sh(python, "-c", HARNESS, mode, package, megacache,
+                 env=clean_env(TORCHINDUCTOR_CACHE_DIR=str(cache), **(env or {})), cwd=tmp)
+        return json.loads(out.strip().splitlines()[-1])
+
+
+def bench_project(project: Path, out: Path, repeats: int, hp_wheel_dir: Path, builder: Path) -> dict:
+    meta = tomllib.loads((project / "pyproject.toml").read_text())
+    workloads = meta["tool"]["hatch"]["build"]["hooks"]["precompile"]["workload"]
+    workloads = [workloads] if isinstance(workloads, str) else workloads
+    package = workloads[0].split(":")[0].split(".")[0]
+    work = out / package
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    print(f"\n== {package} ({project})", flush=True)
+
+    builds = {"precompiled": [], "off": [], "plain": []}
+    seconds, wheels = timed_build(builder, project, work / "wheel-precompiled", PRECOMPILE="1")
+    builds["precompiled"].append(seconds)
+    for _ in range(5):
+        for kind, env in (("off", {"PRECOMPILE": "0"}), ("plain", {"HATCH_BUILD_NO_HOOKS": "true"})):
+            seconds, wheel = timed_build(builder, project, work / f"wheel-{kind}", **env)
+            builds[kind].append(seconds)
+    plain_wheel = next((work / "wheel-off").glob("*.whl"))
+    pre_wheel = wheels
+    # The workload's own cold run: what the build would cost without us.
+    runner = f"import importlib; [getattr(importlib.import_module(m), f)() for m, f in {[w.split(':') for w in workloads]!r}]"
+    with tempfile.TemporaryDirectory() as cache:
+        started = time.perf_counter()
+        sh(builder, "-c", runner, env=clean_env(TORCHINDUCTOR_CACHE_DIR=cache, PYTHONPATH=str(project)))
+        workload_cold = time.perf_counter() - started
+
+    # Mega-Cache bytes from the build-time run, as the documented recipe ships them.
+    megacache = work / "megacache.bin"
+    with zipfile.ZipFile(pre_wheel) as archive:
+        megacache.write_bytes(archive.read(f"{package}/_precompiled/megacache.bin"))
+    # The builder's own hot cache dir: the workload run once more in the build venv.
+    hot = work / "hot-cache"
+    sh(builder, "-c", runner, env=clean_env(TORCHINDUCTOR_CACHE_DIR=str(hot), PYTHONPATH=str(project)))
+
+    hp = next(hp_wheel_dir.glob("*.whl"))
+    venv_pre = make_venv(work / "venv-precompiled", TORCH, hp, pre_wheel)
+    venv_plain = make_venv(work / "venv-plain", TORCH, hp, plain_wheel)
+    # Prime each venv once (pyc, page cache, the per-environment C++ header); not counted.
+    for python in (venv_pre, venv_plain):
+        measure(python, "infer", package)
+
+    setups = {
+        "cold": dict(python=venv_plain),
+        "megacache": dict(python=venv_plain, megacache=str(megacache)),
+        "precompiled": dict(python=venv_pre),
+        "hot-cache": dict(python=builder, cache_from=hot, env={"PYTHONPATH": str(project)}),
+        "eager": dict(python=venv_plain, env={"TORCH_COMPILE_DISABLE": "1"}),
+    }
+    raw = {path: {"train_step": [], "infer": []} for path in PATHS}
+    for repeat in range(repeats):
+        for mode in ("train_step", "infer"):
+            order = PATHS if repeat % 2 == 0 else tuple(reversed(PATHS))
+            for path in order:
+                setup = dict(setups[path])
+                python = setup.pop("python")
+                result = measure(python, mode, package, **setup)
+                raw[path][mode].append(result)
+                print(f"  {repeat + 1}/{repeats} {mode:<10} {path:<12} {result['total']:7.2f} s", flush=True)
+
+    imports = {"with": [], "without": []}
+    for _ in range(7):
+        imports["with"].append(measure(venv_pre, "infer", package)["pkg_import"])
+        imports["without"].append(measure(venv_plain, "infer", package)["pkg_import"])
+    return {
+        "package": package,
+        "builds": builds,
+        "workload_cold_seconds": workload_cold,
+        "wheel_bytes": {"precompiled": pre_wheel.stat().st_size, "off": plain_wheel.stat().st_size},
+        "runs": raw,
+        "pkg_import": imports,
+    }
+
+
+def median(values) -> float:
+    return statistics.median(values)
+
+
+def summarize(result: dict) -> dict:
+    runs = result["runs"]
+    table = {}
+    for path in PATHS:
+        ttfs = median([r["total"] for r in runs[path]["train_step"]])
+        infer = median([r["total"] for r in runs[path]["infer"]])
+        table[path] = {"ttfs": ttfs, "first_infer": infer,
+                       "pkg_import": median([r["pkg_import"] for r in runs[path]["train_step"]])}
+    cold = table["cold"]
+    for row in table.values():
+        row["ttfs_speedup"] = cold["ttfs"] / row["ttfs"]
+        row["infer_speedup"] = cold["first_infer"] / row["first_infer"]
+    builds = {k: median(v) for k, v in result["builds"].items()}
+    targets = {
+        "ttfs precompiled vs cold (>= 10x)": cold["ttfs"] / table["precompiled"]["ttfs"],
+        "ttfs precompiled vs megacache (>= 3x)": table["megacache"]["ttfs"] / table["precompiled"]["ttfs"],
+        "ttfs precompiled / hot cache (<= 1.2x)": table["precompiled"]["ttfs"] / table["hot-cache"]["ttfs"],
+        "import overhead ms (<= 50)": 1000 * (median(result["pkg_import"]["with"]) - median(result["pkg_import"]["without"])),
+        "PRECOMPILE=0 build / plain build (<= 1.1x)": builds["off"] / builds["plain"],
+        "precompile build / workload cold run (<= 1.2x)": builds["precompiled"] / result["workload_cold_seconds"],
+    }
+    return {"table": table, "builds": builds, "targets": targets}
+
+
+def print_summary(result: dict, summary: dict) -> None:
+    print(f"\n{result['package']}: medians of {len(result['runs']['cold']['train_step'])} runs, fresh process, empty cache dir")
+    print(f"{'path':<13}{'TTFS':>9}{'vs cold':>9}{'1st infer':>11}{'vs cold':>9}")
+    for path, row in summary["table"].items():
+        print(f"{path:<13}{row['ttfs']:>8.2f}s{row['ttfs_speedup']:>8.1f}x{row['first_infer']:>10.2f}s{row['infer_speedup']:>8.1f}x")
+    b = summary["builds"]
+    print(f"builds: precompiled {b['precompiled']:.1f} s, PRECOMPILE=0 {b['off']:.2f} s, plain hatchling {b['plain']:.2f} s; "
+          f"workload cold run {result['workload_cold_seconds']:.1f} s; wheels {result['wheel_bytes']['precompiled'] / 1e6:.2f} MB "
+          f"vs {result['wheel_bytes']['off'] / 1e3:.1f} kB")
+    for name, value in summary["targets"].items():
+        print(f"  {name}: {value:.2f}")
+
+
+def plot(results: list[dict], path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4), squeeze=False)
+    for ax, result in zip(axes[0], results):
+        table = result["summary"]["table"]
+        ax.bar(list(table), [row["ttfs"] for row in table.values()], color="#4477aa")
+        ax.set_title(f"{result['package']}: time to first training step")
+        ax.set_ylabel("seconds (median)")
+        for i, row in enumerate(table.values()):
+            ax.text(i, row["ttfs"], f"{row['ttfs']:.1f}s", ha="center", va="bottom")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return True
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("projects", nargs="*", type=Path, default=[ROOT / "sample_pkg"])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench-out")
+    args = parser.parse_args()
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    print("build venv and hatch-precompile wheel", flush=True)
+    hp_dir = out / "hp-wheel"
+    shutil.rmtree(hp_dir, ignore_errors=True)
+    builder = make_venv(out / "venv-build", TORCH, "build", "hatchling", ROOT)
+    sh(builder, "-m", "build", "--wheel", "--no-isolation", "-o", hp_dir, ROOT)
+    results = []
+    for project in args.projects:
+        result = bench_project(project.resolve(), out, args.repeats, hp_dir, builder)
+        result["summary"] = summarize(result)
+        results.append(result)
+    for result in results:
+        print_summary(result, result["summary"])
+    meta = {"date": time.strftime("%Y-%m-%d"), "machine": platform.machine(), "cpus": os.cpu_count(),
+            "python": platform.python_version(), "torch": TORCH}
+    (out / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    if plot(results, out / "ttfs.png"):
+        print(f"chart: {out / 'ttfs.png'}")
+    print(f"raw numbers: {out / 'results.json'}")
+
+
+if __name__ == "__main__":
+    main()
