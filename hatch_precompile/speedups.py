@@ -52,6 +52,12 @@ def _patch(codecache: ModuleType) -> None:
             return None  # no `-include <pch>`: nothing will be compiled with it
         return precompile_header(*args, **kwargs)
 
+    # Inductor hashes torch's whole source tree (torch_key, 0.3-0.7 s here) before the first
+    # cache lookup; torch offers to start that in a background thread (hashlib drops the GIL).
+    prefetch = getattr(getattr(codecache, "torch_key", None), "prefetch", None)
+    if callable(prefetch):
+        prefetch()
+
     setattr(write_noting_built_kernels, _MARK, True)
     codecache.write = write_noting_built_kernels
     codecache._precompile_header = precompile_header_unless_built
