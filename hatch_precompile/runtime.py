@@ -112,7 +112,7 @@ def _load(package: str) -> LoadResult:
     if data.get("kernels") and not os.environ.get("HATCH_PRECOMPILE_NO_SPEEDUPS"):
         from hatch_precompile import speedups
 
-        speedups.skip_header_for_built_kernels()
+        speedups.apply()
     reason = f"installed from {root} (hatch-precompile warm)" if usercache.contains(root) else "installed"
     return LoadResult(package, True, reason, installed, present, str(cache_dir))
 

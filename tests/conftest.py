@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import venv
 import zipfile
 from importlib import metadata
@@ -16,6 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_pkg"
+TEST_USER_CACHE = tempfile.mkdtemp(prefix="hatch-precompile-tests-user-cache-")
 TORCH_REQUIREMENT = f"torch=={metadata.version('torch').split('+')[0]}"
 
 
@@ -23,6 +25,7 @@ def run(cmd, *, env=None, cwd=None, check=True, timeout=1200) -> subprocess.Comp
     """Run ``cmd``; stdout and stderr together in ``.stdout``; fail loudly with the output."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("PRECOMPILE", "HATCH_BUILD"))}
     full_env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    full_env["XDG_CACHE_HOME"] = TEST_USER_CACHE  # keep the machine's ~/.cache out of it
     full_env.update(env or {})
     proc = subprocess.run(
         [str(c) for c in cmd],

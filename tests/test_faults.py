@@ -14,7 +14,7 @@ import zipfile
 
 import pytest
 
-from conftest import run, run_sample, unpack
+from conftest import TEST_USER_CACHE, run, run_sample, unpack
 
 ARTIFACTS = "sample_pkg/_precompiled"
 STATUS = (
@@ -236,7 +236,7 @@ print(json.dumps([sample_pkg.precompile_status.loaded, loss.item()]))
 def test_eight_processes_at_once_on_an_empty_cache_dir(runtime_python, site, cold_result, tmp_path):
     cache, go = tmp_path / "cache", tmp_path / "go"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PRECOMPILE")}
-    env.update(PYTHONPATH=str(site), TORCHINDUCTOR_CACHE_DIR=str(cache))
+    env.update(PYTHONPATH=str(site), TORCHINDUCTOR_CACHE_DIR=str(cache), XDG_CACHE_HOME=TEST_USER_CACHE)
     procs = [
         subprocess.Popen([runtime_python, "-c", CONCURRENT, go], env=env, stdout=subprocess.PIPE, text=True)
         for _ in range(8)

@@ -73,3 +73,33 @@ def test_warm_start_builds_no_precompiled_header(runtime_python, cold_result, tm
         assert results[name]["precompiled"] and results[name]["kernels_compiled"] == 0
         assert bool(headers) == (name == "unpatched"), headers
     assert results["fast"]["loss"] == results["unpatched"]["loss"] == cold_result["loss"]
+
+
+COUNT_PROBES = """
+import json, runpy, sys
+probes = []
+def audit(event, args):
+    if event == "subprocess.Popen" and args[0] == sys.executable:
+        probes.append(args[1])
+sys.addaudithook(audit)
+sys.argv = ["sample_pkg", "--json"]
+runpy.run_module("sample_pkg", run_name="__main__")
+print(json.dumps(len(probes)))
+"""
+
+
+def test_isa_probes_run_once_per_machine(runtime_python, tmp_path):
+    """Inductor dlopens an ISA probe library in a child Python per candidate ISA, every process;
+    a successful probe of the same library on the same machine is remembered in the user cache."""
+    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    counts = []
+    for name in ("first", "second"):
+        cache = tmp_path / name
+        cache.mkdir()
+        proc = run([runtime_python, "-c", COUNT_PROBES], env={**env, "TORCHINDUCTOR_CACHE_DIR": str(cache)})
+        lines = proc.stdout.strip().splitlines()
+        assert json.loads(lines[-2])["kernels_compiled"] == 0
+        counts.append(json.loads(lines[-1]))
+    assert counts[0] > 0, "the first process on this machine probes"
+    assert counts[1] == 0, "the second does not"
+    assert len(list((tmp_path / "xdg" / "hatch-precompile" / "isa-probes").iterdir())) == counts[0]
