@@ -13,7 +13,8 @@ the first call and return its output):
 3. measures, in fresh processes with an empty ``TORCHINDUCTOR_CACHE_DIR`` each, alternating the
    paths every repeat: ``import pkg`` (after torch), the first compiled inference call, and TTFS
    (from before ``import torch`` to the end of the first training step) for
-   cold / Mega-Cache by hand / precompiled / the builder's hot cache dir / eager;
+   cold / Mega-Cache by hand / precompiled / the builder's hot cache dir / ``torch.compile`` with
+   ``TORCH_COMPILE_DISABLE=1`` (Dynamo imported, nothing compiled) / eager (no torch.compile);
 4. prints one table with medians and ratios against cold, writes the raw numbers to
    ``<out>/results.json`` and, when matplotlib is importable, a bar chart ``<out>/ttfs.png``.
 
@@ -38,14 +39,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH = os.environ.get("BENCH_TORCH", "torch==2.13.0")
-PATHS = ("cold", "megacache", "precompiled", "hot-cache", "eager")
+PATHS = ("cold", "megacache", "precompiled", "hot-cache", "compile-off", "eager")
 
-# Runs inside the venv under test. argv: mode package megacache-file-or-dash
+# Runs inside the venv under test. argv: mode package megacache-file-or-dash eager-0-or-1
 HARNESS = r"""
 import importlib, json, sys, time
-mode, package, megacache = sys.argv[1:4]
+mode, package, megacache, eager = sys.argv[1:5]
 t0 = time.perf_counter()
 import torch
+if eager == "1":
+    torch.compile = lambda model=None, **kwargs: model if model is not None else (lambda m: m)
 t1 = time.perf_counter()
 importlib.import_module(package)
 t2 = time.perf_counter()
@@ -92,14 +95,14 @@ def timed_build(python: Path, project: Path, out: Path, **env: str) -> tuple[flo
     return time.perf_counter() - started, next(out.glob("*.whl"))
 
 
-def measure(python: Path, mode: str, package: str, *, env=None, megacache="-", cache_from=None) -> dict:
+def measure(python: Path, mode: str, package: str, *, env=None, megacache="-", cache_from=None, eager=False) -> dict:
     with tempfile.TemporaryDirectory(prefix="ttfs-") as tmp:
         cache = Path(tmp) / "cache"
         if cache_from:
             shutil.copytree(cache_from, cache)
         else:
             cache.mkdir()
-        out = sh(python, "-c", HARNESS, mode, package, megacache,
+        out = sh(python, "-c", HARNESS, mode, package, megacache, "1" if eager else "0",
                  env=clean_env(TORCHINDUCTOR_CACHE_DIR=str(cache), **(env or {})), cwd=tmp)
         return json.loads(out.strip().splitlines()[-1])
 
@@ -150,7 +153,9 @@ def bench_project(project: Path, out: Path, repeats: int, hp_wheel_dir: Path, bu
         "megacache": dict(python=venv_plain, megacache=str(megacache)),
         "precompiled": dict(python=venv_pre),
         "hot-cache": dict(python=builder, cache_from=hot, env={"PYTHONPATH": str(project)}),
-        "eager": dict(python=venv_plain, env={"TORCH_COMPILE_DISABLE": "1"}),
+        # torch.compile still imports Dynamo when disabled: the floor of any torch.compile user.
+        "compile-off": dict(python=venv_plain, env={"TORCH_COMPILE_DISABLE": "1"}),
+        "eager": dict(python=venv_plain, eager=True),  # torch.compile never called
     }
     raw = {path: {"train_step": [], "infer": []} for path in PATHS}
     for repeat in range(repeats):
@@ -198,6 +203,7 @@ def summarize(result: dict) -> dict:
         "ttfs precompiled vs cold (>= 10x)": cold["ttfs"] / table["precompiled"]["ttfs"],
         "ttfs precompiled vs megacache (>= 3x)": table["megacache"]["ttfs"] / table["precompiled"]["ttfs"],
         "ttfs precompiled / hot cache (<= 1.2x)": table["precompiled"]["ttfs"] / table["hot-cache"]["ttfs"],
+        "ttfs precompiled minus the torch.compile floor (s)": table["precompiled"]["ttfs"] - table["compile-off"]["ttfs"],
         "import overhead ms (<= 50)": 1000 * (median(result["pkg_import"]["with"]) - median(result["pkg_import"]["without"])),
         "PRECOMPILE=0 build / plain build (<= 1.1x)": builds["off"] / builds["plain"],
         "precompile build / workload cold run (<= 1.2x)": builds["precompiled"] / result["workload_cold_seconds"],

@@ -4,18 +4,30 @@ Runtime API (imports neither torch nor hatchling until there is something to loa
 
     import hatch_precompile
     hatch_precompile.load(__name__)
+
+The names below are resolved on first use, so that the build hook, which imports this package
+too, does not pay for the runtime's imports when precompilation is off.
 """
 
 __version__ = "0.1.0"
 
-from hatch_precompile.runtime import LoadResult, PrecompileWarning, load  # noqa: E402
-from hatch_precompile.torchscript import load_torchscript, save_torchscript  # noqa: E402
+_LAZY = {
+    "LoadResult": "runtime",
+    "PrecompileWarning": "runtime",
+    "load": "runtime",
+    "load_torchscript": "torchscript",
+    "save_torchscript": "torchscript",
+}
 
-__all__ = [
-    "LoadResult",
-    "PrecompileWarning",
-    "__version__",
-    "load",
-    "load_torchscript",
-    "save_torchscript",
-]
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hatch_precompile' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f"hatch_precompile.{module}"), name)
+    globals()[name] = value
+    return value

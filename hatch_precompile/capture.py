@@ -23,6 +23,8 @@ from hatch_precompile import __version__, kernels, manifest
 from hatch_precompile._child import EVENT_MARK, EXIT_WORKLOAD_FAILED
 
 HEARTBEAT_SECONDS = 30.0
+# A workload that runs for minutes must not look hung: one line every this many seconds.
+HEARTBEAT_VAR = "HATCH_PRECOMPILE_HEARTBEAT"
 # Inductor's own bookkeeping, never worth shipping: lock files and half-written temp files.
 _SKIP_DIRS = {"locks"}
 
@@ -35,14 +37,31 @@ class WorkloadFailed(Exception):
         super().__init__(f"{where} failed: {detail}")
 
 
+def heartbeat_seconds(environ: dict[str, str] | None = None) -> float:
+    raw = (os.environ if environ is None else environ).get(HEARTBEAT_VAR, "").strip()
+    if not raw:
+        return HEARTBEAT_SECONDS
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"{HEARTBEAT_VAR}={raw!r} must be a positive number of seconds")
+    return value
+
+
 def _run_child(
     spec_path: Path, env: dict[str, str], timeout: float, say: Callable[[str], None]
-) -> tuple[int, str | None, str]:
-    """Run the child; return (exit code, workload running at the end, last output lines)."""
+) -> tuple[int, str | None, str, bool]:
+    """Run the child; return (exit code, workload running at the end, last output lines, timed out)."""
+    heartbeat = heartbeat_seconds(env)
     package_parent = str(Path(__file__).resolve().parents[1])
     code = (
         "import sys; sys.path.insert(0, sys.argv.pop(1)); "
-        "from hatch_precompile._child import main; sys.exit(main(sys.argv))"
+        "from hatch_precompile._child import main; "
+        # This very hatch_precompile, then that dir off the front again: it must not shadow the
+        # packages the workload imports (e.g. an unpacked wheel on PYTHONPATH).
+        "sys.path.pop(0); sys.exit(main(sys.argv))"
     )
     proc = subprocess.Popen(
         [sys.executable, "-c", code, package_parent, str(spec_path)],
@@ -67,20 +86,23 @@ def _run_child(
     running: str | None = None
     started = time.monotonic()
     workload_started = started
-    next_beat = started + HEARTBEAT_SECONDS
+    next_beat = started + heartbeat
     try:
         while True:
             now = time.monotonic()
             if now - started > timeout:
                 _kill_group(proc)
                 tail.append(f"killed after the {timeout:g} s timeout")
-                return -signal.SIGKILL, running, "\n".join(tail)
+                return -signal.SIGKILL, running, "\n".join(tail), True
             try:
                 line = lines.get(timeout=min(1.0, max(0.05, next_beat - now)))
             except queue.Empty:
                 if time.monotonic() >= next_beat and running:
-                    say(f"  {running}: still running ({time.monotonic() - workload_started:.0f} s)")
-                    next_beat = time.monotonic() + HEARTBEAT_SECONDS
+                    say(
+                        f"precompile: workload {running} still running "
+                        f"({time.monotonic() - workload_started:.0f} s)"
+                    )
+                    next_beat = time.monotonic() + heartbeat
                 continue
             if line is None:
                 break
@@ -89,15 +111,16 @@ def _run_child(
                 if event["event"] == "start":
                     running = event["workload"]
                     workload_started = time.monotonic()
-                    next_beat = workload_started + HEARTBEAT_SECONDS
-                    say(f"precompile: running workload {running}")
+                    next_beat = workload_started + heartbeat
+                    of = f" ({event['index']}/{event['total']})" if event.get("total", 1) > 1 else ""
+                    say(f"precompile: running workload {running}{of}")
                 elif event["event"] == "done":
                     _say_done(event, say)
                     running = None
                 continue
             tail.append(line)
             say(f"  | {line}")
-        return proc.wait(), running, "\n".join(tail)
+        return proc.wait(), running, "\n".join(tail), False
     finally:
         if proc.poll() is None:
             _kill_group(proc)
@@ -106,16 +129,24 @@ def _run_child(
 def _say_done(workload: dict[str, Any], say: Callable[[str], None]) -> None:
     breaks, recompiled = workload["graph_breaks"], workload["recompiles"]
     graphs = workload["counters"].get("stats", {}).get("unique_graphs", 0)
+    float64 = sum(item["nodes"] for item in workload.get("float64", []))
     say(
         f"precompile: workload {workload['name']} finished in {workload['seconds']:.1f} s: "
         f"{graphs} graph(s), {len(breaks)} graph break(s), "
-        f"{sum(len(r['reasons']) for r in recompiled)} recompile(s)"
+        f"{sum(len(r['reasons']) for r in recompiled)} recompile(s), "
+        f"{workload.get('kernels', 0)} kernel(s), {workload.get('cache_bytes', 0) / 1e6:.2f} MB"
+        + (f", {float64} float64 node(s)" if float64 else "")
     )
     for item in breaks:
         say(f"  graph break at {item['location']}: {item['reason']}")
     for item in recompiled:
         for reason in item["reasons"]:
             say(f"  recompiled {item['function']} ({item['location']}): {reason}")
+    for item in workload.get("float64", []):
+        say(
+            f"  float64 computed in a compiled graph at {item['location']} ({item['function']}): "
+            f"{item['nodes']} node(s): {', '.join(item['ops'])}"
+        )
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -166,7 +197,7 @@ def _relocatable_kernels(
 
 def capture(
     *,
-    root: Path,
+    root: Path | None,
     work_dir: Path,
     package: str,
     workloads: list[str],
@@ -175,24 +206,26 @@ def capture(
 ) -> Path | None:
     """Run ``workloads`` and build ``work_dir/_precompiled``; return it, or None if nothing compiled.
 
-    Raises WorkloadFailed on a raising, crashing or timed-out workload.
+    ``root`` is the project dir put first on the child's ``sys.path`` (None: the package is
+    already importable, as for ``hatch-precompile warm``). Raises WorkloadFailed on a raising,
+    crashing or timed-out workload.
     """
     started = time.perf_counter()
     cache_dir = work_dir / "inductor-cache"
     out_dir = work_dir / "child-out"
     cache_dir.mkdir(parents=True)
     out_dir.mkdir()
-    paths = [str(root)] + ([str(root / "src")] if (root / "src").is_dir() else [])
+    paths = [] if root is None else [str(root)] + ([str(root / "src")] if (root / "src").is_dir() else [])
     spec_path = work_dir / "spec.json"
     spec_path.write_text(json.dumps({"workloads": workloads, "out": str(out_dir), "paths": paths}))
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache_dir))
 
-    code, running, tail = _run_child(spec_path, env, timeout, say)
+    code, running, tail, timed_out = _run_child(spec_path, env, timeout, say)
     result_path = out_dir / "result.json"
     result = json.loads(result_path.read_text()) if result_path.is_file() else {}
     if code == EXIT_WORKLOAD_FAILED and "error" in result:
         raise WorkloadFailed(result["error"]["workload"], "\n" + result["error"]["traceback"])
-    if code < 0 and running is not None and code == -signal.SIGKILL:
+    if timed_out:  # also while torch was still importing, before the first workload started
         raise WorkloadFailed(running, f"timed out after {timeout:g} s (the `timeout` option)")
     if code != 0 or "env" not in result:
         raise WorkloadFailed(running, f"the child process exited with code {code}; its last output:\n{tail}")

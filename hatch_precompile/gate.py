@@ -1,7 +1,8 @@
 """The on/off switch shared by the build hook and `load()`.
 
-Precedence: ``PRECOMPILE_<NAME>`` beats ``PRECOMPILE`` beats the caller's default (the
-pyproject ``enable`` option at build time, on at run time). Standard library only: this runs
+Precedence: ``PRECOMPILE_<NAME>`` beats ``PRECOMPILE`` beats the preferences file of the
+environment (``hatch-precompile disable/enable``, see preferences.py) beats the caller's default
+(the pyproject ``enable`` option at build time, on at run time). Standard library only: this runs
 before anything imports torch.
 """
 
@@ -9,7 +10,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+
+from hatch_precompile import preferences
 
 OFF_VALUES = frozenset({"0", "false", "no", "off"})
 ON_VALUES = frozenset({"1", "true", "yes", "on"})
@@ -17,7 +20,7 @@ GLOBAL_VAR = "PRECOMPILE"
 
 
 class GateValueError(ValueError):
-    """An environment switch holds a value that is neither on nor off."""
+    """An environment switch or the preferences file holds a value that is neither on nor off."""
 
 
 def package_var(name: str) -> str:
@@ -25,8 +28,20 @@ def package_var(name: str) -> str:
     return f"{GLOBAL_VAR}_{re.sub(r'[-_.]+', '_', name).upper()}"
 
 
-def decide(name: str, default: bool, environ: Mapping[str, str] | None = None) -> tuple[bool, str]:
-    """Return (enabled, why) for the project or import package ``name``."""
+def decide(
+    name: str,
+    default: bool,
+    environ: Mapping[str, str] | None = None,
+    *,
+    aliases: Iterable[str] = (),
+    build: bool = False,
+) -> tuple[bool, str]:
+    """Return (enabled, why) for the project or import package ``name``.
+
+    ``aliases`` are further names the preferences file may use for the same package (the build
+    hook passes the import package besides the project name); ``build`` lets the preferences
+    lookup follow ``VIRTUAL_ENV`` out of an isolated build env (see preferences.candidates).
+    """
     env = os.environ if environ is None else environ
     for var in (package_var(name), GLOBAL_VAR):
         raw = env.get(var, "").strip()
@@ -41,4 +56,10 @@ def decide(name: str, default: bool, environ: Mapping[str, str] | None = None) -
             f"{var}={raw!r} is not a valid switch value: use one of "
             f"{', '.join(sorted(ON_VALUES))} or {', '.join(sorted(OFF_VALUES))}"
         )
+    try:
+        preferred = preferences.lookup([name, *aliases], env, build=build)
+    except preferences.PreferencesError as exc:
+        raise GateValueError(str(exc)) from None
+    if preferred is not None:
+        return preferred
     return default, "default" if default else "enable = false"

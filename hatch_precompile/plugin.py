@@ -10,11 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
-
 from hatch_precompile import gate, manifest
-from hatch_precompile.capture import WorkloadFailed, capture
 
 DEFAULT_TIMEOUT = 1800.0
 ON_FAILURE = ("error", "warn")
@@ -76,9 +72,22 @@ class PrecompileBuildHook(BuildHookInterface):
             "package": package,
         }
 
+    def _package(self, options: dict[str, Any]) -> str | None:
+        """The import package that ships ``_precompiled/`` (``package``, or the workload's)."""
+        if options["package"]:
+            return options["package"]
+        if options["workloads"]:
+            return options["workloads"][0].split(".", 1)[0].split(":", 1)[0]
+        return None
+
     def _enabled(self, options: dict[str, Any]) -> tuple[bool, str]:
+        # The preferences file may name the project or its import package (load() knows only
+        # the latter); `build` lets it be found from `python -m build`'s own venv.
+        package = self._package(options)
         try:
-            return gate.decide(self.metadata.name, options["enable"])
+            return gate.decide(
+                self.metadata.name, options["enable"], aliases=[package] if package else [], build=True
+            )
         except gate.GateValueError as exc:
             raise ValueError(f"build hook `{self.PLUGIN_NAME}`: {exc}") from None
 
@@ -90,6 +99,9 @@ class PrecompileBuildHook(BuildHookInterface):
         options = self._options()
         if not self._enabled(options)[0] or not options["workloads"]:
             return []
+        from packaging.requirements import InvalidRequirement, Requirement
+        from packaging.utils import canonicalize_name
+
         for raw in self.metadata.core.dependencies:
             try:
                 requirement = Requirement(raw)
@@ -114,12 +126,14 @@ class PrecompileBuildHook(BuildHookInterface):
             return
         if not options["workloads"]:
             self._option_error("`workload` is required (e.g. workload = \"mypkg.precompile:workload\")")
-        package = options["package"] or options["workloads"][0].split(".", 1)[0].split(":", 1)[0]
+        package = self._package(options)
         if not any((Path(self.root) / base / package.replace(".", "/")).is_dir() for base in ("", "src")):
             self._option_error(
                 f"`package` is {package!r}, but no such package directory exists under "
                 f"{self.root} (set `package` to the package that calls hatch_precompile.load)"
             )
+
+        from hatch_precompile.capture import WorkloadFailed, capture  # imported only when on
 
         self._work_dir = Path(tempfile.mkdtemp(prefix="hatch-precompile-"))
         atexit.register(self._cleanup)

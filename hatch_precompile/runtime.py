@@ -51,7 +51,7 @@ class LoadResult:
 
 _results: dict[str, LoadResult] = {}
 _manifests: dict[str, tuple[Any, dict[str, Any]]] = {}
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entrant: load("pkg") imports pkg, whose __init__ calls load("pkg")
 
 
 def load(package: str) -> LoadResult:

@@ -161,4 +161,4 @@ def _probe_marker(library: str) -> Path | None:
     # Not the install path: a build env's result holds for the same torch installed elsewhere.
     for part in (getattr(torch, "__version__", ""), sys.version_info[:2], platform.release(), flags):
         hasher.update(b"\0" + str(part).encode())
-    return base / "isa-probes" / hasher.hexdigest()
+    return base / ".isa-probes" / hasher.hexdigest()  # dot: never a package name

@@ -50,12 +50,16 @@ def files_in(directory) -> list:
 
 
 def assert_skipped(python, site, tmp_path, expected_reason, env=None):
-    cache = tmp_path / "cache"
+    cache, user_cache, temp = tmp_path / "cache", tmp_path / "user-cache", tmp_path / "tmp"
+    user_cache.mkdir()
+    temp.mkdir()
+    env = {"XDG_CACHE_HOME": str(user_cache), "TMPDIR": str(temp), **(env or {})}
     loaded, reason, installed, output = load_status(python, site, cache, env)
     assert loaded is False and installed == 0
     assert expected_reason in reason, reason
     assert output.count("not using sample_pkg's precompiled caches") == 1
     assert files_in(cache) == [], "a skipped load must leave the cache dir untouched"
+    assert files_in(user_cache) == files_in(temp) == [], "nor write anywhere else"
     return reason
 
 

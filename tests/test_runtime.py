@@ -102,4 +102,4 @@ def test_isa_probes_run_once_per_machine(runtime_python, tmp_path):
         counts.append(json.loads(lines[-1]))
     assert counts[0] > 0, "the first process on this machine probes"
     assert counts[1] == 0, "the second does not"
-    assert len(list((tmp_path / "xdg" / "hatch-precompile" / "isa-probes").iterdir())) == counts[0]
+    assert len(list((tmp_path / "xdg" / "hatch-precompile" / ".isa-probes").iterdir())) == counts[0]

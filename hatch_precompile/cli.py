@@ -1,0 +1,325 @@
+"""``hatch-precompile`` / ``python -m hatch_precompile``: see and control what is precompiled.
+
+    report TARGET        what a wheel, a project dir or an installed package ships
+    verify PACKAGE       replay the workloads after load(); non-zero on any cache miss
+    warm PACKAGE         build the caches here, into the per-user cache (--clear removes them)
+    disable/enable NAME  per-package switch in this environment's preferences file
+    status [NAME...]     the preferences file, the switches in effect, the per-user cache
+
+Each command is a thin layer over one module (report.py, verify.py, warm.py, preferences.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hatch_precompile import __version__, gate, preferences, targets, usercache
+from hatch_precompile.capture import WorkloadFailed
+
+DEFAULT_TIMEOUT = 1800.0
+# The same form as the build hook's `workload` option.
+_DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
+WORKLOAD_RE = re.compile(rf"{_DOTTED}:{_DOTTED}")
+
+
+class CliError(Exception):
+    """A usage or target problem: printed as one line, exit status 2."""
+
+
+def _say(message: str) -> None:
+    print(message, flush=True)
+
+
+def _say_err(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# -- report ------------------------------------------------------------------------------------
+
+
+def _looks_like_path(target: str) -> bool:
+    return target.endswith(".whl") or os.sep in target or "/" in target or target in (".", "..")
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    target = args.target
+    path = Path(target)
+    if _looks_like_path(target):
+        kind, found = _report_path(target, path)
+    else:
+        try:
+            kind, found = "installed", targets.installed(target)
+        except targets.TargetError as exc:
+            if not (path.is_dir() and (path / "pyproject.toml").is_file()):
+                raise CliError(f"report: {exc}") from None
+            # A bare name is a package first; a project dir of that name only when none is installed.
+            kind, found = _report_path(target, path)
+    if args.json:
+        print(json.dumps(_report_json(target, kind, found), indent=1, default=str))
+    elif found:
+        from hatch_precompile import report
+
+        print(report.render(target, found), end="")
+    if not found:
+        _say_err(
+            f"report: {target} has no precompiled artifacts (built with the hook off, e.g. "
+            f"PRECOMPILE=0, or not a hatch-precompile package; `hatch-precompile warm` stores some)"
+        )
+        return 1
+    return 0
+
+
+def _report_path(target: str, path: Path) -> tuple[str, list[targets.Artifacts]]:
+    if path.is_file() and path.suffix == ".whl":
+        return "wheel", targets.in_wheel(path)
+    if path.is_dir() and (path / "pyproject.toml").is_file():
+        return "project", _report_project(path)
+    if not path.exists():
+        raise CliError(f"report: {target} does not exist (give a wheel, a project dir or a package name)")
+    raise CliError(f"report: {target} is neither a .whl file nor a project dir with a pyproject.toml")
+
+
+def _report_json(target: str, kind: str, found: list[targets.Artifacts]) -> dict[str, Any]:
+    from hatch_precompile import report
+
+    return report.as_json(target, kind, found)
+
+
+def _report_project(project: Path) -> list[targets.Artifacts]:
+    """Build the project's precompiled wheel into a temp dir, as `pip install` would, and read it."""
+    try:
+        import build  # noqa: F401  (only checking that `python -m build` can run)
+    except ImportError:
+        raise CliError(
+            f"report: building {project} needs the `build` package in this environment (pip install build)"
+        ) from None
+    with tempfile.TemporaryDirectory(prefix="hatch-precompile-report-") as out:
+        _say_err(f"report: building {project} (python -m build --wheel --no-isolation) ...")
+        # The build's output (the workload's progress lines) goes to stderr; stdout is the report.
+        proc = subprocess.run(
+            [sys.executable, "-m", "build", "--wheel", "--no-isolation", "-o", out, str(project)],
+            stdout=2, stderr=None, stdin=subprocess.DEVNULL, check=False,
+        )
+        wheels = sorted(Path(out).glob("*.whl"))
+        if proc.returncode != 0 or not wheels:
+            raise CliError(f"report: building {project} failed (exit {proc.returncode}); its output is above")
+        found = targets.in_wheel(wheels[-1])
+        for artifacts in found:  # the temp dir is gone once we return: name what it was built from
+            artifacts.location = f"{project} -> {wheels[-1].name}!{artifacts.location.partition('!')[2]}"
+        return found
+
+
+# -- verify --------------------------------------------------------------------------------------
+
+
+def _workloads(args: argparse.Namespace, command: str) -> tuple[str, Path, list[str], str]:
+    for spec in args.workload or []:
+        if not WORKLOAD_RE.fullmatch(spec):
+            raise CliError(f"{command}: --workload {spec!r} must look like 'package.module:function'")
+    try:
+        return targets.workloads(args.package, args.workload)
+    except targets.TargetError as exc:
+        raise CliError(f"{command}: {exc}") from None
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from hatch_precompile import verify
+
+    package, _, workloads, source = _workloads(args, "verify")
+    say = _say_err if args.json else _say
+    say(f"verify {package}: workloads from {source}: {', '.join(workloads)}")
+    try:
+        result = verify.run(package, workloads, args.timeout, say)
+    except verify.VerifyError as exc:
+        raise CliError(f"verify: {exc}") from None
+    if args.json:
+        print(json.dumps({"package": package, "ok": not result["misses"], **result}, indent=1))
+    else:
+        print(verify.render(package, result), end="")
+    return 1 if result["misses"] else 0
+
+
+# -- warm ------------------------------------------------------------------------------------------
+
+
+def cmd_warm(args: argparse.Namespace) -> int:
+    if args.clear:
+        if args.workload or args.force:
+            raise CliError("warm: --clear takes no --workload or --force")
+        package = _import_name(args.package)
+        removed = usercache.clear(package)
+        if removed is None:
+            _say(f"warm --clear: nothing stored for {package} ({usercache.package_dir(package)})")
+        else:
+            _say(f"warm --clear: removed {removed}")
+        return 0
+    from hatch_precompile import warm
+
+    package, directory, workloads, source = _workloads(args, "warm")
+    if not args.force:
+        fits = warm.shipped_match(directory)
+        if fits:
+            _say(
+                f"warm: {package}'s shipped artifacts already match this environment ({fits}); "
+                "nothing to do (--force warms anyway)"
+            )
+            return 0
+    enabled, why = _decide(package)
+    if not enabled:
+        _say(f"warm: note: {package} is disabled ({why}); load() will not use what is stored until enabled")
+    _say(f"warm {package}: running {', '.join(workloads)} (from {source}) ...")
+    try:
+        stored, data = warm.warm(package, workloads, args.timeout, _say)
+    except (warm.WarmError, WorkloadFailed, OSError) as exc:
+        raise CliError(f"warm: {exc}") from None
+    total = sum(entry["size"] for entry in data["files"].values())
+    _say(
+        f"warm: stored {len(data['files'])} files ({total / 1e6:.2f} MB) for torch {data['env']['torch']}, "
+        f"CPU capability {data['env']['cpu_capability']} in {stored}"
+    )
+    _say(f"warm: load({package!r}) uses them in this environment when the shipped artifacts do not match")
+    return 0
+
+
+def _import_name(name: str) -> str:
+    try:
+        return targets.import_package(name)[0]
+    except targets.TargetError:
+        return name  # --clear must work for a package that was uninstalled since
+
+
+# -- preferences -----------------------------------------------------------------------------------
+
+
+def _decide(name: str) -> tuple[bool, str]:
+    try:
+        return gate.decide(name, True)
+    except gate.GateValueError as exc:
+        return False, str(exc)
+
+
+def cmd_switch(args: argparse.Namespace) -> int:
+    enabled = args.command == "enable"
+    file = preferences.path()
+    for name in args.packages:
+        if not preferences.is_valid_name(name):
+            raise CliError(f"{args.command}: {name!r} is not a valid package name")
+    for name in args.packages:
+        try:
+            key, previous = preferences.set_enabled(file, name, enabled)
+        except preferences.PreferencesError as exc:
+            raise CliError(f"{args.command}: {exc}") from None
+        except OSError as exc:
+            raise CliError(
+                f"{args.command}: cannot write the preferences file {file}: {exc}; set "
+                f"{preferences.PATH_VAR} to a file you can write"
+            ) from None
+        value = "true" if enabled else "false"
+        unchanged = " (unchanged)" if previous is enabled else ""
+        _say(f"{name}: [{key}] enable = {value} in {file}{unchanged}")
+        effective, why = _decide(name)
+        if effective != enabled:
+            _say(f"{name}: note: {why} in the environment overrides the preferences file")
+    if sys.version_info < (3, 11):
+        _say("note: Python 3.10 has no tomllib: load() reads no preferences here (the build hook does)")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    file = preferences.path()
+    source = f"from {preferences.PATH_VAR}" if os.environ.get(preferences.PATH_VAR, "").strip() else "sys.prefix"
+    _say(f"preferences file: {file} ({source}; {'exists' if file.is_file() else 'does not exist'})")
+    if file.is_file():
+        try:
+            entries = preferences.read(file, build=True)  # tomlkit where tomllib is missing
+        except preferences.PreferencesError as exc:
+            raise CliError(f"status: {exc}") from None
+        for key, value in entries.values():  # in file order
+            _say(f"  [{key}] enable = {'true' if value else 'false'}")
+        if not entries:
+            _say("  (no package switches)")
+    switches = sorted(k for k in os.environ if k == gate.GLOBAL_VAR or k.startswith(gate.GLOBAL_VAR + "_"))
+    _say("environment switches: " + (", ".join(f"{k}={os.environ[k]}" for k in switches) or "none"))
+    base = usercache.base_dir()
+    _say(f"per-user cache (hatch-precompile warm): {base}")
+    if base is not None and base.is_dir():
+        for directory in sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            stored = usercache.entries(directory.name)
+            if not stored:
+                continue  # not a warmed package (other hatch-precompile caches live here too)
+            size = sum(f.stat().st_size for e in stored for f in e.rglob("*") if f.is_file())
+            _say(f"  {directory.name}: {len(stored)} environment(s), {size / 1e6:.2f} MB")
+    for name in args.packages:
+        enabled, why = _decide(name)
+        _say(f"{name}: {'on' if enabled else 'off'} ({why})")
+    return 0
+
+
+# -- main ------------------------------------------------------------------------------------------
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="hatch-precompile",
+        description="See and control what hatch-precompile precompiles.",
+    )
+    top.add_argument("--version", action="version", version=f"hatch-precompile {__version__}")
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("report", help="show what a wheel, project dir or installed package ships")
+    p.add_argument("target", help="an installed package name, a .whl file, or a project dir (as a path: ./mypkg)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_report)
+
+    for name, help_text in (
+        ("verify", "replay the workloads after load() in a fresh process; exit 1 on any cache miss"),
+        ("warm", "run the workloads here and keep their caches in the per-user cache"),
+    ):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("package", help="installed package (import or project name)")
+        p.add_argument("--workload", action="append", metavar="MODULE:FUNCTION",
+                       help="workload to run (repeatable); default: the names in the manifest")
+        p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds for all workloads")
+        if name == "verify":
+            p.add_argument("--json", action="store_true", help="machine-readable output")
+            p.set_defaults(func=cmd_verify)
+        else:
+            p.add_argument("--force", action="store_true", help="warm even if the shipped artifacts match")
+            p.add_argument("--clear", action="store_true", help="remove what warm stored for PACKAGE")
+            p.set_defaults(func=cmd_warm)
+
+    for name in ("disable", "enable"):
+        p = sub.add_parser(name, help=f"{name} precompiled caches for packages in this environment")
+        p.add_argument("packages", nargs="+", metavar="PACKAGE")
+        p.set_defaults(func=cmd_switch)
+
+    p = sub.add_parser("status", help="preferences file, switches in effect, per-user cache")
+    p.add_argument("packages", nargs="*", metavar="PACKAGE", help="also show the decision for these")
+    p.set_defaults(func=cmd_status)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if getattr(args, "timeout", 1.0) <= 0:
+        print(f"hatch-precompile {args.command}: error: --timeout must be positive", file=sys.stderr)
+        return 2
+    try:
+        return args.func(args)
+    except CliError as exc:
+        print(f"hatch-precompile {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""Finding a package's artifacts for the CLI, without importing the package.
+
+Importing it would run its ``load()`` (and import torch) just to read a manifest. A name may be
+the import name (``sample_pkg``) or the project name (``sample-pkg``); artifacts come from the
+installed package, a wheel file, or the per-user cache of ``hatch-precompile warm``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import zipfile
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from hatch_precompile import manifest, usercache
+
+
+class TargetError(Exception):
+    """A target that names nothing usable; the message says what was looked for."""
+
+
+@dataclasses.dataclass
+class Artifacts:
+    package: str  # the import name load() is called with
+    origin: str  # "shipped" (in the wheel / installed package) or "warmed" (user cache)
+    location: str
+    data: dict[str, Any] | None  # the manifest, None if it could not be read
+    problem: str | None = None
+
+
+def import_package(name: str) -> tuple[str, Path]:
+    """(import name, package dir) of an installed package given its import or project name."""
+    tried = []
+    for candidate in dict.fromkeys([name, name.replace("-", "_")]):
+        if not all(part.isidentifier() for part in candidate.split(".")):
+            continue
+        tried.append(candidate)
+        try:
+            spec = importlib.util.find_spec(candidate)  # imports parents of a dotted name only
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and spec.submodule_search_locations:
+            locations = [Path(p) for p in spec.submodule_search_locations]
+            shipped = [p for p in locations if (p / manifest.DIRNAME).is_dir()]
+            return candidate, (shipped or locations)[0]
+    found = _from_distribution(name)
+    if found is not None:
+        return found
+    raise TargetError(
+        f"no installed package named {name!r}: no import package "
+        f"{' or '.join(repr(t) for t in tried) or '(not a valid import name)'} on sys.path "
+        f"and no installed distribution {name!r} with a top-level package"
+    )
+
+
+def _from_distribution(name: str) -> tuple[str, Path] | None:
+    """A project name whose import package is named otherwise (``scikit-learn`` -> ``sklearn``)."""
+    try:
+        dist = metadata.distribution(name)
+    except (metadata.PackageNotFoundError, ValueError):
+        return None
+    tops = sorted(
+        {f.parts[0] for f in dist.files or [] if len(f.parts) > 1 and f.name == "__init__.py"}
+    )
+    packages = [(top, Path(dist.locate_file(top))) for top in tops]
+    packages = [(top, path) for top, path in packages if path.is_dir()]
+    shipped = [(top, path) for top, path in packages if (path / manifest.DIRNAME).is_dir()]
+    chosen = shipped or packages
+    return chosen[0] if len(chosen) == 1 else None
+
+
+def installed(name: str) -> list[Artifacts]:
+    """What an installed package shipped, then what `warm` stored for it, in that order."""
+    package, directory = import_package(name)
+    found = []
+    manifest_file = directory / manifest.DIRNAME / manifest.FILENAME
+    if manifest_file.is_file():
+        found.append(_read(package, "shipped", str(manifest_file.parent), manifest_file.read_bytes))
+    for entry in usercache.entries(package):
+        found.append(_read(package, "warmed", str(entry), (entry / manifest.FILENAME).read_bytes))
+    return found
+
+
+def in_wheel(wheel: Path) -> list[Artifacts]:
+    suffix = f"/{manifest.DIRNAME}/{manifest.FILENAME}"
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            members = sorted(n for n in archive.namelist() if n.endswith(suffix))
+            return [
+                _read(
+                    member[: -len(suffix)].replace("/", "."),
+                    "shipped",
+                    f"{wheel}!{member[: -len(manifest.FILENAME) - 1]}",
+                    lambda member=member: archive.read(member),
+                )
+                for member in members
+            ]
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise TargetError(f"cannot read the wheel {wheel}: {exc}") from None
+
+
+def workloads(name: str, override: list[str] | None = None) -> tuple[str, Path, list[str], str]:
+    """(import name, package dir, workloads to run, where their names came from).
+
+    ``--workload`` options first, else the names in the shipped manifest, else in a manifest
+    ``warm`` stored, else the conventional ``<package>.precompile:workload``.
+    """
+    package, directory = import_package(name)
+    if override:
+        return package, directory, list(override), "--workload"
+    manifests = [directory / manifest.DIRNAME / manifest.FILENAME]
+    manifests += [entry / manifest.FILENAME for entry in usercache.entries(package)]
+    for manifest_file in manifests:
+        names = _workload_names(manifest_file)
+        if names:
+            return package, directory, names, str(manifest_file)
+    if (directory / "precompile.py").is_file() or (directory / "precompile" / "__init__.py").is_file():
+        return package, directory, [f"{package}.precompile:workload"], "the conventional name"
+    raise TargetError(
+        f"no workload known for {package!r}: no manifest names one (shipped or warmed) and "
+        f"there is no {package}/precompile.py; pass --workload module:function"
+    )
+
+
+def _workload_names(manifest_file: Path) -> list[str]:
+    try:
+        data = json.loads(manifest_file.read_bytes())
+        return [w["name"] for w in data.get("workloads", []) if isinstance(w.get("name"), str)]
+    except (ValueError, AttributeError, TypeError, OSError):
+        return []
+
+
+def _read(package: str, origin: str, location: str, read: Any) -> Artifacts:
+    try:
+        data = json.loads(read())
+    except (OSError, ValueError, KeyError) as exc:
+        return Artifacts(package, origin, location, None, f"manifest.json cannot be read: {exc}")
+    if not isinstance(data, dict):
+        return Artifacts(package, origin, location, None, "manifest.json is not an object")
+    problem = None
+    try:
+        manifest.parse(json.dumps(data).encode())
+    except manifest.ManifestError as exc:
+        problem = str(exc)  # still shown: a report is for looking at what is there
+    return Artifacts(package, origin, location, data, problem)

@@ -1,0 +1,106 @@
+"""The per-user store of artifacts that ``hatch-precompile warm`` built in this environment.
+
+``load()`` falls back to it when a package's shipped artifacts do not match the environment or
+were never shipped (a ``PRECOMPILE=0`` wheel). Layout::
+
+    <user cache dir>/hatch-precompile/<package>/<env id>/   same layout as a wheel's _precompiled/
+
+``<user cache dir>`` is ``$XDG_CACHE_HOME`` or ``~/.cache`` on Linux, ``~/Library/Caches`` on
+macOS, ``%LOCALAPPDATA%`` on Windows. ``<package>`` is the import name normalised like the
+preferences file (``sample_pkg`` -> ``sample-pkg``). ``<env id>`` hashes the environment key, so
+venvs with another torch or compiler that share one home keep separate entries; ``load()`` still
+compares the stored manifest's key field by field and hashes every file, exactly as for a wheel.
+Standard library only: ``load()`` looks here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hatch_precompile import manifest
+from hatch_precompile.preferences import canonical
+
+APP = "hatch-precompile"
+
+
+def base_dir() -> Path | None:
+    """``<user cache dir>/hatch-precompile``, or None where there is no home to put it in."""
+    try:
+        if sys.platform == "win32":
+            root = os.environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
+        elif sys.platform == "darwin":
+            root = str(Path.home() / "Library" / "Caches")
+        else:
+            xdg = os.environ.get("XDG_CACHE_HOME", "")
+            root = xdg if os.path.isabs(xdg) else str(Path.home() / ".cache")  # XDG: relative is invalid
+    except (RuntimeError, KeyError, OSError):
+        return None
+    return Path(root) / APP
+
+
+def package_dir(package: str) -> Path | None:
+    base = base_dir()
+    return None if base is None else base / canonical(package)
+
+
+def env_id(env: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(env, sort_keys=True).encode("utf-8")).hexdigest()[:16]
+
+
+def env_dir(package: str, env: dict[str, Any]) -> Path | None:
+    directory = package_dir(package)
+    return None if directory is None else directory / env_id(env)
+
+
+def entries(package: str) -> list[Path]:
+    """Every stored artifact dir of ``package`` (one per environment that warmed it)."""
+    directory = package_dir(package)
+    if directory is None or not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if (p / manifest.FILENAME).is_file())
+
+
+def contains(path: Any) -> bool:
+    base = base_dir()
+    return isinstance(path, Path) and base is not None and base in path.parents
+
+
+def work_dir() -> Path:
+    """A scratch dir on the store's filesystem, so that ``store`` is a rename."""
+    base = base_dir()
+    if base is None:
+        raise OSError("there is no home directory for the per-user cache")
+    (base / ".tmp").mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix="warm-", dir=base / ".tmp"))
+
+
+def store(package: str, artifacts: Path, env: dict[str, Any]) -> Path:
+    """Move ``artifacts`` (a finished ``_precompiled`` dir) into place for ``env``."""
+    target = env_dir(package, env)
+    if target is None:
+        raise OSError("there is no home directory for the per-user cache")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    old = None
+    if target.exists():
+        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        os.rename(target, old)
+    os.rename(artifacts, target)  # a concurrent load() sees the old entry, none, or the new one
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return target
+
+
+def clear(package: str) -> Path | None:
+    """Remove every stored entry of ``package``; the dir that was removed, or None."""
+    directory = package_dir(package)
+    if directory is None or not directory.exists():
+        return None
+    shutil.rmtree(directory)
+    return directory
