@@ -282,8 +282,9 @@ def main(argv: list[str]) -> int:
         t0 = time.perf_counter()
         try:
             resolve(name)()
-        except BaseException:
-            result = {"error": {"workload": name, "traceback": traceback.format_exc()}}
+        except BaseException as exc:
+            error = {"workload": name, "traceback": traceback.format_exc(), "missing_module": _missing_module(exc)}
+            result = {"error": error}
             (out / "result.json").write_text(json.dumps(result))
             emit("failed", workload=name)
             return EXIT_WORKLOAD_FAILED
@@ -329,6 +330,17 @@ def main(argv: list[str]) -> int:
     }
     (out / "result.json").write_text(json.dumps(result))
     return 0
+
+
+def _missing_module(exc: BaseException) -> str | None:
+    """The module a failed import looked for, also when the workload wrapped that error."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, ModuleNotFoundError) and exc.name:
+            return exc.name
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def _unlimited_compilation_metrics(dynamo_utils: Any) -> None:

@@ -30,9 +30,10 @@ _SKIP_DIRS = {"locks"}
 
 
 class WorkloadFailed(Exception):
-    def __init__(self, workload: str | None, detail: str) -> None:
+    def __init__(self, workload: str | None, detail: str, missing_module: str | None = None) -> None:
         self.workload = workload
         self.detail = detail
+        self.missing_module = missing_module  # the module a failed import did not find
         where = f"workload {workload!r}" if workload else "the precompile child process"
         super().__init__(f"{where} failed: {detail}")
 
@@ -51,7 +52,7 @@ def heartbeat_seconds(environ: dict[str, str] | None = None) -> float:
 
 
 def _run_child(
-    spec_path: Path, env: dict[str, str], timeout: float, say: Callable[[str], None]
+    python: str, spec_path: Path, env: dict[str, str], timeout: float, say: Callable[[str], None]
 ) -> tuple[int, str | None, str, bool]:
     """Run the child; return (exit code, workload running at the end, last output lines, timed out)."""
     heartbeat = heartbeat_seconds(env)
@@ -64,7 +65,7 @@ def _run_child(
         "sys.path.pop(0); sys.exit(main(sys.argv))"
     )
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, package_parent, str(spec_path)],
+        [python, "-c", code, package_parent, str(spec_path)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
@@ -203,12 +204,15 @@ def capture(
     workloads: list[str],
     timeout: float,
     say: Callable[[str], None],
+    python: str = sys.executable,
+    environ: dict[str, str] | None = None,
 ) -> Path | None:
     """Run ``workloads`` and build ``work_dir/_precompiled``; return it, or None if nothing compiled.
 
     ``root`` is the project dir put first on the child's ``sys.path`` (None: the package is
-    already importable, as for ``hatch-precompile warm``). Raises WorkloadFailed on a raising,
-    crashing or timed-out workload.
+    already importable, as for ``hatch-precompile warm``). ``python`` and ``environ`` are the
+    child's interpreter and environment (another environment's, see target.py). Raises
+    WorkloadFailed on a raising, crashing or timed-out workload.
     """
     started = time.perf_counter()
     cache_dir = work_dir / "inductor-cache"
@@ -218,13 +222,14 @@ def capture(
     paths = [] if root is None else [str(root)] + ([str(root / "src")] if (root / "src").is_dir() else [])
     spec_path = work_dir / "spec.json"
     spec_path.write_text(json.dumps({"workloads": workloads, "out": str(out_dir), "paths": paths}))
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache_dir))
+    env = dict(os.environ if environ is None else environ, TORCHINDUCTOR_CACHE_DIR=str(cache_dir))
 
-    code, running, tail, timed_out = _run_child(spec_path, env, timeout, say)
+    code, running, tail, timed_out = _run_child(python, spec_path, env, timeout, say)
     result_path = out_dir / "result.json"
     result = json.loads(result_path.read_text()) if result_path.is_file() else {}
     if code == EXIT_WORKLOAD_FAILED and "error" in result:
-        raise WorkloadFailed(result["error"]["workload"], "\n" + result["error"]["traceback"])
+        error = result["error"]
+        raise WorkloadFailed(error["workload"], "\n" + error["traceback"], error.get("missing_module"))
     if timed_out:  # also while torch was still importing, before the first workload started
         raise WorkloadFailed(running, f"timed out after {timeout:g} s (the `timeout` option)")
     if code != 0 or "env" not in result:

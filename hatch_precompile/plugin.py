@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import atexit
+import os
 import re
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
-from hatch_precompile import gate, manifest
+from hatch_precompile import declaration, gate, manifest
 
 DEFAULT_TIMEOUT = 1800.0
 ON_FAILURE = ("error", "warn")
@@ -29,6 +31,7 @@ class PrecompileBuildHook(BuildHookInterface):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._work_dir: Path | None = None
+        self._choice: Any = None
 
     # -- options -------------------------------------------------------------------------
     def _option_error(self, message: str) -> None:
@@ -91,14 +94,8 @@ class PrecompileBuildHook(BuildHookInterface):
         except gate.GateValueError as exc:
             raise ValueError(f"build hook `{self.PLUGIN_NAME}`: {exc}") from None
 
-    # -- hatchling interface -------------------------------------------------------------
-    def dependencies(self) -> list[str]:
-        """In an isolated build env, ask for the project's own torch requirement."""
-        if self.target_name != "wheel":
-            return []
-        options = self._options()
-        if not self._enabled(options)[0] or not options["workloads"]:
-            return []
+    def _torch_requirement(self) -> str | None:
+        """The project's own requirement on torch, as written (``torch>=2.7``), if it has one."""
         from packaging.requirements import InvalidRequirement, Requirement
         from packaging.utils import canonicalize_name
 
@@ -108,13 +105,41 @@ class PrecompileBuildHook(BuildHookInterface):
             except InvalidRequirement:
                 continue
             if canonicalize_name(requirement.name) == "torch":
-                return [raw]
-        return []
+                return raw
+        return None
+
+    def _where(self) -> Any:
+        """Where the workload runs: the target environment when it has a suitable torch (target.py)."""
+        if self._choice is None:
+            from hatch_precompile import target
+
+            try:
+                self._choice = target.choose(self._torch_requirement())
+            except target.TargetError as exc:
+                raise ValueError(f"build hook `{self.PLUGIN_NAME}`: {exc}") from None
+        return self._choice
+
+    # -- hatchling interface -------------------------------------------------------------
+    def dependencies(self) -> list[str]:
+        """Ask for the project's torch requirement, unless the workload runs in the target env."""
+        if self.target_name != "wheel":
+            return []
+        options = self._options()
+        if not self._enabled(options)[0] or not options["workloads"]:
+            return []
+        requirement = self._torch_requirement()
+        if requirement is None or self._where().target is not None:
+            return []
+        return [requirement]
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         options = self._options()  # a typo fails every target, not just the wheel
         if self.target_name != "wheel":
             return
+        package = self._package(options)
+        if package is not None:
+            # Even a plain wheel says what its workloads are, so `hatch-precompile warm` finds them.
+            self._declare(package, options, build_data)
         if version == "editable":
             self.app.display_info(
                 "precompile: editable install, workloads not run (only regular wheels ship caches)"
@@ -126,50 +151,80 @@ class PrecompileBuildHook(BuildHookInterface):
             return
         if not options["workloads"]:
             self._option_error("`workload` is required (e.g. workload = \"mypkg.precompile:workload\")")
-        package = self._package(options)
         if not any((Path(self.root) / base / package.replace(".", "/")).is_dir() for base in ("", "src")):
             self._option_error(
                 f"`package` is {package!r}, but no such package directory exists under "
                 f"{self.root} (set `package` to the package that calls hatch_precompile.load)"
             )
-
-        from hatch_precompile.capture import WorkloadFailed, capture  # imported only when on
-
-        self._work_dir = Path(tempfile.mkdtemp(prefix="hatch-precompile-"))
-        atexit.register(self._cleanup)
-        try:
-            artifacts = capture(
-                root=Path(self.root),
-                work_dir=self._work_dir,
-                package=package,
-                workloads=options["workloads"],
-                timeout=options["timeout"],
-                say=self.app.display_info,
-            )
-        except WorkloadFailed as exc:
-            self._cleanup()
-            if options["on_failure"] == "warn":
-                self.app.display_warning(
-                    f"precompile: {exc}\nprecompile: on-failure = \"warn\": building the wheel "
-                    "without precompiled artifacts"
-                )
-                return
-            self.app.abort(f"precompile: {exc}")
-            raise  # abort() exits; this only guards an app that returns
-        except BaseException:
-            self._cleanup()
-            raise
+        artifacts = self._capture(package, options)
         if artifacts is None:
-            self._cleanup()
-            self.app.display_warning(
-                "precompile: the workload compiled nothing (no torch.compile call ran and no "
-                "TorchScript module was saved); building the wheel without artifacts"
-            )
             return
         self._report(artifacts)
         build_data["force_include"][str(artifacts)] = f"{package.replace('.', '/')}/{manifest.DIRNAME}"
         build_data["pure_python"] = False
         build_data["infer_tag"] = True
+
+    def _declare(self, package: str, options: dict[str, Any], build_data: dict[str, Any]) -> None:
+        file = self._scratch() / declaration.FILENAME
+        file.write_text(declaration.dumps(package, options["workloads"], options["timeout"]))
+        build_data["extra_metadata"][str(file)] = declaration.FILENAME
+
+    def _scratch(self) -> Path:
+        if self._work_dir is None:
+            self._work_dir = Path(tempfile.mkdtemp(prefix="hatch-precompile-"))
+            atexit.register(self._cleanup)
+        return self._work_dir
+
+    def _capture(self, package: str, options: dict[str, Any]) -> Path | None:
+        """Run the workloads; the artifact dir, or None when the wheel is to be built without."""
+        from hatch_precompile.capture import WorkloadFailed, capture  # imported only when on
+
+        where = self._where()
+        self.app.display_info(f"precompile: building artifacts for {where.why}")
+        try:
+            artifacts = capture(
+                root=Path(self.root),
+                work_dir=self._scratch(),
+                package=package,
+                workloads=options["workloads"],
+                timeout=options["timeout"],
+                say=self.app.display_info,
+                python=where.python,
+                environ=where.environ(os.environ),
+            )
+        except WorkloadFailed as exc:
+            message = f"precompile: {exc}"
+            if exc.missing_module:
+                message += "\n" + self._missing_module_hint(exc.missing_module, where)
+            if options["on_failure"] == "warn":
+                self.app.display_warning(
+                    f"{message}\nprecompile: on-failure = \"warn\": building the wheel without "
+                    "precompiled artifacts"
+                )
+                return None
+            self.app.abort(message)
+            raise  # abort() exits; this only guards an app that returns
+        if artifacts is None:
+            self.app.display_warning(
+                "precompile: the workload compiled nothing (no torch.compile call ran and no "
+                "TorchScript module was saved); building the wheel without artifacts"
+            )
+        return artifacts
+
+    @staticmethod
+    def _missing_module_hint(module: str, where: Any) -> str:
+        if where.target is not None:
+            return (
+                f"precompile: the workload imports {module!r}, which the environment being installed "
+                f"into ({where.target.prefix}) does not have yet: installers add a project's "
+                f"dependencies only after building its wheel. Install {module!r} there first, then "
+                "install this project again"
+            )
+        return (
+            f"precompile: the workload imports {module!r}, which the build environment "
+            f"({sys.prefix}) does not have: set `require-runtime-dependencies = true` in "
+            "[tool.hatch.build.hooks.precompile], or install it there"
+        )
 
     def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
         self._cleanup()
