@@ -15,7 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile import manifest, usercache
+from hatch_precompile import declaration, manifest, usercache
 
 
 class TargetError(Exception):
@@ -105,23 +105,29 @@ def in_wheel(wheel: Path) -> list[Artifacts]:
 def workloads(name: str, override: list[str] | None = None) -> tuple[str, Path, list[str], str]:
     """(import name, package dir, workloads to run, where their names came from).
 
-    ``--workload`` options first, else the names in the shipped manifest, else in a manifest
-    ``warm`` stored, else the conventional ``<package>.precompile:workload``.
+    ``--workload`` options first, else the names in the shipped manifest, else the declaration
+    the wheel carries in its ``.dist-info`` (plain wheels too), else a manifest ``warm`` stored,
+    else the conventional ``<package>.precompile:workload``.
     """
     package, directory = import_package(name)
     if override:
         return package, directory, list(override), "--workload"
-    manifests = [directory / manifest.DIRNAME / manifest.FILENAME]
-    manifests += [entry / manifest.FILENAME for entry in usercache.entries(package)]
-    for manifest_file in manifests:
+    names = _workload_names(directory / manifest.DIRNAME / manifest.FILENAME)
+    if names:
+        return package, directory, names, str(directory / manifest.DIRNAME / manifest.FILENAME)
+    declared = declaration.of_package(package)
+    if declared is not None and declared[0]["workloads"]:
+        return package, directory, list(declared[0]["workloads"]), declared[1]
+    for manifest_file in [entry / manifest.FILENAME for entry in usercache.entries(package)]:
         names = _workload_names(manifest_file)
         if names:
             return package, directory, names, str(manifest_file)
     if (directory / "precompile.py").is_file() or (directory / "precompile" / "__init__.py").is_file():
         return package, directory, [f"{package}.precompile:workload"], "the conventional name"
     raise TargetError(
-        f"no workload known for {package!r}: no manifest names one (shipped or warmed) and "
-        f"there is no {package}/precompile.py; pass --workload module:function"
+        f"no workload known for {package!r}: no manifest names one (shipped or warmed), its "
+        f"distribution declares none and there is no {package}/precompile.py; pass --workload "
+        "module:function"
     )
 
 
