@@ -24,7 +24,8 @@ TORCH_REQUIREMENT = f"torch=={metadata.version('torch').split('+')[0]}"
 def run(cmd, *, env=None, cwd=None, check=True, timeout=1200) -> subprocess.CompletedProcess:
     """Run ``cmd``; stdout and stderr together in ``.stdout``; fail loudly with the output."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("PRECOMPILE", "HATCH_BUILD"))}
-    full_env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "VIRTUAL_ENV", "HATCH_PRECOMPILE_TARGET"):
+        full_env.pop(name, None)  # each test says which environment a build is for
     full_env["XDG_CACHE_HOME"] = TEST_USER_CACHE  # keep the machine's ~/.cache out of it
     full_env.update(env or {})
     proc = subprocess.run(

@@ -54,13 +54,27 @@ def test_precompiled_wheel_contents_and_tag(precompiled_wheel):
     assert workload["name"] == "sample_pkg.precompile:workload" and workload["seconds"] > 0
     assert workload["counters"]["aot_autograd"]["autograd_cache_miss"] >= 1
 
+    with zipfile.ZipFile(wheel) as archive:
+        declared = json.loads(archive.read(DECLARATION))
+    assert declared["workloads"] == ["sample_pkg.precompile:workload"] and declared["package"] == "sample_pkg"
+
     assert "precompile: running workload sample_pkg.precompile:workload" in output
     assert re.search(r"precompile: captured 2 compiled graph\(s\), \d+ kernel binaries, 1 TorchScript", output)
 
 
-def test_off_wheel_is_plain_hatchling_and_needs_no_torch(notorch_python, tmp_path):
+def wheel_members(wheel) -> dict[str, bytes]:
+    with zipfile.ZipFile(wheel) as archive:
+        return {info.filename: archive.read(info) for info in archive.infolist()}
+
+
+DECLARATION = "sample_pkg-0.1.0.dist-info/extra_metadata/hatch-precompile.json"
+RECORD = "sample_pkg-0.1.0.dist-info/RECORD"
+
+
+def test_off_wheel_is_plain_hatchling_plus_the_declaration_and_needs_no_torch(notorch_python, tmp_path):
     project = copy_project(tmp_path / "sample_pkg")
-    plain_proc, plain = build_wheel(project, tmp_path / "plain", python=notorch_python, env={"HATCH_BUILD_NO_HOOKS": "true"})
+    _, plain = build_wheel(project, tmp_path / "plain", python=notorch_python, env={"HATCH_BUILD_NO_HOOKS": "true"})
+    plain_members = wheel_members(plain)
     for name, env in [
         ("global", {"PRECOMPILE": "0"}),
         ("per-package beats global", {"PRECOMPILE": "1", "PRECOMPILE_SAMPLE_PKG": "off"}),
@@ -68,7 +82,15 @@ def test_off_wheel_is_plain_hatchling_and_needs_no_torch(notorch_python, tmp_pat
         proc, wheel = build_wheel(project, tmp_path / name, python=notorch_python, env=env)
         assert "precompile: off (PRECOMPILE" in proc.stdout, name
         assert wheel.name == "sample_pkg-0.1.0-py3-none-any.whl"
-        assert wheel.read_bytes() == plain.read_bytes(), f"{name}: not byte-for-byte the plain wheel"
+        members = wheel_members(wheel)
+        # Exactly one file more than plain hatchling's wheel, and its line in RECORD; all else byte for byte.
+        assert set(members) == set(plain_members) | {DECLARATION}, name
+        assert all(members[n] == plain_members[n] for n in plain_members if n != RECORD), name
+        extra = set(members[RECORD].decode().splitlines()) - set(plain_members[RECORD].decode().splitlines())
+        assert [line.split(",")[0] for line in extra] == [DECLARATION], name
+        assert json.loads(members[DECLARATION]) == {
+            "format": 1, "package": "sample_pkg", "timeout": 1800.0, "workloads": ["sample_pkg.precompile:workload"]
+        }
 
 
 def test_enable_false_is_a_default_the_environment_overrides(notorch_python, tmp_path):
@@ -112,17 +134,24 @@ def test_editable_install_skips_with_one_line(notorch_python, tmp_path):
     assert "running workload" not in proc.stdout
 
 
-def test_isolated_pip_build_relocates_kernels(hp_dist, runtime_python, tmp_path):
-    """The default `pip wheel .`: torch lives in a throwaway build env at a random path."""
+def test_isolated_pip_build_for_a_torchless_target_relocates_kernels(hp_dist, notorch_python, runtime_python, tmp_path):
+    """`pip wheel .` from an environment without torch: the workload runs on the build env's
+    torch, which lives at a random path, and the kernels still hit in another venv."""
     project = copy_project(tmp_path / "sample_pkg")
     out = tmp_path / "dist"
     # Isolation resolves torch on its own (here it picked a CUDA 2.14 build once); pin it to ours.
     constraints = tmp_path / "constraints.txt"
     constraints.write_text(f"{TORCH_REQUIREMENT}\n")
     proc = run(
-        [runtime_python, "-m", "pip", "wheel", "-v", "--no-deps", "--find-links", hp_dist, "-w", out, project],
+        [notorch_python, "-m", "pip", "wheel", "-v", "--no-deps", "--find-links", hp_dist, "-w", out, project],
         env={"PIP_CONSTRAINT": str(constraints)},
     )
+    prefix = run([notorch_python, "-c", "import sys; print(sys.prefix)"]).stdout.strip()
+    assert re.search(
+        rf"precompile: building artifacts for torch {re.escape(metadata.version('torch'))} of the build "
+        rf"environment \(\S*pip-build-env-\S+\): the target environment {re.escape(prefix)} \(pip's "
+        r"interpreter\) has no torch yet", proc.stdout
+    ), proc.stdout[-3000:]
     assert "precompile: running workload" in proc.stdout
     (wheel,) = out.glob("sample_pkg-*.whl")
     manifest = read_manifest(wheel)

@@ -19,7 +19,7 @@ from packaging.utils import canonicalize_name
 from conftest import build_wheel, copy_project, run, run_sample, unpack
 from test_build_errors import GRAPH_BREAK_WORKLOAD, WORKLOAD_TABLE, project_with
 
-from hatch_precompile import capture, gate, preferences, report, usercache
+from hatch_precompile import capture, gate, preferences, report, targets, usercache
 
 FLOAT64_SOURCE = """
 
@@ -200,8 +200,12 @@ def test_verify_names_a_key_mismatch(runtime_python, precompiled_wheel, tmp_path
 
 
 def test_warm_turns_a_plain_install_into_a_warm_one(runtime_python, notorch_python, tmp_path):
-    _, plain = build_wheel(copy_project(tmp_path / "sample_pkg"), tmp_path / "plain", python=notorch_python,
-                           env={"PRECOMPILE": "0"})
+    """A PRECOMPILE=0 wheel whose workload is not at the conventional <pkg>.precompile:workload."""
+    project = copy_project(tmp_path / "sample_pkg")
+    (project / "sample_pkg" / "precompile.py").rename(project / "sample_pkg" / "warmup.py")
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace("sample_pkg.precompile:workload", "sample_pkg.warmup:workload"))
+    _, plain = build_wheel(project, tmp_path / "plain", python=notorch_python, env={"PRECOMPILE": "0"})
     assert plain.name.endswith("-py3-none-any.whl")
     site = unpack(plain, tmp_path / "site")
     xdg = tmp_path / "xdg"
@@ -209,10 +213,11 @@ def test_warm_turns_a_plain_install_into_a_warm_one(runtime_python, notorch_pyth
     loaded, reason, _, _ = json.loads(run([runtime_python, "-c", STATUS_IMPORTED], env=env).stdout.splitlines()[-1])
     assert not loaded and reason == "no precompiled artifacts shipped"
 
-    # Nothing shipped, so no manifest names the workload: warm falls back to <pkg>.precompile:workload.
+    # Nothing shipped, so no manifest names the workload: the wheel's .dist-info declares it.
     proc = cli(runtime_python, "warm", "sample-pkg", env={**env, capture.HEARTBEAT_VAR: "2"}, cwd=tmp_path)
-    assert "from the conventional name" in proc.stdout
-    assert "precompile: workload sample_pkg.precompile:workload still running (" in proc.stdout
+    assert ("running sample_pkg.warmup:workload (from sample-pkg 0.1.0's "
+            "extra_metadata/hatch-precompile.json)") in proc.stdout
+    assert "precompile: workload sample_pkg.warmup:workload still running (" in proc.stdout
     assert re.search(r"finished in [\d.]+ s: 2 graph\(s\), 0 graph break\(s\), 1 recompile\(s\), [1-9]\d* kernel\(s\)", proc.stdout)
     (entry,) = (xdg / "hatch-precompile" / "sample-pkg").iterdir()
     assert f"warm: stored " in proc.stdout and str(entry) in proc.stdout
@@ -282,8 +287,19 @@ def test_warm_without_a_known_workload_is_a_clear_error(tmp_path):
                env={"XDG_CACHE_HOME": str(tmp_path / "xdg")})
     assert proc.returncode == 2
     assert ("hatch-precompile warm: no workload known for 'hatch_precompile': no manifest names one "
-            "(shipped or warmed) and there is no hatch_precompile/precompile.py; pass --workload "
-            "module:function") in proc.stdout
+            "(shipped or warmed), its distribution declares none and there is no hatch_precompile/precompile.py; "
+            "pass --workload module:function") in proc.stdout
+
+
+def test_warm_falls_back_to_the_conventional_workload_name(tmp_path, monkeypatch):
+    """A wheel from before declarations were recorded, with nothing shipped or warmed."""
+    (tmp_path / "oldpkg").mkdir()
+    (tmp_path / "oldpkg" / "__init__.py").write_text("")
+    (tmp_path / "oldpkg" / "precompile.py").write_text("def workload(): pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    package, _, names, source = targets.workloads("oldpkg")
+    assert (package, names, source) == ("oldpkg", ["oldpkg.precompile:workload"], "the conventional name")
 
 
 # -- preferences -----------------------------------------------------------------------------------
