@@ -93,18 +93,17 @@ def test_pip_install_builds_for_the_target_torch_and_writes_nothing_into_it(targ
     run([target, "-m", "pip", "uninstall", "-q", "-y", "sample-pkg"])
 
 
-def test_pip_wheel_of_an_sdist_from_an_index(target, links, tmp_path):
+def test_pip_install_of_an_sdist_from_an_index(target, links, tmp_path):
     """An index with only the sdist: pip builds it in isolation, for the target's torch."""
     index = tmp_path / "index"
     shutil.copytree(links, index)
     run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", index, copy_project(tmp_path / "src")])
-    out = tmp_path / "wheels"
-    proc = run([target, "-m", "pip", "wheel", "-v", "--no-deps", "--no-index", "--find-links", index, "-w", out,
-                "sample-pkg"])
+    proc = run([target, "-m", "pip", "install", "-v", "--no-index", "--find-links", index, "sample-pkg"])
+    assert "sample_pkg-0.1.0.tar.gz" in proc.stdout
     assert_targets(proc.stdout, target, "pip's interpreter")
-    (wheel,) = out.glob("sample_pkg-*.whl")
-    assert read_manifest(wheel)["env"]["torch"] == torch_of(target)
-    assert_warm(target, tmp_path, pythonpath=unpack(wheel, tmp_path / "site"))
+    assert "torch" not in build_env_section(proc.stdout).lower()
+    assert_warm(target, tmp_path)
+    run([target, "-m", "pip", "uninstall", "-q", "-y", "sample-pkg"])
 
 
 def test_python_m_build_from_an_activated_venv(target, links, tmp_path):
@@ -128,7 +127,7 @@ def test_python_m_build_without_activation_finds_the_venv_that_runs_it(target, l
     assert "ValueError: stop here" in proc.stdout
 
 
-def test_uv_pip_install_with_python_and_with_virtual_env(target, links, tmp_path):
+def test_uv_pip_install_and_uv_build(target, links, tmp_path):
     uv = shutil.which("uv", path=str(Path(sys.executable).parent))
     assert uv, "uv is a test dependency"
     env = {"UV_CACHE_DIR": str(tmp_path / "uv-cache")}
@@ -139,11 +138,18 @@ def test_uv_pip_install_with_python_and_with_virtual_env(target, links, tmp_path
     assert_warm(target, tmp_path)
     run([target, "-m", "pip", "uninstall", "-q", "-y", "sample-pkg"])
 
-    # Activated instead of --python; a failing workload keeps this one cheap: only the choice counts.
+    # Activated instead of --python; a failing workload keeps these cheap: only the choice counts.
     failing = project_with(tmp_path / "failing", WORKLOAD_TABLE, FAILING_AT_ONCE)
     proc = run([uv, "pip", "install", "-v", "--no-index", "--find-links", links, failing],
                env={**env, "VIRTUAL_ENV": prefix_of(target)}, check=False)
     assert_targets(proc.stdout, target, "uv's VIRTUAL_ENV")
+    assert "ValueError: stop here" in proc.stdout
+
+    # `uv build` in a project that has its own .venv (here a link to the target venv).
+    (failing / ".venv").symlink_to(prefix_of(target))
+    proc = run([uv, "build", "--wheel", "-v", "--no-index", "--find-links", links], env=env, cwd=failing, check=False)
+    assert (f"precompile: building artifacts for torch {torch_of(target)} of the target environment "
+            f"{failing / '.venv'} (uv's .venv); the workload runs there") in proc.stdout, proc.stdout[-3000:]
 
 
 FAILING_AT_ONCE = "def workload():\n    raise ValueError('stop here')\n"
@@ -184,6 +190,7 @@ def test_a_dependency_missing_in_the_target_is_named_and_nothing_is_left(target,
     warn = project_with(tmp_path / "warn", WORKLOAD_TABLE + 'on-failure = "warn"\n', NEEDS_NUMPY)
     out = tmp_path / "out"
     proc = run([target, "-m", "pip", "wheel", "-v", "--no-deps", "-w", out, warn], env=find_links(links))
+    assert_targets(proc.stdout, target, "pip's interpreter")
     assert "precompile: the workload imports 'numpy'" in proc.stdout
     assert 'on-failure = "warn": building the wheel without precompiled artifacts' in proc.stdout
     (wheel,) = out.glob("*.whl")
