@@ -7,16 +7,19 @@ Runtime API (imports neither torch nor hatchling until there is something to loa
 
 The names below are resolved on first use, so that the build hook, which imports this package
 too, does not pay for the runtime's imports when precompilation is off.
+
+The package has three sides and one contract between them: ``run/`` (what ``import pkg`` runs),
+``build/`` (what a wheel build runs), ``tools/`` (the command line), and ``protocol``.
 """
 
 __version__ = "0.1.0"
 
 _LAZY = {
-    "LoadResult": "runtime",
-    "PrecompileWarning": "runtime",
-    "load": "runtime",
-    "load_torchscript": "torchscript",
-    "save_torchscript": "torchscript",
+    "LoadResult": "run.loader",
+    "PrecompileWarning": "run.loader",
+    "load": "run.loader",
+    "load_torchscript": "run.torchscript",
+    "save_torchscript": "run.torchscript",
 }
 
 __all__ = ["__version__", *_LAZY]

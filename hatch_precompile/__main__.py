@@ -1,7 +1,7 @@
-"""``python -m hatch_precompile ...``: the ``hatch-precompile`` command."""
+"""``python -m hatch_precompile``: the command line."""
 
 import sys
 
-from hatch_precompile.cli import main
+from hatch_precompile.tools.cli import main
 
 sys.exit(main())

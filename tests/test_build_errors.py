@@ -94,11 +94,11 @@ def test_workload_that_compiles_nothing_ships_nothing(tmp_path):
     ("table_extra", "message"),
     [
         ('workloads = "x:y"\n', "Unknown option(s) `workloads` for build hook `precompile`"),
-        ('timeout = "fast"\n', "Option `timeout` must be a positive number of seconds, got 'fast'"),
-        ("timeout = 0\n", "Option `timeout` must be a positive number of seconds, got 0"),
-        ("enable = 1\n", "Option `enable` must be a boolean, got 1"),
-        ('on-failure = "ignore"\n', "Option `on-failure` must be one of error, warn, got 'ignore'"),
-        ('package = "not a name"\n', "Option `package` must be an importable package name"),
+        ('timeout = "fast"\n', "Option `timeout` for build hook `precompile` must be a positive number of seconds, got 'fast'"),
+        ("timeout = 0\n", "Option `timeout` for build hook `precompile` must be a positive number of seconds, got 0"),
+        ("enable = 1\n", "Option `enable` for build hook `precompile` must be a boolean, got 1"),
+        ('on-failure = "ignore"\n', "Option `on-failure` for build hook `precompile` must be one of error, warn, got 'ignore'"),
+        ('package = "not a name"\n', "Option `package` for build hook `precompile` must be an importable package name, got 'not a name'"),
     ],
 )
 def test_bad_options_are_rejected_by_name(tmp_path, table_extra, message):
@@ -112,12 +112,14 @@ def test_bad_options_are_rejected_by_name(tmp_path, table_extra, message):
 @pytest.mark.parametrize(
     ("table", "message"),
     [
-        ("[tool.hatch.build.hooks.precompile]\n", "Option `workload` is required"),
-        ('[tool.hatch.build.hooks.precompile]\nworkload = "no-colon"\n', "`workload` entry 'no-colon' must look like"),
-        ('[tool.hatch.build.hooks.precompile]\nworkload = ["a:b", 3]\n', "`workload` must be a string or an array"),
+        ("[tool.hatch.build.hooks.precompile]\n", "Option `workload` for build hook `precompile` is required"),
+        ('[tool.hatch.build.hooks.precompile]\nworkload = "no-colon"\n',
+         "Option `workload` for build hook `precompile`: entry 'no-colon' must look like 'package.module:function'"),
+        ('[tool.hatch.build.hooks.precompile]\nworkload = ["a:b", 3]\n',
+         "Option `workload` for build hook `precompile` must be a string or an array of strings, got ['a:b', 3]"),
         (
             '[tool.hatch.build.hooks.precompile]\nworkload = "elsewhere.mod:fn"\n',
-            "`package` is 'elsewhere', but no such package directory exists",
+            "Option `package` for build hook `precompile` is 'elsewhere', but no such package directory exists",
         ),
     ],
 )

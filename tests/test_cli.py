@@ -19,7 +19,9 @@ from packaging.utils import canonicalize_name
 from conftest import build_wheel, copy_project, run, run_sample, unpack
 from test_build_errors import GRAPH_BREAK_WORKLOAD, WORKLOAD_TABLE, project_with
 
-from hatch_precompile import capture, gate, preferences, report, targets, usercache
+from hatch_precompile import protocol
+from hatch_precompile.run import gate, preferences, usercache
+from hatch_precompile.tools import report, targets
 
 FLOAT64_SOURCE = """
 
@@ -214,7 +216,7 @@ def test_warm_turns_a_plain_install_into_a_warm_one(runtime_python, notorch_pyth
     assert not loaded and reason == "no precompiled artifacts shipped"
 
     # Nothing shipped, so no manifest names the workload: the wheel's .dist-info declares it.
-    proc = cli(runtime_python, "warm", "sample-pkg", env={**env, capture.HEARTBEAT_VAR: "2"}, cwd=tmp_path)
+    proc = cli(runtime_python, "warm", "sample-pkg", env={**env, protocol.HEARTBEAT_VAR: "2"}, cwd=tmp_path)
     assert ("running sample_pkg.warmup:workload (from sample-pkg 0.1.0's "
             "extra_metadata/hatch-precompile.json)") in proc.stdout
     assert "precompile: workload sample_pkg.warmup:workload still running (" in proc.stdout
@@ -251,7 +253,7 @@ def test_load_prefers_warmed_artifacts_over_mismatched_shipped_ones_and_checks_t
     env = {"PYTHONPATH": str(site), "XDG_CACHE_HOME": str(tmp_path / "xdg"),
            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
     data = json.loads((shipped / "manifest.json").read_text())
-    code = "import json, sys; from hatch_precompile import usercache; print(usercache.env_dir('sample_pkg', json.loads(sys.argv[1])))"
+    code = "import json, sys; from hatch_precompile.run import usercache; print(usercache.env_dir('sample_pkg', json.loads(sys.argv[1])))"
     entry = Path(run([runtime_python, "-c", code, json.dumps(data["env"])], env=env).stdout.strip().splitlines()[-1])
     entry.parent.mkdir(parents=True)
     shutil.copytree(shipped, entry)
@@ -319,12 +321,12 @@ enable = false
 def test_disable_enable_round_trip_keeps_comments_and_layout(tmp_path):
     file = tmp_path / "prefs.toml"
     file.write_text(PREFERENCES)
-    env = {preferences.PATH_VAR: str(file)}
+    env = {protocol.PREFERENCES_VAR: str(file)}
     proc = cli(sys.executable, "disable", "sample-pkg", env=env)
     assert f"sample-pkg: [Sample_Pkg] enable = false in {file}" in proc.stdout
     assert file.read_text() == PREFERENCES.replace("enable = true  # flip me", "enable = false  # flip me")
     status = cli(sys.executable, "status", "sample_pkg", "other_pkg", "third", env=env).stdout
-    assert f"preferences file: {file} (from {preferences.PATH_VAR}; exists)" in status
+    assert f"preferences file: {file} (from {protocol.PREFERENCES_VAR}; exists)" in status
     assert "  [Sample_Pkg] enable = false\n  [other-pkg] enable = false\n" in status
     assert f"sample_pkg: off ({file}: [Sample_Pkg] enable = false)" in status
     assert f"other_pkg: off ({file}: [other-pkg] enable = false)" in status
@@ -349,7 +351,7 @@ def test_disable_enable_round_trip_keeps_comments_and_layout(tmp_path):
 def test_load_honours_the_preferences_file_without_importing_torch(runtime_python, tmp_path):
     file = tmp_path / "prefs.toml"
     file.write_text("[sample-pkg]\nenable = false\n")
-    env = {preferences.PATH_VAR: str(file), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+    env = {protocol.PREFERENCES_VAR: str(file), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
     loaded, reason, torch_imported, tomlkit_imported = json.loads(
         run([runtime_python, "-c", STATUS], env=env).stdout.splitlines()[-1]
     )
@@ -418,7 +420,7 @@ def test_progress_lines_stream_during_the_build(tmp_path, frontend):
         cmd = [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation", "-w", tmp_path / "out", project]
     else:
         cmd = [sys.executable, "-m", "build", "--wheel", "--no-isolation", "-o", tmp_path / "out", project]
-    lines = timed_lines(cmd, {capture.HEARTBEAT_VAR: "0.5"})
+    lines = timed_lines(cmd, {protocol.HEARTBEAT_VAR: "0.5"})
     text = "\n".join(line for _, line in lines)
     start = next(t for t, line in lines if "precompile: running workload sample_pkg.precompile:workload" in line)
     beats = [t for t, line in lines if "precompile: workload sample_pkg.precompile:workload still running (" in line]
@@ -431,7 +433,7 @@ def test_progress_lines_stream_during_the_build(tmp_path, frontend):
 
 def test_bad_heartbeat_value_fails_the_build_naming_the_variable(tmp_path):
     project = project_with(tmp_path, WORKLOAD_TABLE, SLEEPING_WORKLOAD)
-    proc, wheel = build_wheel(project, tmp_path / "out", env={capture.HEARTBEAT_VAR: "soon"}, check=False)
+    proc, wheel = build_wheel(project, tmp_path / "out", env={protocol.HEARTBEAT_VAR: "soon"}, check=False)
     assert wheel is None and "HATCH_PRECOMPILE_HEARTBEAT='soon' must be a positive number of seconds" in proc.stdout
 
 
@@ -440,20 +442,20 @@ def test_bad_heartbeat_value_fails_the_build_naming_the_variable(tmp_path):
 
 @pytest.mark.parametrize("name", ["sample_pkg", "Sample.Pkg", "sample--_pkg", "torch", "A_B.c-D"])
 def test_preference_names_normalise_like_packaging(name):
-    assert preferences.canonical(name) == canonicalize_name(name)
+    assert protocol.canonical_name(name) == canonicalize_name(name)
 
 
 def test_switch_precedence_with_a_preferences_file(tmp_path):
     file = tmp_path / "prefs.toml"
     file.write_text("[my-pkg]\nenable = false\n[on-pkg]\nenable = true\n")
-    env = {preferences.PATH_VAR: str(file)}
+    env = {protocol.PREFERENCES_VAR: str(file)}
     assert gate.decide("my_pkg", True, env) == (False, f"{file}: [my-pkg] enable = false")
     assert gate.decide("on.pkg", False, env) == (True, f"{file}: [on-pkg] enable = true")
     assert gate.decide("my-pkg", True, {**env, "PRECOMPILE": "1"}) == (True, "PRECOMPILE=1")
     assert gate.decide("my-pkg", True, {**env, "PRECOMPILE": "1", "PRECOMPILE_MY_PKG": "0"})[1] == "PRECOMPILE_MY_PKG=0"
     assert gate.decide("other", False, env) == (False, "enable = false")
     assert gate.decide("wheel-name", True, env, aliases=["my_pkg"])[0] is False
-    assert gate.decide("my-pkg", True, {preferences.PATH_VAR: str(tmp_path / "absent.toml")}) == (True, "default")
+    assert gate.decide("my-pkg", True, {protocol.PREFERENCES_VAR: str(tmp_path / "absent.toml")}) == (True, "default")
 
 
 def test_build_time_lookup_follows_virtual_env_only_when_asked(tmp_path):
@@ -479,4 +481,4 @@ def test_user_cache_dir_follows_xdg(monkeypatch, tmp_path):
 
 def test_compile_time_phases_are_parsed():
     text = "TorchDynamo compilation metrics:\nFunction, Runtimes (s)\n_compile.compile_inner, 18.3\ncompile_file, 20.4\n"
-    assert report._phases(text) == [("_compile.compile_inner", 18.3), ("compile_file", 20.4)]
+    assert report.compile_phases(text) == [("_compile.compile_inner", 18.3), ("compile_file", 20.4)]

@@ -1,4 +1,5 @@
-"""The fault matrix of the load side: each case names its concrete outcome (see README)."""
+"""The fault matrix of the load side on the real wheel, end to end: a fresh process imports the
+package. The cases that need no real environment are in test_install.py, in-process."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import hashlib
 import json
 import math
 import os
-import shutil
 import stat
 import subprocess
 import time
@@ -72,7 +72,7 @@ def test_isa_mismatch_skips_then_compiles_normally(runtime_python, site, tmp_pat
         pytest.skip("this CPU has no vector ISA to turn off")
     env = {"ATEN_CPU_CAPABILITY": "default"}
     reason = assert_skipped(runtime_python, site, tmp_path, f"built for cpu_capability={shipped!r}", env)
-    assert "this environment has cpu_capability='DEFAULT'" in reason and "--no-build-isolation" in reason
+    assert "this environment has cpu_capability='DEFAULT'" in reason and "rebuild the wheel for this environment" in reason
     # Torch's own recipe crashes here (avx512 kernel source built without its defines); we compile.
     cache = tmp_path / "cold-cache"
     cache.mkdir()
@@ -87,13 +87,6 @@ def test_compiler_mismatch_skips(runtime_python, site, tmp_path):
     wrapper.chmod(0o755)
     reason = assert_skipped(runtime_python, site, tmp_path, "built for cxx='g++ | ", {"CXX": str(wrapper)})
     assert f"this environment has cxx='{wrapper} | " in reason
-
-
-def test_torch_version_mismatch_skips(runtime_python, site, tmp_path):
-    data = manifest_of(site)
-    data["env"]["torch"] = "2.7.0+cpu"
-    write_manifest(site, data)
-    assert_skipped(runtime_python, site, tmp_path, "built for torch='2.7.0+cpu', this environment has torch=")
 
 
 def test_skipped_load_gives_cold_compile_outputs(runtime_python, site, cold_result, tmp_path):
@@ -114,19 +107,6 @@ def a_kernel(site) -> str:
     return next(p for p in manifest_of(site)["files"] if p.endswith(".main.so"))
 
 
-def test_missing_file_skips(runtime_python, site, tmp_path):
-    victim = a_kernel(site)
-    (site / ARTIFACTS / victim).unlink()
-    assert_skipped(runtime_python, site, tmp_path, f"{victim} cannot be read")
-
-
-def test_truncated_file_skips(runtime_python, site, tmp_path):
-    victim = a_kernel(site)
-    path = site / ARTIFACTS / victim
-    path.write_bytes(path.read_bytes()[:-100])
-    assert_skipped(runtime_python, site, tmp_path, f"{victim} does not match its sha256")
-
-
 def test_altered_file_of_same_size_skips(runtime_python, site, tmp_path):
     victim = next(p for p in manifest_of(site)["files"] if "/fxgraph/" in p)
     path = site / ARTIFACTS / victim
@@ -136,76 +116,7 @@ def test_altered_file_of_same_size_skips(runtime_python, site, tmp_path):
     assert_skipped(runtime_python, site, tmp_path, f"{victim} does not match its sha256")
 
 
-def test_unlisted_file_is_never_installed(runtime_python, site, tmp_path):
-    planted = site / ARTIFACTS / "inductor" / "zz" / "czzplanted.main.so"
-    planted.parent.mkdir()
-    planted.write_bytes(b"\x7fELF not ours")
-    cache = tmp_path / "cache"
-    loaded, _, installed, _ = load_status(runtime_python, site, cache)
-    assert loaded is True and installed > 0
-    assert not (cache / "zz").exists()
-
-
-def test_unparsable_manifest_skips(runtime_python, site, tmp_path):
-    (site / ARTIFACTS / "manifest.json").write_text("{not json")
-    assert_skipped(runtime_python, site, tmp_path, "manifest.json does not parse")
-
-
-def test_unknown_manifest_format_skips(runtime_python, site, tmp_path):
-    data = manifest_of(site)
-    data["format"] = 99
-    write_manifest(site, data)
-    assert_skipped(runtime_python, site, tmp_path, "manifest format 99 is not the supported format 1")
-
-
-@pytest.mark.parametrize("bad_path", ["../../../evil.so", "/etc/passwd", "inductor/../../evil"])
-def test_manifest_path_outside_its_dir_skips(runtime_python, site, tmp_path, bad_path):
-    data = manifest_of(site)
-    data["files"][bad_path] = {"size": 1, "sha256": "0" * 64}
-    write_manifest(site, data)
-    assert_skipped(runtime_python, site, tmp_path, "manifest names a path outside its directory")
-
-
-def test_symlink_out_of_the_artifact_dir_skips(runtime_python, site, tmp_path):
-    victim = a_kernel(site)
-    path = site / ARTIFACTS / victim
-    outside = tmp_path / "outside.so"
-    shutil.copy(path, outside)  # same bytes, so only the symlink itself can be refused
-    path.unlink()
-    path.symlink_to(outside)
-    assert_skipped(runtime_python, site, tmp_path, f"{victim} is a symlink")
-
-
 # -- the cache dir ---------------------------------------------------------------------------
-
-
-def test_existing_entries_are_never_overwritten(runtime_python, site, tmp_path):
-    cache = tmp_path / "cache"
-    loaded, _, first, _ = load_status(runtime_python, site, cache)
-    assert loaded and first > 0
-    kernel = next(cache.rglob("*.main.so"))
-    kernel.write_bytes(b"somebody else's entry")
-    loaded, _, second, _ = load_status(runtime_python, site, cache)
-    assert loaded and second == 0
-    assert kernel.read_bytes() == b"somebody else's entry"
-    assert not list(cache.rglob("*.tmp"))
-
-
-def test_planted_symlink_in_cache_dir_is_not_followed(runtime_python, site, tmp_path):
-    cache, elsewhere = tmp_path / "cache", tmp_path / "elsewhere"
-    cache.mkdir()
-    elsewhere.mkdir()
-    (cache / "aotautograd").symlink_to(elsewhere)
-    loaded, reason, _, _ = load_status(runtime_python, site, cache)
-    assert loaded is False and "aotautograd in the Inductor cache dir is a symlink" in reason
-    assert files_in(elsewhere) == []
-
-
-def test_uncreatable_cache_dir_skips(runtime_python, site, tmp_path):
-    blocker = tmp_path / "a-file"
-    blocker.write_text("not a directory")
-    loaded, reason, _, _ = load_status(runtime_python, site, blocker / "cache")
-    assert loaded is False and reason.startswith("cannot create the Inductor cache dir")
 
 
 def test_read_only_site_packages_zip_import(runtime_python, site, tmp_path):

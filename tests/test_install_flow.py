@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TORCH_REQUIREMENT, copy_project, make_venv, read_manifest, run, run_sample, unpack
+from conftest import TORCH_REQUIREMENT, copy_project, make_venv, run, run_sample, unpack
 from test_build_errors import WORKLOAD_TABLE, project_with
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from hatch_precompile import gate, kernels, manifest
+from hatch_precompile import protocol
+from hatch_precompile.protocol import Manifest, ManifestError
+from hatch_precompile.run import gate
+from hatch_precompile.run import relocate
 
 
 @pytest.mark.parametrize(
@@ -32,31 +35,31 @@ def test_gate_rejects_garbage():
 
 @pytest.mark.parametrize("path", ["../x", "a/../../x", "/etc/passwd", "a//b", "./a", "a\\b", "", "a/", None, 3])
 def test_unsafe_manifest_paths(path):
-    assert not manifest.is_safe_relpath(path)
+    assert not protocol.is_safe_relpath(path)
 
 
 def test_manifest_rejects_escaping_paths_and_unknown_format():
     good = b'{"format": 1, "env": {}, "files": {"inductor/a/b": {"size": 1, "sha256": "x"}}}'
-    assert manifest.parse(good)["files"]
-    with pytest.raises(manifest.ManifestError, match="outside its directory"):
-        manifest.parse(good.replace(b"inductor/a/b", b"../../b"))
-    with pytest.raises(manifest.ManifestError, match="format 2 is not the supported format 1"):
-        manifest.parse(good.replace(b'"format": 1', b'"format": 2'))
-    with pytest.raises(manifest.ManifestError, match="lacks size or sha256"):
-        manifest.parse(good.replace(b'"size": 1, ', b""))
+    assert Manifest.parse(good).files
+    with pytest.raises(ManifestError, match="outside its directory"):
+        Manifest.parse(good.replace(b"inductor/a/b", b"../../b"))
+    with pytest.raises(ManifestError, match="format 2 is not the supported format 1"):
+        Manifest.parse(good.replace(b'"format": 1', b'"format": 2'))
+    with pytest.raises(ManifestError, match="lacks size or sha256"):
+        Manifest.parse(good.replace(b'"size": 1, ', b""))
 
 
 def test_code_key_mirrors_inductor():
     codecache = pytest.importorskip("torch._inductor.codecache")
     for source, extra in [("  int x;\n", "g++ -I/a/torch/include -O3"), ("int y;", "")]:
-        assert kernels.code_key(source, extra) == codecache.get_hash(source.strip(), extra)
+        assert relocate.code_key(source, extra) == codecache.get_hash(source.strip(), extra)
 
 
 def test_template_round_trip():
-    values = {kernels.TORCH_DIR: "/v/site-packages/torch", kernels.PY_INCLUDE: "/py/include/python3.11",
-              kernels.PY_INCLUDE_POSIX: "/py/include/python3.11"}
+    values = {relocate.TORCH_DIR: "/v/site-packages/torch", relocate.PY_INCLUDE: "/py/include/python3.11",
+              relocate.PY_INCLUDE_POSIX: "/py/include/python3.11"}
     command = "g++ -I/py/include/python3.11 -I/v/site-packages/torch/include -I/v/site-packages/torch/include/api"
-    template = kernels.to_template(command, values)
+    template = relocate.to_template(command, values)
     assert "/v/" not in template and "/py/" not in template
-    moved = dict(values, **{kernels.TORCH_DIR: "/w/torch"})
-    assert kernels.render(template, moved) == command.replace("/v/site-packages/torch", "/w/torch")
+    moved = dict(values, **{relocate.TORCH_DIR: "/w/torch"})
+    assert relocate.render(template, moved) == command.replace("/v/site-packages/torch", "/w/torch")

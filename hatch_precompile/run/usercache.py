@@ -1,4 +1,4 @@
-"""The per-user store of artifacts that ``hatch-precompile warm`` built in this environment.
+"""Where the per-user store of ``hatch-precompile warm`` keeps artifacts (warm writes, load() reads).
 
 ``load()`` falls back to it when a package's shipped artifacts do not match the environment or
 were never shipped (a ``PRECOMPILE=0`` wheel). Layout::
@@ -18,16 +18,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile import manifest
-from hatch_precompile.preferences import canonical
-
-APP = "hatch-precompile"
+from hatch_precompile.protocol import APP, MANIFEST_FILE, canonical_name
 
 
 def base_dir() -> Path | None:
@@ -47,7 +42,7 @@ def base_dir() -> Path | None:
 
 def package_dir(package: str) -> Path | None:
     base = base_dir()
-    return None if base is None else base / canonical(package)
+    return None if base is None else base / canonical_name(package)
 
 
 def env_id(env: dict[str, Any]) -> str:
@@ -64,43 +59,4 @@ def entries(package: str) -> list[Path]:
     directory = package_dir(package)
     if directory is None or not directory.is_dir():
         return []
-    return sorted(p for p in directory.iterdir() if (p / manifest.FILENAME).is_file())
-
-
-def contains(path: Any) -> bool:
-    base = base_dir()
-    return isinstance(path, Path) and base is not None and base in path.parents
-
-
-def work_dir() -> Path:
-    """A scratch dir on the store's filesystem, so that ``store`` is a rename."""
-    base = base_dir()
-    if base is None:
-        raise OSError("there is no home directory for the per-user cache")
-    (base / ".tmp").mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix="warm-", dir=base / ".tmp"))
-
-
-def store(package: str, artifacts: Path, env: dict[str, Any]) -> Path:
-    """Move ``artifacts`` (a finished ``_precompiled`` dir) into place for ``env``."""
-    target = env_dir(package, env)
-    if target is None:
-        raise OSError("there is no home directory for the per-user cache")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    old = None
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}")
-        os.rename(target, old)
-    os.rename(artifacts, target)  # a concurrent load() sees the old entry, none, or the new one
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-    return target
-
-
-def clear(package: str) -> Path | None:
-    """Remove every stored entry of ``package``; the dir that was removed, or None."""
-    directory = package_dir(package)
-    if directory is None or not directory.exists():
-        return None
-    shutil.rmtree(directory)
-    return directory
+    return sorted(p for p in directory.iterdir() if (p / MANIFEST_FILE).is_file())

@@ -1,7 +1,7 @@
 """``hatch-precompile verify``: do the artifacts still cover what the package compiles?
 
 Runs the package's workloads in a fresh process with an empty Inductor cache dir, after
-``load()`` (_replay.py), and counts what did not come from the caches: AOTAutograd and FX graph
+``load()`` (replay.py), and counts what did not come from the caches: AOTAutograd and FX graph
 misses and bypasses, and new kernel binaries (each one a g++ run). Any miss fails: the Julia
 ``@warnpcfail`` for a package's CI, catching artifacts gone stale after a code change.
 """
@@ -16,8 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from hatch_precompile._child import BUILDING_VAR, EXIT_WORKLOAD_FAILED, TORCHSCRIPT_DIR_VAR
-from hatch_precompile.capture import _kill_group
+from hatch_precompile.build import child
+from hatch_precompile.protocol import BUILDING_VAR, CACHE_DIR_VAR, EXIT_WORKLOAD_FAILED, TORCHSCRIPT_DIR_VAR
 
 
 class VerifyError(Exception):
@@ -33,29 +33,17 @@ def run(package: str, workloads: list[str], timeout: float, say: Callable[[str],
         spec = work / "spec.json"
         spec.write_text(json.dumps({"package": package, "workloads": workloads, "out": str(work / "out")}))
         env = {k: v for k, v in os.environ.items() if k not in (BUILDING_VAR, TORCHSCRIPT_DIR_VAR)}
-        env["TORCHINDUCTOR_CACHE_DIR"] = str(work / "cache")
-        code = (
-            "import sys; sys.path.insert(0, sys.argv.pop(1)); "
-            "from hatch_precompile._replay import main; "
-            # This very hatch_precompile, then that dir off the front again: it must not shadow the
-            # packages the workload imports (e.g. an unpacked wheel on PYTHONPATH).
-            "sys.path.pop(0); sys.exit(main(sys.argv))"
-        )
+        env[CACHE_DIR_VAR] = str(work / "cache")
         say(f"verify {package}: load(), then {len(workloads)} workload(s) in a fresh process "
             "with an empty Inductor cache dir")
         # The workloads' own output goes to stderr, so that stdout stays the report (--json).
-        proc = subprocess.Popen(
-            [sys.executable, "-c", code, str(Path(__file__).resolve().parents[1]), str(spec)],
-            env=env, stdout=2, stderr=None, stdin=subprocess.DEVNULL,
-            start_new_session=True,  # one process group: a timeout kills what the workload started
-        )
+        proc = child.start(sys.executable, "hatch_precompile.tools.replay", spec, env, stdout=2, stderr=None)
         try:
             returncode = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            child.kill_group(proc)
             raise VerifyError(f"the workloads did not finish within {timeout:g} s (--timeout)") from None
-        result_file = work / "out" / "result.json"
-        result = json.loads(result_file.read_text()) if result_file.is_file() else {}
+        result = child.read_result(work / "out")
     if returncode == EXIT_WORKLOAD_FAILED and "error" in result:
         error = result["error"]
         raise VerifyError(f"{error['workload']} failed:\n{error['traceback']}")
@@ -121,7 +109,7 @@ def render(package: str, result: dict[str, Any]) -> str:
         out.extend(f"MISS: {line}" for line in result["misses"])
         out.append(
             f"FAILED: {len(result['misses'])} miss(es); the artifacts do not cover this code or "
-            f"environment: rebuild the wheel (pip install --no-build-isolation ...) or run "
+            f"environment: rebuild the wheel for this environment or run "
             f"`hatch-precompile warm {package}`"
         )
     return "\n".join(out) + "\n"

@@ -1,4 +1,4 @@
-"""Finding a package's artifacts for the CLI, without importing the package.
+"""Finding what the CLI is pointed at, without importing it: artifacts, workloads, packages.
 
 Importing it would run its ``load()`` (and import torch) just to read a manifest. A name may be
 the import name (``sample_pkg``) or the project name (``sample-pkg``); artifacts come from the
@@ -15,7 +15,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile import declaration, manifest, usercache
+from hatch_precompile.protocol import (
+    DECLARATION_PATH, DIRNAME, MANIFEST_FILE, Declaration, Manifest, ManifestError, validate,
+)
+from hatch_precompile.run import usercache
 
 
 class TargetError(Exception):
@@ -27,8 +30,9 @@ class Artifacts:
     package: str  # the import name load() is called with
     origin: str  # "shipped" (in the wheel / installed package) or "warmed" (user cache)
     location: str
-    data: dict[str, Any] | None  # the manifest, None if it could not be read
-    problem: str | None = None
+    raw: dict[str, Any] | None  # the manifest's JSON as it is, None if it could not be read
+    manifest: Manifest | None  # the same, typed; None if it could not be
+    problem: str | None = None  # why load() would not use these
 
 
 def import_package(name: str) -> tuple[str, Path]:
@@ -44,7 +48,7 @@ def import_package(name: str) -> tuple[str, Path]:
             spec = None
         if spec is not None and spec.submodule_search_locations:
             locations = [Path(p) for p in spec.submodule_search_locations]
-            shipped = [p for p in locations if (p / manifest.DIRNAME).is_dir()]
+            shipped = [p for p in locations if (p / DIRNAME).is_dir()]
             return candidate, (shipped or locations)[0]
     found = _from_distribution(name)
     if found is not None:
@@ -67,7 +71,7 @@ def _from_distribution(name: str) -> tuple[str, Path] | None:
     )
     packages = [(top, Path(dist.locate_file(top))) for top in tops]
     packages = [(top, path) for top, path in packages if path.is_dir()]
-    shipped = [(top, path) for top, path in packages if (path / manifest.DIRNAME).is_dir()]
+    shipped = [(top, path) for top, path in packages if (path / DIRNAME).is_dir()]
     chosen = shipped or packages
     return chosen[0] if len(chosen) == 1 else None
 
@@ -76,16 +80,16 @@ def installed(name: str) -> list[Artifacts]:
     """What an installed package shipped, then what `warm` stored for it, in that order."""
     package, directory = import_package(name)
     found = []
-    manifest_file = directory / manifest.DIRNAME / manifest.FILENAME
+    manifest_file = directory / DIRNAME / MANIFEST_FILE
     if manifest_file.is_file():
         found.append(_read(package, "shipped", str(manifest_file.parent), manifest_file.read_bytes))
     for entry in usercache.entries(package):
-        found.append(_read(package, "warmed", str(entry), (entry / manifest.FILENAME).read_bytes))
+        found.append(_read(package, "warmed", str(entry), (entry / MANIFEST_FILE).read_bytes))
     return found
 
 
 def in_wheel(wheel: Path) -> list[Artifacts]:
-    suffix = f"/{manifest.DIRNAME}/{manifest.FILENAME}"
+    suffix = f"/{DIRNAME}/{MANIFEST_FILE}"
     try:
         with zipfile.ZipFile(wheel) as archive:
             members = sorted(n for n in archive.namelist() if n.endswith(suffix))
@@ -93,7 +97,7 @@ def in_wheel(wheel: Path) -> list[Artifacts]:
                 _read(
                     member[: -len(suffix)].replace("/", "."),
                     "shipped",
-                    f"{wheel}!{member[: -len(manifest.FILENAME) - 1]}",
+                    f"{wheel}!{member[: -len(MANIFEST_FILE) - 1]}",
                     lambda member=member: archive.read(member),
                 )
                 for member in members
@@ -112,13 +116,13 @@ def workloads(name: str, override: list[str] | None = None) -> tuple[str, Path, 
     package, directory = import_package(name)
     if override:
         return package, directory, list(override), "--workload"
-    names = _workload_names(directory / manifest.DIRNAME / manifest.FILENAME)
+    names = _workload_names(directory / DIRNAME / MANIFEST_FILE)
     if names:
-        return package, directory, names, str(directory / manifest.DIRNAME / manifest.FILENAME)
-    declared = declaration.of_package(package)
-    if declared is not None and declared[0]["workloads"]:
-        return package, directory, list(declared[0]["workloads"]), declared[1]
-    for manifest_file in [entry / manifest.FILENAME for entry in usercache.entries(package)]:
+        return package, directory, names, str(directory / DIRNAME / MANIFEST_FILE)
+    declared = _declaration(package)
+    if declared is not None and declared[0].workloads:
+        return package, directory, list(declared[0].workloads), declared[1]
+    for manifest_file in [entry / MANIFEST_FILE for entry in usercache.entries(package)]:
         names = _workload_names(manifest_file)
         if names:
             return package, directory, names, str(manifest_file)
@@ -133,22 +137,37 @@ def workloads(name: str, override: list[str] | None = None) -> tuple[str, Path, 
 
 def _workload_names(manifest_file: Path) -> list[str]:
     try:
-        data = json.loads(manifest_file.read_bytes())
-        return [w["name"] for w in data.get("workloads", []) if isinstance(w.get("name"), str)]
-    except (ValueError, AttributeError, TypeError, OSError):
+        return [w.name for w in Manifest.from_dict(json.loads(manifest_file.read_bytes())).workloads]
+    except (ValueError, AttributeError, TypeError, KeyError, OSError):
         return []
+
+
+def _declaration(package: str) -> tuple[Declaration, str] | None:
+    """(declaration, where it was read) of the installed distribution that ships ``package``."""
+    for name in metadata.packages_distributions().get(package.split(".", 1)[0], []):
+        try:
+            dist = metadata.distribution(name)
+            text = dist.read_text(DECLARATION_PATH)
+        except (metadata.PackageNotFoundError, OSError):
+            continue
+        declared = Declaration.parse(text) if text else None
+        if declared is not None and declared.package == package:
+            return declared, f"{name} {dist.version}'s {DECLARATION_PATH}"
+    return None
 
 
 def _read(package: str, origin: str, location: str, read: Any) -> Artifacts:
     try:
-        data = json.loads(read())
+        raw = json.loads(read())
     except (OSError, ValueError, KeyError) as exc:
-        return Artifacts(package, origin, location, None, f"manifest.json cannot be read: {exc}")
-    if not isinstance(data, dict):
-        return Artifacts(package, origin, location, None, "manifest.json is not an object")
+        return Artifacts(package, origin, location, None, None, f"manifest.json cannot be read: {exc}")
     problem = None
     try:
-        manifest.parse(json.dumps(data).encode())
-    except manifest.ManifestError as exc:
+        validate(raw)
+    except ManifestError as exc:
         problem = str(exc)  # still shown: a report is for looking at what is there
-    return Artifacts(package, origin, location, data, problem)
+    try:
+        manifest = Manifest.from_dict(raw) if isinstance(raw, dict) else None
+    except (TypeError, KeyError, AttributeError, ValueError) as exc:  # a hand-edited manifest
+        manifest, problem = None, problem or f"manifest.json cannot be summarised: {exc!r}"
+    return Artifacts(package, origin, location, raw if isinstance(raw, dict) else None, manifest, problem)

@@ -1,4 +1,4 @@
-"""The on/off switch shared by the build hook and `load()`.
+"""The on/off switch shared by the build hook and ``load()``.
 
 Precedence: ``PRECOMPILE_<NAME>`` beats ``PRECOMPILE`` beats the preferences file of the
 environment (``hatch-precompile disable/enable``, see preferences.py) beats the caller's default
@@ -9,23 +9,17 @@ before anything imports torch.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Mapping
 
-from hatch_precompile import preferences
+from hatch_precompile.protocol import GLOBAL_SWITCH, package_switch
+from hatch_precompile.run import preferences
 
 OFF_VALUES = frozenset({"0", "false", "no", "off"})
 ON_VALUES = frozenset({"1", "true", "yes", "on"})
-GLOBAL_VAR = "PRECOMPILE"
 
 
 class GateValueError(ValueError):
     """An environment switch or the preferences file holds a value that is neither on nor off."""
-
-
-def package_var(name: str) -> str:
-    """``sample-pkg`` / ``sample_pkg`` / ``Sample.Pkg`` -> ``PRECOMPILE_SAMPLE_PKG``."""
-    return f"{GLOBAL_VAR}_{re.sub(r'[-_.]+', '_', name).upper()}"
 
 
 def decide(
@@ -43,7 +37,7 @@ def decide(
     lookup follow ``VIRTUAL_ENV`` out of an isolated build env (see preferences.candidates).
     """
     env = os.environ if environ is None else environ
-    for var in (package_var(name), GLOBAL_VAR):
+    for var in (package_switch(name), GLOBAL_SWITCH):
         raw = env.get(var, "").strip()
         if not raw:
             continue

@@ -1,6 +1,6 @@
-"""The environment key: what must match for compiled artifacts to be reused safely.
+"""This process's environment key: what must match for compiled artifacts to be reused safely.
 
-Every field is compared exactly. The FX graph key inside torch already covers torch's own
+The fields and their comparison are protocol.py's; every field is compared exactly. The FX graph key inside torch already covers torch's own
 source and the inputs; these fields cover what it does not: the CPU vector ISA (a mismatch makes
 torch's own recipe crash, see NOTES.md), the C++ compiler (part of every kernel's key, and its
 ABI), the CPython minor version (the pybinding kernels are built against its C-API), and the
@@ -16,10 +16,6 @@ import subprocess
 import sys
 from importlib import metadata
 from typing import Any
-
-# Order matters: the first differing field is the one a skip message names.
-FIELDS = ("python", "torch", "system", "machine", "cpu_capability", "cxx", "cuda", "triton", "gpu")
-
 
 def cxx_command() -> str:
     """The compiler Inductor will call (mirrors ``torch._inductor.config.cpp.cxx``)."""
@@ -67,11 +63,3 @@ def current(torch: Any) -> dict[str, str | None]:
         "triton": _dist_version("triton") if gpu else None,
         "gpu": gpu,
     }
-
-
-def first_mismatch(shipped: dict[str, Any], here: dict[str, Any]) -> tuple[str, Any, Any] | None:
-    """(field, shipped value, value here) of the first differing field, or None."""
-    for field in FIELDS:
-        if shipped.get(field) != here.get(field):
-            return field, shipped.get(field), here.get(field)
-    return None

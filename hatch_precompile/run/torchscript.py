@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile import manifest, runtime
-from hatch_precompile._child import TORCHSCRIPT_DIR_VAR
+from hatch_precompile.protocol import TORCHSCRIPT_DIR_VAR
+from hatch_precompile.run import artifacts, loader
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
@@ -51,22 +51,21 @@ def load_torchscript(package: str, name: str, map_location: Any = None) -> Any:
     problem.
     """
     _check_name(name)
-    if runtime.disabled_reason(package):
+    if loader.disabled_reason(package):
         return None
     try:
-        checked = runtime.checked_manifest(package)
-        if checked is None:
+        found = artifacts.find(package)
+        if found is None:
             return None
-        root, data = checked
-        relpath = data.get("torchscript", {}).get(name)
-        if relpath is None or not manifest.is_safe_relpath(relpath):
-            raise runtime._Skip(f"no TorchScript module named {name!r} was shipped")
-        blob = runtime.verified_bytes(root, data, relpath)
+        relpath = found.manifest.torchscript.get(name)
+        if relpath is None:
+            raise artifacts.Skip(f"no TorchScript module named {name!r} was shipped")
+        blob = found.read(relpath)
         import torch
 
         return torch.jit.load(io.BytesIO(blob), map_location=map_location)
-    except runtime._Skip as skip:
-        runtime._warn(runtime.LoadResult(package, False, f"TorchScript {name!r}: {skip}"))
+    except artifacts.Skip as skip:
+        loader.report_skip(loader.LoadResult(package, False, f"TorchScript {name!r}: {skip}"))
     except Exception as exc:
-        runtime._warn(runtime.LoadResult(package, False, f"TorchScript {name!r}: {exc!r}"))
+        loader.report_skip(loader.LoadResult(package, False, f"TorchScript {name!r}: {exc!r}"))
     return None

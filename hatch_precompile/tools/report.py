@@ -3,73 +3,64 @@
 What a build compiled and what it cost, the SnoopCompile view: per workload its wall time, the
 graphs compiled with their compile seconds (largest first), graph breaks and recompiles with
 their source locations, float64 computed inside compiled graphs; what was captured and how big.
-Pure functions over the manifest dict; the CLI finds the manifests (targets.py).
+Pure functions over the typed Manifest; the CLI finds the manifests (targets.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from hatch_precompile.targets import Artifacts
+from hatch_precompile.protocol import ENV_FIELDS, Manifest
+from hatch_precompile.tools.targets import Artifacts
 
-_ENV_ORDER = ("python", "torch", "system", "machine", "cpu_capability", "cxx", "cuda", "triton", "gpu")
 
-
-def summarize(data: dict[str, Any]) -> dict[str, Any]:
-    files: dict[str, dict[str, Any]] = data.get("files") or {}
-
-    def size(paths: list[str]) -> int:
-        return sum(files[p].get("size", 0) for p in paths)
-
-    aot = [p for p in files if p.startswith("inductor/aotautograd/")]
-    fx = [p for p in files if p.startswith("inductor/fxgraph/")]
-    so = [p for p in files if p.endswith(".so")]
-    inductor = [p for p in files if p.startswith("inductor/")]
-    torchscript = [p for p in files if p.startswith("torchscript/")]
-    megacache = [p for p in files if p == "megacache.bin"]
+def summarize(manifest: Manifest) -> dict[str, Any]:
+    """The JSON ``summary`` of one manifest: what it holds by kind, and each workload's graphs."""
+    sizes = manifest.bytes_by_kind()
     workloads = []
-    for workload in data.get("workloads") or []:
-        graphs = sorted(workload.get("graphs") or [], key=lambda g: -(g.get("seconds") or 0))
+    for w in manifest.workloads:
+        graphs = sorted(w.graphs or [], key=lambda g: -(g.seconds or 0))
         workloads.append(
             {
-                "name": workload.get("name"),
-                "seconds": workload.get("seconds"),
-                "graphs": graphs,
-                "graphs_recorded": "graphs" in workload,
-                "unique_graphs": (workload.get("counters") or {}).get("stats", {}).get("unique_graphs"),
-                "counters": workload.get("counters") or {},
-                "kernels": workload.get("kernels"),
-                "cache_bytes": workload.get("cache_bytes"),
-                "graph_breaks": workload.get("graph_breaks") or [],
-                "recompiles": workload.get("recompiles") or [],
-                "float64": workload.get("float64") or [],
-                "float64_recorded": "float64" in workload,
+                "name": w.name,
+                "seconds": w.seconds,
+                "graphs": [dataclasses.asdict(g) for g in graphs],
+                "graphs_recorded": w.graphs is not None,
+                "unique_graphs": w.unique_graphs,
+                "counters": w.counters,
+                "kernels": w.kernels,
+                "cache_bytes": w.cache_bytes,
+                "graph_breaks": w.graph_breaks,
+                "recompiles": w.recompiles,
+                "float64": w.float64 or [],
+                "float64_recorded": w.float64 is not None,
             }
         )
     return {
-        "package": data.get("package"),
-        "generator": data.get("generator"),
-        "env": data.get("env") or {},
-        "python_full": data.get("python_full"),
-        "timings": data.get("timings") or {},
-        "files": len(files),
-        "bytes": size(list(files)),
+        "package": manifest.package,
+        "generator": manifest.generator,
+        "env": manifest.env,
+        "python_full": manifest.python_full,
+        "timings": manifest.timings,
+        "files": len(manifest.files),
+        "bytes": sum(sizes.values()),
         "sizes": {
-            "aotautograd": size(aot),
-            "fxgraph": size(fx),
-            "kernel_binaries": size(so),
-            "other_inductor": size(inductor) - size(aot) - size(fx) - size(so),
-            "megacache": size(megacache),
-            "torchscript": size(torchscript),
+            "aotautograd": sizes["aotautograd"],
+            "fxgraph": sizes["fxgraph"],
+            "kernel_binaries": sizes["kernel_binary"],
+            "other_inductor": sizes["other_inductor"],
+            "megacache": sizes["megacache"],
+            "torchscript": sizes["torchscript"],
         },
-        "aotautograd_entries": len(aot),
-        "fxgraph_entries": len(fx),
-        "kernel_binaries": len(so),
-        "relocatable_kernels": len(data.get("kernels") or []),
-        "torchscript": sorted((data.get("torchscript") or {}).keys()),
+        "aotautograd_entries": manifest.count("aotautograd"),
+        "fxgraph_entries": manifest.count("fxgraph"),
+        "kernel_binaries": manifest.count("kernel_binary"),
+        "relocatable_kernels": len(manifest.kernels),
+        "torchscript": sorted(manifest.torchscript),
         "workloads": workloads,
-        "compile_times": data.get("compile_times"),
-        "warmed": data.get("warmed"),
+        "compile_times": manifest.compile_times,
+        "warmed": manifest.warmed,
     }
 
 
@@ -83,19 +74,12 @@ def as_json(target: str, kind: str, found: list[Artifacts]) -> dict[str, Any]:
                 "origin": a.origin,
                 "location": a.location,
                 "problem": a.problem,
-                "summary": _summary_or_none(a.data),
-                "manifest": a.data,
+                "summary": summarize(a.manifest) if a.manifest is not None else None,
+                "manifest": a.raw,
             }
             for a in found
         ],
     }
-
-
-def _summary_or_none(data: dict[str, Any] | None) -> dict[str, Any] | None:
-    try:
-        return summarize(data) if data is not None else None
-    except (TypeError, KeyError, AttributeError, ValueError):
-        return None
 
 
 def _mb(n: int | None) -> str:
@@ -109,11 +93,8 @@ def render(target: str, found: list[Artifacts]) -> str:
         out.append(f"{artifacts.package}: precompiled artifacts {where}, {artifacts.location}")
         if artifacts.problem:
             out.append(f"  problem: {artifacts.problem} (load() would not use these)")
-        if artifacts.data is not None:
-            try:
-                out.extend(_render_one(summarize(artifacts.data)))
-            except (TypeError, KeyError, AttributeError, ValueError) as exc:  # a hand-edited manifest
-                out.append(f"  cannot summarise this manifest: {exc!r} (--json shows it as it is)")
+        if artifacts.manifest is not None:
+            out.extend(_render_one(summarize(artifacts.manifest)))
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 
@@ -121,7 +102,7 @@ def render(target: str, found: list[Artifacts]) -> str:
 def _render_one(s: dict[str, Any]) -> list[str]:
     out = []
     env = s["env"]
-    keys = [k for k in _ENV_ORDER if k in env] + sorted(k for k in env if k not in _ENV_ORDER)
+    keys = [k for k in ENV_FIELDS if k in env] + sorted(k for k in env if k not in ENV_FIELDS)
     out.append("  environment key (must match where it is loaded):")
     out.extend(f"    {k:15} {env[k]}" for k in keys if env[k] is not None)
     timings = s["timings"]
@@ -150,7 +131,7 @@ def _render_one(s: dict[str, Any]) -> list[str]:
     out.append(f"    TorchScript modules  {len(s['torchscript']):4}  {_mb(sizes['torchscript'])}  ({names})")
     for w in s["workloads"]:
         out.extend(_render_workload(w))
-    phases = _phases(s["compile_times"])
+    phases = compile_phases(s["compile_times"])
     if phases:
         shown = sorted(phases, key=lambda p: -p[1])[:TOP_PHASES]
         out.append(
@@ -164,7 +145,7 @@ def _render_one(s: dict[str, Any]) -> list[str]:
 TOP_PHASES = 12
 
 
-def _phases(text: Any) -> list[tuple[str, float]]:
+def compile_phases(text: Any) -> list[tuple[str, float]]:
     """``compile_times(repr="str", aggregate=True)`` lines ``name, seconds`` as pairs."""
     phases = []
     for line in str(text or "").splitlines():
@@ -189,12 +170,12 @@ def _render_workload(w: dict[str, Any]) -> list[str]:
     if w["graphs_recorded"]:
         out.append(f"    graphs compiled ({len(w['graphs'])}, largest compile time first):")
         for g in w["graphs"]:
-            where = f"{g.get('function') or '?'} at {g.get('location') or '?'}"
-            extra = f", {g['ops']} ops" if g.get("ops") else ""
-            kind = " (backward graph)" if g.get("kind") == "backward" else ""
-            line = f"      {g.get('seconds') or 0:7.2f} s  {where} [{g.get('compile_id')}{extra}]{kind}"
+            where = f"{g['function'] or '?'} at {g['location'] or '?'}"
+            extra = f", {g['ops']} ops" if g["ops"] else ""
+            kind = " (backward graph)" if g["kind"] == "backward" else ""
+            line = f"      {g['seconds'] or 0:7.2f} s  {where} [{g['compile_id']}{extra}]{kind}"
             out.append(line)
-            if g.get("recompile_reason"):
+            if g["recompile_reason"]:
                 out.append(f"                 recompiled because: {g['recompile_reason'].strip()}")
     else:
         out.append(f"    graphs compiled: {w['unique_graphs'] or 0} (per-graph times not recorded by this version)")

@@ -36,7 +36,8 @@ import sys
 from pathlib import Path
 from typing import Callable, Mapping
 
-TARGET_VAR = "HATCH_PRECOMPILE_TARGET"
+from hatch_precompile.protocol import TARGET_VAR
+
 # Set by frontends to point the backend at their isolated env; never meant for the target.
 BUILD_ENV_VARS = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONSAFEPATH", "__PYVENV_LAUNCHER__")
 

@@ -15,25 +15,24 @@ and the CPU's flags: the same library on the same machine is not probed again â€
 first process after `pip install`, since the build's own workload run records its probes too.
 Failures are never remembered.
 
-Both are patched lazily, when the Inductor module is first imported, so that `import package`
-does not pay for importing Inductor; if torch's internals are not what we expect, nothing is
-patched and torch behaves as usual (only slower).
+Both are patched lazily through patching.py, when the Inductor module is first imported, so
+that `import package` does not pay for importing Inductor; if torch's internals are not what we
+expect, nothing is patched and torch behaves as usual (only slower).
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.abc
-import importlib.util
 import os
 import platform
 import sys
 import threading
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
-CODECACHE = "torch._inductor.codecache"
+from hatch_precompile.run import patching, usercache
+
 VEC_ISA = "torch._inductor.cpu_vec_isa"
 _MARK = "_hatch_precompile_patched"
 _pending = threading.local()
@@ -41,40 +40,22 @@ _pending = threading.local()
 
 def apply() -> None:
     """Install both shortcuts (idempotent)."""
-    _after_import(CODECACHE, _patch_codecache)
-    _after_import(VEC_ISA, _patch_vec_isa)
+    patching.on_codecache_write(_note_built_kernel)
+    patching.after_import(patching.CODECACHE, _patch_codecache)
+    patching.after_import(VEC_ISA, _patch_vec_isa)
 
 
-def _after_import(name: str, patch: Callable[[ModuleType], None]) -> None:
-    module = sys.modules.get(name)
-    if module is not None:
-        _guarded(patch)(module)
-    elif not any(isinstance(f, _AfterImport) and f.name == name for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport(name, _guarded(patch)))
-
-
-def _guarded(patch: Callable[[ModuleType], None]) -> Callable[[ModuleType], None]:
-    def run(module: ModuleType) -> None:
-        try:
-            patch(module)
-        except Exception:  # a speedup must never break torch
-            pass
-
-    return run
+def _note_built_kernel(arguments: dict[str, Any], result: Any) -> None:
+    # load_async writes `<key>.main.cpp`, then asks for the header, then builds `<key>.main.so`.
+    if arguments.get("extension") == "main.cpp":
+        path = result[1]
+        _pending.binary_exists = isinstance(path, str) and os.path.exists(path[: -len("cpp")] + "so")
 
 
 def _patch_codecache(codecache: ModuleType) -> None:
-    write = getattr(codecache, "write", None)
     precompile_header = getattr(codecache, "_precompile_header", None)
-    if not callable(write) or not callable(precompile_header) or getattr(write, _MARK, False):
+    if not callable(precompile_header) or getattr(precompile_header, _MARK, False):
         return
-
-    def write_noting_built_kernels(content: Any, extension: str, *args: Any, **kwargs: Any) -> Any:
-        basename, path = write(content, extension, *args, **kwargs)
-        if extension == "main.cpp":
-            # load_async writes the source, then asks for the header, then builds `<key>.main.so`.
-            _pending.binary_exists = os.path.exists(path[: -len("cpp")] + "so")
-        return basename, path
 
     def precompile_header_unless_built(*args: Any, **kwargs: Any) -> Any:
         if getattr(_pending, "binary_exists", False):
@@ -88,35 +69,8 @@ def _patch_codecache(codecache: ModuleType) -> None:
     if callable(prefetch):
         prefetch()
 
-    setattr(write_noting_built_kernels, _MARK, True)
-    codecache.write = write_noting_built_kernels
+    setattr(precompile_header_unless_built, _MARK, True)
     codecache._precompile_header = precompile_header_unless_built
-
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs ``callback(module)`` right after ``name`` is first imported."""
-
-    def __init__(self, name: str, callback: Callable[[ModuleType], None]) -> None:
-        self.name = name
-        self.callback = callback
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != self.name:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        loader = getattr(spec, "loader", None)
-        exec_module = getattr(loader, "exec_module", None)
-        if exec_module is None:
-            return spec
-        callback = self.callback
-
-        def exec_then_patch(module: ModuleType) -> None:
-            exec_module(module)
-            callback(module)
-
-        loader.exec_module = exec_then_patch
-        return spec
 
 
 def _patch_vec_isa(cpu_vec_isa: ModuleType) -> None:
@@ -125,12 +79,16 @@ def _patch_vec_isa(cpu_vec_isa: ModuleType) -> None:
     if not callable(probe) or getattr(probe, _MARK, False):
         return
 
-    def probe_once(self: Any, output_path: str) -> bool:
-        marker = _probe_marker(output_path)
+    def probe_once(self: Any, *args: Any, **kwargs: Any) -> Any:
+        library = args[0] if args else kwargs.get("output_path")
+        try:
+            marker = _probe_marker(library) if isinstance(library, str) else None
+        except Exception:  # never let the shortcut fail the probe it shortcuts
+            marker = None
         if marker is not None and marker.is_file():
             return True
-        ok = probe(self, output_path)
-        if ok and marker is not None:
+        ok = probe(self, *args, **kwargs)
+        if ok is True and marker is not None:
             try:
                 marker.parent.mkdir(parents=True, exist_ok=True)
                 marker.touch()
@@ -143,8 +101,7 @@ def _patch_vec_isa(cpu_vec_isa: ModuleType) -> None:
 
 
 def _probe_marker(library: str) -> Path | None:
-    from hatch_precompile import usercache
-
+    """Where a successful probe of ``library`` on this machine is remembered; None: do not."""
     base = usercache.base_dir()
     try:
         flags = next(

@@ -1,51 +1,100 @@
-"""The build-time child process: runs the workloads and saves what compiling produced.
+"""What a workload compiled, observed from inside the process that runs it.
 
-Started by the build hook as ``python -m hatch_precompile._child SPEC.json`` with a fresh,
-private ``TORCHINDUCTOR_CACHE_DIR``. Writes into the spec's ``out`` dir: ``result.json``,
-``megacache.bin`` and ``torchscript/``; the hook itself copies the cache dir. Progress goes to
-stdout as marked JSON lines so the parent can tell which workload is running.
-
-Per workload it records what ``hatch-precompile report`` shows: torch's counters, each graph
-compiled with its compile seconds and source location (torch's compilation metrics), graph
-breaks, recompiles, float64 nodes in the compiled graphs, kernels built and bytes of cache. All of
-it is observation only, and a failure to observe never fails the build.
+Shared by the build's child (worker.py) and ``verify``'s (tools/replay.py): per workload,
+torch's counters, each graph compiled with its seconds and source location (compilation
+metrics), recompiles, kernels built and bytes of cache; in the build also graph breaks and
+float64 nodes, read from torch's logs, and each CPU kernel's compiler command (for relocation).
+All of it is observation only: an observer that breaks records less, never fails the workload.
 """
 
 from __future__ import annotations
 
-import importlib
-import json
 import logging
 import os
 import re
-import sys
 import time
-import traceback
-from pathlib import Path
 from typing import Any, Callable
 
-EVENT_MARK = "@@hatch-precompile@@ "
-BUILDING_VAR = "HATCH_PRECOMPILE_BUILDING"
-TORCHSCRIPT_DIR_VAR = "HATCH_PRECOMPILE_TORCHSCRIPT_DIR"
-EXIT_WORKLOAD_FAILED = 3
+from hatch_precompile.run import patching
 
 
-def emit(event: str, **fields: Any) -> None:
-    print(EVENT_MARK + json.dumps({"event": event, **fields}), flush=True)
+class Observer:
+    """Measures workloads one after another in this process (torch already imported)."""
+
+    def __init__(self, cache_dir: str | None, logs: bool) -> None:
+        import torch
+        import torch._dynamo.utils as dynamo_utils
+
+        self.cache_dir = cache_dir
+        self.dynamo_utils = dynamo_utils
+        self.logs = None
+        if logs:
+            try:
+                self.logs = LogRecorder.install(torch)
+            except Exception:  # torch's logging API moved: no graph breaks or float64 in the report
+                pass
+        _call(dynamo_utils, "set_compilation_metrics_limit", 1_000_000)  # torch keeps 64 by default
+
+    def measure(self, name: str, run: Callable[[], Any]) -> dict[str, Any]:
+        """Run ``run`` and return what it compiled; its exceptions propagate."""
+        counters = getattr(self.dynamo_utils, "counters", {})
+        guard_failures = getattr(self.dynamo_utils, "guard_failures", {})
+        before = snapshot(counters)
+        breaks_before = len(self.logs.breaks) if self.logs else 0
+        float64_before = dict(self.logs.float64) if self.logs else {}
+        kernels_before, bytes_before = cache_usage(self.cache_dir)
+        _call(guard_failures, "clear")
+        _call(self.dynamo_utils, "clear_compilation_metrics")
+        started = time.perf_counter()
+        run()
+        seconds = time.perf_counter() - started
+        kernels_after, bytes_after = cache_usage(self.cache_dir)
+        record = {
+            "name": name,
+            "seconds": round(seconds, 3),
+            "counters": delta(before, snapshot(counters)),
+            "recompiles": recompiles(guard_failures),
+            "graphs": compiled_graphs(self.dynamo_utils),
+            "kernels": kernels_after - kernels_before,
+            "cache_bytes": bytes_after - bytes_before,
+        }
+        if self.logs is not None:
+            record["graph_breaks"] = self.logs.breaks[breaks_before:]
+            record["float64"] = self.logs.float64_since(float64_before)
+        return record
 
 
-def resolve(spec: str) -> Callable[[], Any]:
-    module_name, _, attr_path = spec.partition(":")
-    obj: Any = importlib.import_module(module_name)
-    for attr in attr_path.split("."):
-        obj = getattr(obj, attr)
-    if not callable(obj):
-        raise TypeError(f"{spec} is {type(obj).__name__}, not a callable")
-    return obj
+def _call(obj: Any, method: str, *args: Any) -> None:
+    try:
+        getattr(obj, method)(*args)
+    except Exception:  # torch's observability API is internal: do without
+        pass
+
+
+def record_kernel_commands() -> dict[str, str]:
+    """Each CPU pybinding kernel's hashed compiler command, by its key (see run/relocate.py)."""
+    recorded: dict[str, str] = {}
+
+    def note(arguments: dict[str, Any], result: Any) -> None:
+        if (
+            arguments.get("extension") == "main.cpp"
+            and arguments.get("hash_type", "code") == "code"
+            and not arguments.get("specified_dir")
+            and arguments.get("key") is None
+            and isinstance(arguments.get("extra"), str)
+        ):
+            recorded[result[0]] = arguments["extra"]
+
+    patching.on_codecache_write(note)
+    return recorded
 
 
 def snapshot(counters: Any) -> dict[str, dict[str, int]]:
-    return {group: {str(k): int(v) for k, v in c.items()} for group, c in counters.items()}
+    """torch's counters (``torch._dynamo.utils.counters``) as plain dicts; {} if unreadable."""
+    try:
+        return {str(group): {str(k): int(v) for k, v in c.items()} for group, c in counters.items()}
+    except Exception:
+        return {}
 
 
 def delta(before: dict, after: dict) -> dict[str, dict[str, int]]:
@@ -61,22 +110,7 @@ def delta(before: dict, after: dict) -> dict[str, dict[str, int]]:
     return out
 
 
-def record_kernel_commands(codecache: Any) -> dict[str, str]:
-    """Record the hashed command line of every CPU pybinding kernel (see kernels.py)."""
-    recorded: dict[str, str] = {}
-    original = codecache.write
-
-    def write(content, extension, extra="", hash_type="code", specified_dir="", key=None):
-        basename, path = original(content, extension, extra, hash_type, specified_dir, key)
-        if extension == "main.cpp" and hash_type == "code" and not specified_dir and key is None:
-            recorded[basename] = extra
-        return basename, path
-
-    codecache.write = write
-    return recorded
-
-
-class GraphBreakRecorder(logging.Handler):
+class LogRecorder(logging.Handler):
     """Collects two of torch's log artifacts instead of printing them.
 
     ``graph_breaks``: Dynamo's graph-break reports, with the user's source location.
@@ -144,7 +178,7 @@ class GraphBreakRecorder(logging.Handler):
         return list(grouped.values())
 
     @classmethod
-    def install(cls, torch: Any) -> "GraphBreakRecorder":
+    def install(cls, torch: Any) -> "LogRecorder":
         torch._logging.set_logs(graph_breaks=True, post_grad_graphs=True)
         recorder = cls()
         quiet = (cls.SUFFIX, cls.GRAPHS_SUFFIX)
@@ -235,133 +269,16 @@ def cache_usage(cache_dir: str | None) -> tuple[int, int]:
 def recompiles(guard_failures: Any) -> list[dict[str, Any]]:
     """Dynamo's recompilation reasons, per compiled function, with its source location."""
     out = []
-    for code, reasons in guard_failures.items():
-        if reasons:
-            out.append(
-                {
-                    "function": getattr(code, "co_name", str(code)),
-                    "location": f"{getattr(code, 'co_filename', '?')}:{getattr(code, 'co_firstlineno', '?')}",
-                    "reasons": [str(r) for r in reasons],
-                }
-            )
-    return out
-
-
-def main(argv: list[str]) -> int:
-    spec = json.loads(Path(argv[1]).read_text())
-    out = Path(spec["out"])
-    sys.path[:0] = spec["paths"]
-    os.environ[BUILDING_VAR] = "1"
-    os.environ[TORCHSCRIPT_DIR_VAR] = str(out / "torchscript")
-
-    started = time.perf_counter()
-    import torch
-    import torch._dynamo  # torch 2.7.0 saved no Mega-Cache unless dynamo was imported first
-    import torch._dynamo.utils as dynamo_utils
-    import torch._inductor.codecache as codecache
-    from torch._dynamo.utils import compile_times, counters, guard_failures
-
-    from hatch_precompile import speedups
-
-    speedups.apply()  # records this machine's ISA probes for the installed package's first run
-    kernel_commands = record_kernel_commands(codecache)
-    graph_breaks = GraphBreakRecorder.install(torch)
-    _unlimited_compilation_metrics(dynamo_utils)
-    import_seconds = time.perf_counter() - started
-    cache_dir = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-
-    workloads = []
-    for index, name in enumerate(spec["workloads"], 1):
-        emit("start", workload=name, index=index, total=len(spec["workloads"]))
-        before = snapshot(counters)
-        breaks_before = len(graph_breaks.breaks)
-        float64_before = dict(graph_breaks.float64)
-        kernels_before, bytes_before = cache_usage(cache_dir)
-        guard_failures.clear()
-        _clear_compilation_metrics(dynamo_utils)
-        t0 = time.perf_counter()
-        try:
-            resolve(name)()
-        except BaseException as exc:
-            error = {"workload": name, "traceback": traceback.format_exc(), "missing_module": _missing_module(exc)}
-            result = {"error": error}
-            (out / "result.json").write_text(json.dumps(result))
-            emit("failed", workload=name)
-            return EXIT_WORKLOAD_FAILED
-        seconds = time.perf_counter() - t0
-        counts = delta(before, snapshot(counters))
-        kernels_after, bytes_after = cache_usage(cache_dir)
-        workloads.append(
-            {
-                "name": name,
-                "seconds": round(seconds, 3),
-                "counters": counts,
-                "graph_breaks": graph_breaks.breaks[breaks_before:],
-                "recompiles": recompiles(guard_failures),
-                "graphs": compiled_graphs(dynamo_utils),
-                "float64": graph_breaks.float64_since(float64_before),
-                "kernels": kernels_after - kernels_before,
-                "cache_bytes": bytes_after - bytes_before,
-            }
-        )
-        emit("done", **workloads[-1])
-
-    saved = torch.compiler.save_cache_artifacts()
-    megacache = None
-    if saved is not None and saved[0]:
-        (out / "megacache.bin").write_bytes(saved[0])
-        megacache = {k: list(v) for k, v in saved[1].artifacts.items()}
-
-    from hatch_precompile import envkey, kernels
-
-    values = kernels.path_values(os.path.dirname(torch.__file__))
-    result = {
-        "env": envkey.current(torch),
-        "python_full": sys.version.split()[0],
-        "inductor_vec_isa": _vec_isa(),
-        "import_seconds": round(import_seconds, 3),
-        "workloads": workloads,
-        "megacache": megacache,
-        "compile_times": compile_times(repr="str", aggregate=True),
-        "kernel_commands": {
-            key: kernels.to_template(command, values) for key, command in kernel_commands.items()
-        },
-        "path_values": values,
-    }
-    (out / "result.json").write_text(json.dumps(result))
-    return 0
-
-
-def _missing_module(exc: BaseException) -> str | None:
-    """The module a failed import looked for, also when the workload wrapped that error."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, ModuleNotFoundError) and exc.name:
-            return exc.name
-        exc = exc.__cause__ or exc.__context__
-    return None
-
-
-def _unlimited_compilation_metrics(dynamo_utils: Any) -> None:
-    try:  # torch keeps the last 64 by default; a workload may compile more graphs than that
-        dynamo_utils.set_compilation_metrics_limit(1_000_000)
-    except Exception:
-        pass
-
-
-def _clear_compilation_metrics(dynamo_utils: Any) -> None:
     try:
-        dynamo_utils.clear_compilation_metrics()
-    except Exception:
+        for code, reasons in guard_failures.items():
+            if reasons:
+                out.append(
+                    {
+                        "function": getattr(code, "co_name", str(code)),
+                        "location": f"{getattr(code, 'co_filename', '?')}:{getattr(code, 'co_firstlineno', '?')}",
+                        "reasons": [str(r) for r in reasons],
+                    }
+                )
+    except Exception:  # Dynamo's bookkeeping is internal: report what was read
         pass
-
-
-def _vec_isa() -> str:
-    from torch._inductor.cpu_vec_isa import pick_vec_isa
-
-    return str(pick_vec_isa())
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    return out

@@ -6,7 +6,7 @@
     disable/enable NAME  per-package switch in this environment's preferences file
     status [NAME...]     the preferences file, the switches in effect, the per-user cache
 
-Each command is a thin layer over one module (report.py, verify.py, warm.py, preferences.py).
+Each command is a thin layer over one module (report.py, verify.py, warm.py, switches.py).
 """
 
 from __future__ import annotations
@@ -14,20 +14,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile import __version__, gate, preferences, targets, usercache
-from hatch_precompile.capture import WorkloadFailed
-
-DEFAULT_TIMEOUT = 1800.0
-# The same form as the build hook's `workload` option.
-_DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
-WORKLOAD_RE = re.compile(rf"{_DOTTED}:{_DOTTED}")
+from hatch_precompile import __version__
+from hatch_precompile.protocol import (
+    DEFAULT_TIMEOUT, EXIT_FOUND, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, GLOBAL_SWITCH, PREFERENCES_VAR, WORKLOAD,
+)
+from hatch_precompile.run import gate, preferences, usercache
+from hatch_precompile.tools import switches, targets
 
 
 class CliError(Exception):
@@ -65,7 +63,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(_report_json(target, kind, found), indent=1, default=str))
     elif found:
-        from hatch_precompile import report
+        from hatch_precompile.tools import report
 
         print(report.render(target, found), end="")
     if not found:
@@ -73,8 +71,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             f"report: {target} has no precompiled artifacts (built with the hook off, e.g. "
             f"PRECOMPILE=0, or not a hatch-precompile package; `hatch-precompile warm` stores some)"
         )
-        return 1
-    return 0
+        return EXIT_FOUND
+    return EXIT_OK
 
 
 def _report_path(target: str, path: Path) -> tuple[str, list[targets.Artifacts]]:
@@ -88,7 +86,7 @@ def _report_path(target: str, path: Path) -> tuple[str, list[targets.Artifacts]]
 
 
 def _report_json(target: str, kind: str, found: list[targets.Artifacts]) -> dict[str, Any]:
-    from hatch_precompile import report
+    from hatch_precompile.tools import report
 
     return report.as_json(target, kind, found)
 
@@ -122,7 +120,7 @@ def _report_project(project: Path) -> list[targets.Artifacts]:
 
 def _workloads(args: argparse.Namespace, command: str) -> tuple[str, Path, list[str], str]:
     for spec in args.workload or []:
-        if not WORKLOAD_RE.fullmatch(spec):
+        if not WORKLOAD.fullmatch(spec):
             raise CliError(f"{command}: --workload {spec!r} must look like 'package.module:function'")
     try:
         return targets.workloads(args.package, args.workload)
@@ -131,7 +129,7 @@ def _workloads(args: argparse.Namespace, command: str) -> tuple[str, Path, list[
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from hatch_precompile import verify
+    from hatch_precompile.tools import verify
 
     package, _, workloads, source = _workloads(args, "verify")
     say = _say_err if args.json else _say
@@ -144,7 +142,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(json.dumps({"package": package, "ok": not result["misses"], **result}, indent=1))
     else:
         print(verify.render(package, result), end="")
-    return 1 if result["misses"] else 0
+    return EXIT_FOUND if result["misses"] else EXIT_OK
 
 
 # -- warm ------------------------------------------------------------------------------------------
@@ -155,38 +153,41 @@ def cmd_warm(args: argparse.Namespace) -> int:
         if args.workload or args.force:
             raise CliError("warm: --clear takes no --workload or --force")
         package = _import_name(args.package)
-        removed = usercache.clear(package)
+        from hatch_precompile.tools import warm
+
+        removed = warm.clear(package)
         if removed is None:
             _say(f"warm --clear: nothing stored for {package} ({usercache.package_dir(package)})")
         else:
             _say(f"warm --clear: removed {removed}")
-        return 0
-    from hatch_precompile import warm
+        return EXIT_OK
+    from hatch_precompile.build.capture import WorkloadFailed
+    from hatch_precompile.tools import warm
 
     package, directory, workloads, source = _workloads(args, "warm")
     if not args.force:
-        fits = warm.shipped_match(directory)
+        fits = warm.shipped_match(package, directory)
         if fits:
             _say(
                 f"warm: {package}'s shipped artifacts already match this environment ({fits}); "
                 "nothing to do (--force warms anyway)"
             )
-            return 0
+            return EXIT_OK
     enabled, why = _decide(package)
     if not enabled:
         _say(f"warm: note: {package} is disabled ({why}); load() will not use what is stored until enabled")
     _say(f"warm {package}: running {', '.join(workloads)} (from {source}) ...")
     try:
-        stored, data = warm.warm(package, workloads, args.timeout, _say)
+        stored, manifest = warm.warm(package, workloads, args.timeout, _say)
     except (warm.WarmError, WorkloadFailed, OSError) as exc:
         raise CliError(f"warm: {exc}") from None
-    total = sum(entry["size"] for entry in data["files"].values())
+    total = sum(entry.size for entry in manifest.files.values())
     _say(
-        f"warm: stored {len(data['files'])} files ({total / 1e6:.2f} MB) for torch {data['env']['torch']}, "
-        f"CPU capability {data['env']['cpu_capability']} in {stored}"
+        f"warm: stored {len(manifest.files)} files ({total / 1e6:.2f} MB) for torch {manifest.env['torch']}, "
+        f"CPU capability {manifest.env['cpu_capability']} in {stored}"
     )
     _say(f"warm: load({package!r}) uses them in this environment when the shipped artifacts do not match")
-    return 0
+    return EXIT_OK
 
 
 def _import_name(name: str) -> str:
@@ -210,17 +211,17 @@ def cmd_switch(args: argparse.Namespace) -> int:
     enabled = args.command == "enable"
     file = preferences.path()
     for name in args.packages:
-        if not preferences.is_valid_name(name):
+        if not switches.is_valid_name(name):
             raise CliError(f"{args.command}: {name!r} is not a valid package name")
     for name in args.packages:
         try:
-            key, previous = preferences.set_enabled(file, name, enabled)
+            key, previous = switches.set_enabled(file, name, enabled)
         except preferences.PreferencesError as exc:
             raise CliError(f"{args.command}: {exc}") from None
         except OSError as exc:
             raise CliError(
                 f"{args.command}: cannot write the preferences file {file}: {exc}; set "
-                f"{preferences.PATH_VAR} to a file you can write"
+                f"{PREFERENCES_VAR} to a file you can write"
             ) from None
         value = "true" if enabled else "false"
         unchanged = " (unchanged)" if previous is enabled else ""
@@ -230,12 +231,12 @@ def cmd_switch(args: argparse.Namespace) -> int:
             _say(f"{name}: note: {why} in the environment overrides the preferences file")
     if sys.version_info < (3, 11):
         _say("note: Python 3.10 has no tomllib: load() reads no preferences here (the build hook does)")
-    return 0
+    return EXIT_OK
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     file = preferences.path()
-    source = f"from {preferences.PATH_VAR}" if os.environ.get(preferences.PATH_VAR, "").strip() else "sys.prefix"
+    source = f"from {PREFERENCES_VAR}" if os.environ.get(PREFERENCES_VAR, "").strip() else "sys.prefix"
     _say(f"preferences file: {file} ({source}; {'exists' if file.is_file() else 'does not exist'})")
     if file.is_file():
         try:
@@ -246,8 +247,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             _say(f"  [{key}] enable = {'true' if value else 'false'}")
         if not entries:
             _say("  (no package switches)")
-    switches = sorted(k for k in os.environ if k == gate.GLOBAL_VAR or k.startswith(gate.GLOBAL_VAR + "_"))
-    _say("environment switches: " + (", ".join(f"{k}={os.environ[k]}" for k in switches) or "none"))
+    variables = sorted(k for k in os.environ if k == GLOBAL_SWITCH or k.startswith(GLOBAL_SWITCH + "_"))
+    _say("environment switches: " + (", ".join(f"{k}={os.environ[k]}" for k in variables) or "none"))
     base = usercache.base_dir()
     _say(f"per-user cache (hatch-precompile warm): {base}")
     if base is not None and base.is_dir():
@@ -260,7 +261,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     for name in args.packages:
         enabled, why = _decide(name)
         _say(f"{name}: {'on' if enabled else 'off'} ({why})")
-    return 0
+    return EXIT_OK
 
 
 # -- main ------------------------------------------------------------------------------------------
@@ -311,14 +312,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if getattr(args, "timeout", 1.0) <= 0:
         print(f"hatch-precompile {args.command}: error: --timeout must be positive", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     try:
         return args.func(args)
     except CliError as exc:
         print(f"hatch-precompile {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The preferences file: per-package on/off switches of one environment.
+"""Reading the preferences file: per-package on/off switches of one environment.
 
 The analog of Julia's ``LocalPreferences.toml``::
 
@@ -20,46 +20,30 @@ runs of ``-_.`` become ``-``, lower case), so ``[Sample_Pkg]`` names the import 
 
 Reading is on ``load()``'s path: standard library ``tomllib`` only, and only if the file exists
 (on Python 3.10, which has no ``tomllib``, there are no preferences at run time; the build
-hook falls back to ``tomlkit``). Editing is for the CLI: ``tomlkit``, so comments and layout
-survive.
+hook falls back to ``tomlkit``). Editing is the CLI's (tools/switches.py).
 """
 
 from __future__ import annotations
 
 import os
-import re
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-PATH_VAR = "HATCH_PRECOMPILE_PREFERENCES"
+from hatch_precompile.protocol import PREFERENCES_VAR, canonical_name
+
 FILENAME = "hatch-precompile.toml"
 KEY = "enable"
-HEADER = (
-    "# hatch-precompile preferences for this environment: per-package switches read by the\n"
-    "# build hook and by hatch_precompile.load(). Edit by hand or with\n"
-    "# `hatch-precompile disable NAME` / `hatch-precompile enable NAME`.\n"
-)
-_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
 
 
 class PreferencesError(ValueError):
     """The preferences file cannot be read or holds a value that is not a switch."""
 
 
-def canonical(name: str) -> str:
-    """PEP 503 normalisation; the same result as ``packaging.utils.canonicalize_name``."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def is_valid_name(name: str) -> bool:
-    return bool(_NAME.fullmatch(name))
-
-
 def path(environ: Mapping[str, str] | None = None) -> Path:
     """The file of this environment: the one the CLI edits."""
     env = os.environ if environ is None else environ
-    explicit = env.get(PATH_VAR, "").strip()
+    explicit = env.get(PREFERENCES_VAR, "").strip()
     return Path(explicit) if explicit else Path(sys.prefix) / FILENAME
 
 
@@ -68,7 +52,7 @@ def candidates(environ: Mapping[str, str] | None = None, build: bool = False) ->
     env = os.environ if environ is None else environ
     found = [path(env)]
     venv = env.get("VIRTUAL_ENV", "").strip()
-    if build and not env.get(PATH_VAR, "").strip() and venv:
+    if build and not env.get(PREFERENCES_VAR, "").strip() and venv:
         # `python -m build` runs the backend in its own venv; the user's is still VIRTUAL_ENV.
         if os.path.realpath(venv) != os.path.realpath(sys.prefix):
             found.append(Path(venv) / FILENAME)
@@ -85,7 +69,7 @@ def read(file: Path, build: bool = False) -> dict[str, tuple[str, bool]]:
     for key, table in data.items():
         if not isinstance(table, dict):
             raise PreferencesError(
-                f"preferences file {file}: `{key}` must be a table, e.g. [{canonical(key)}] "
+                f"preferences file {file}: `{key}` must be a table, e.g. [{canonical_name(key)}] "
                 f"with {KEY} = true or false"
             )
         if KEY not in table:
@@ -95,7 +79,7 @@ def read(file: Path, build: bool = False) -> dict[str, tuple[str, bool]]:
             raise PreferencesError(
                 f"preferences file {file}: [{key}] {KEY} must be true or false, got {value!r}"
             )
-        name = canonical(key)
+        name = canonical_name(key)
         if name in entries:
             raise PreferencesError(
                 f"preferences file {file}: [{entries[name][0]}] and [{key}] both name package {name!r}"
@@ -125,68 +109,9 @@ def lookup(
             continue
         entries = read(file, build)
         for name in names:
-            hit = entries.get(canonical(name))
+            hit = entries.get(canonical_name(name))
             if hit is not None:
                 key, value = hit
                 return value, f"{file}: [{key}] {KEY} = {'true' if value else 'false'}"
         return None  # the environment's file was found; it just does not name this package
     return None
-
-
-def set_enabled(file: Path, name: str, enabled: bool) -> tuple[str, bool | None]:
-    """Set ``[name] enable`` in ``file``, keeping everything else byte for byte.
-
-    Returns (the table name used, the previous value or None). The CLI's job; imports tomlkit.
-    """
-    import tomlkit
-    from tomlkit.exceptions import TOMLKitError
-
-    from packaging.utils import canonicalize_name
-
-    target = canonicalize_name(name)
-    try:
-        text = _read_text(file) if file.exists() else HEADER
-        doc = tomlkit.parse(text)
-    except (OSError, UnicodeDecodeError, TOMLKitError) as exc:
-        raise PreferencesError(f"preferences file {file} cannot be read: {exc}") from None
-    matches = [key for key in doc if canonical(key) == target]
-    if len(matches) > 1:
-        raise PreferencesError(
-            f"preferences file {file}: [{matches[0]}] and [{matches[1]}] both name package {target!r}"
-        )
-    previous: bool | None = None
-    if matches:
-        key = matches[0]
-        table = doc[key]
-        if not isinstance(table, dict):
-            raise PreferencesError(f"preferences file {file}: `{key}` must be a table")
-        old = table.get(KEY)
-        old = old.unwrap() if hasattr(old, "unwrap") else old
-        previous = old if isinstance(old, bool) else None
-        table[KEY] = enabled
-    else:
-        key = target
-        table = tomlkit.table()
-        table.add(KEY, enabled)
-        doc.add(key, table)
-    _write_atomically(file, tomlkit.dumps(doc))
-    return key, previous
-
-
-def _read_text(file: Path) -> str:
-    with open(file, encoding="utf-8", newline="") as handle:  # keep \r\n line ends as they are
-        return handle.read()
-
-
-def _write_atomically(file: Path, text: str) -> None:
-    file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-        if file.exists():
-            os.chmod(tmp, file.stat().st_mode & 0o7777)
-        os.replace(tmp, file)  # readers see the old file or the new one, never half of one
-    finally:
-        if tmp.exists():
-            tmp.unlink()

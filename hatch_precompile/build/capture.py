@@ -1,0 +1,289 @@
+"""Run the workloads in a child process and lay out ``_precompiled/`` with its manifest.
+
+No torch here: the child (worker.py) imports it; this process starts the child, shows its
+progress, and copies files. Backend-neutral, so that ``warm`` runs exactly what a build runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Callable
+
+from hatch_precompile import __version__
+from hatch_precompile.build import child
+from hatch_precompile.protocol import (
+    CACHE_DIR_VAR, DIRNAME, EXIT_WORKLOAD_FAILED, HEARTBEAT_VAR, INDUCTOR_DIR, MANIFEST_FILE, MEGACACHE_FILE,
+    TORCHSCRIPT_DIR, FileEntry, Kernel, Manifest, Workload, sha256,
+)
+from hatch_precompile.run import relocate
+
+# A workload that runs for minutes must not look hung: one line every this many seconds.
+HEARTBEAT_SECONDS = 30.0
+# Inductor's own bookkeeping, never worth shipping: lock files and half-written temp files.
+_SKIP_DIRS = {"locks"}
+
+Say = Callable[[str], None]
+
+
+class WorkloadFailed(Exception):
+    def __init__(self, workload: str | None, detail: str, missing_module: str | None = None) -> None:
+        self.workload = workload
+        self.detail = detail
+        self.missing_module = missing_module  # the module a failed import did not find
+        where = f"workload {workload!r}" if workload else "the precompile child process"
+        super().__init__(f"{where} failed: {detail}")
+
+
+def heartbeat_seconds(environ: dict[str, str] | None = None) -> float:
+    raw = (os.environ if environ is None else environ).get(HEARTBEAT_VAR, "").strip()
+    if not raw:
+        return HEARTBEAT_SECONDS
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"{HEARTBEAT_VAR}={raw!r} must be a positive number of seconds")
+    return value
+
+
+def capture(
+    *,
+    root: Path | None,
+    work_dir: Path,
+    package: str,
+    workloads: list[str],
+    timeout: float,
+    say: Say,
+    python: str = sys.executable,
+    environ: dict[str, str] | None = None,
+) -> Path | None:
+    """Run ``workloads`` and build ``work_dir/_precompiled``; return it, or None if nothing compiled.
+
+    ``root`` is the project dir put first on the child's ``sys.path`` (None: the package is
+    already importable, as for ``hatch-precompile warm``). ``python`` and ``environ`` are the
+    child's interpreter and environment (another environment's, see target.py). Raises
+    WorkloadFailed on a raising, crashing or timed-out workload.
+    """
+    started = time.perf_counter()
+    cache_dir, out_dir = work_dir / "inductor-cache", work_dir / "child-out"
+    cache_dir.mkdir(parents=True)
+    out_dir.mkdir()
+    paths = [] if root is None else [str(root)] + ([str(root / "src")] if (root / "src").is_dir() else [])
+    spec_path = work_dir / "spec.json"
+    spec_path.write_text(json.dumps({"workloads": workloads, "out": str(out_dir), "paths": paths}))
+    env = dict(os.environ if environ is None else environ, **{CACHE_DIR_VAR: str(cache_dir)})
+    result = _run_workloads(python, spec_path, out_dir, env, timeout, say)
+
+    target = work_dir / DIRNAME
+    copied = _copy_cache(cache_dir, target / INDUCTOR_DIR)
+    scripted = _copy_outputs(out_dir, target)
+    if not any((target / INDUCTOR_DIR / kind).is_dir() for kind in ("aotautograd", "fxgraph")) and not scripted:
+        shutil.rmtree(target, ignore_errors=True)
+        return None
+    kernels, unverified = _relocatable_kernels(target, result["kernel_commands"], result["path_values"])
+    if unverified:
+        say(
+            f"precompile: {unverified} kernel(s) are not relocatable with this torch; they hit "
+            "only where torch is installed at the same path as in this build"
+        )
+    manifest = _manifest(package, result, target, kernels, scripted)
+    manifest.cache_files_copied = copied
+    manifest.timings["total_seconds"] = round(time.perf_counter() - started, 3)
+    (target / MANIFEST_FILE).write_text(manifest.dumps())
+    return target
+
+
+def _manifest(package: str, result: dict[str, Any], target: Path, kernels: list[Kernel], scripted: list[Path]) -> Manifest:
+    """The manifest of the artifact dir ``target``, from what the child reported."""
+    return Manifest(
+        package=package,
+        env=result["env"],
+        files=_describe_files(target),
+        kernels=kernels,
+        torchscript={p.stem: f"{TORCHSCRIPT_DIR}/{p.name}" for p in scripted},
+        megacache={"file": MEGACACHE_FILE, "artifacts": result["megacache"]} if result["megacache"] else None,
+        workloads=[Workload.from_dict(w) for w in result["workloads"]],
+        generator=f"hatch-precompile {__version__}",
+        python_full=result["python_full"],
+        inductor_vec_isa=result["inductor_vec_isa"],
+        compile_times=result["compile_times"],
+        timings={"torch_import_seconds": result["import_seconds"]},
+    )
+
+
+def _run_workloads(
+    python: str, spec_path: Path, out_dir: Path, env: dict[str, str], timeout: float, say: Say
+) -> dict[str, Any]:
+    """The child's result; raises WorkloadFailed if it did not finish them all."""
+    code, running, tail, timed_out = _Watch(say, heartbeat_seconds(env)).run(
+        child.start(python, "hatch_precompile.build.worker", spec_path, env,
+                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"),
+        timeout,
+    )
+    result = child.read_result(out_dir)
+    if code == EXIT_WORKLOAD_FAILED and "error" in result:
+        error = result["error"]
+        raise WorkloadFailed(error["workload"], "\n" + error["traceback"], error.get("missing_module"))
+    if timed_out:  # also while torch was still importing, before the first workload started
+        raise WorkloadFailed(running, f"timed out after {timeout:g} s (the `timeout` option)")
+    if code != 0 or "env" not in result:
+        raise WorkloadFailed(running, f"the child process exited with code {code}; its last output:\n{tail}")
+    return result
+
+
+class _Watch:
+    """Relays a child's output and progress events as build lines, with a heartbeat."""
+
+    def __init__(self, say: Say, heartbeat: float) -> None:
+        self.say = say
+        self.heartbeat = heartbeat
+        self.running: str | None = None
+        self.workload_started = time.monotonic()
+        self.tail: deque[str] = deque(maxlen=40)
+
+    def run(self, proc: subprocess.Popen, timeout: float) -> tuple[int, str | None, str, bool]:
+        """(exit code, workload running at the end, last output lines, timed out)."""
+        lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=_pump, args=(proc, lines), daemon=True).start()
+        started = time.monotonic()
+        next_beat = started + self.heartbeat
+        try:
+            while True:
+                now = time.monotonic()
+                if now - started > timeout:
+                    child.kill_group(proc)
+                    self.tail.append(f"killed after the {timeout:g} s timeout")
+                    return proc.returncode, self.running, "\n".join(self.tail), True
+                try:
+                    line = lines.get(timeout=min(1.0, max(0.05, next_beat - now)))
+                except queue.Empty:
+                    if time.monotonic() >= next_beat and self.running:
+                        seconds = time.monotonic() - self.workload_started
+                        self.say(f"precompile: workload {self.running} still running ({seconds:.0f} s)")
+                        next_beat = time.monotonic() + self.heartbeat
+                    continue
+                if line is None:
+                    return proc.wait(), self.running, "\n".join(self.tail), False
+                if self._event(line):
+                    next_beat = time.monotonic() + self.heartbeat
+        finally:
+            if proc.poll() is None:
+                child.kill_group(proc)
+
+    def _event(self, line: str) -> bool:
+        """Show one line of the child's; True when a workload started (the heartbeat restarts)."""
+        event = child.parse_event(line)
+        if event is None:
+            self.tail.append(line)
+            self.say(f"  | {line}")
+            return False
+        if event["event"] == "start":
+            self.running = event["workload"]
+            self.workload_started = time.monotonic()
+            of = f" ({event['index']}/{event['total']})" if event.get("total", 1) > 1 else ""
+            self.say(f"precompile: running workload {self.running}{of}")
+            return True
+        if event["event"] == "done":
+            say_done(event, self.say)
+            self.running = None
+        return False
+
+
+def _pump(proc: subprocess.Popen, lines: queue.Queue) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.put(line.rstrip("\n"))
+    lines.put(None)
+
+
+def say_done(workload: dict[str, Any], say: Say) -> None:
+    """A finished workload in build lines: the summary, then each graph break, recompile, float64."""
+    breaks, recompiled = workload.get("graph_breaks", []), workload["recompiles"]
+    graphs = workload["counters"].get("stats", {}).get("unique_graphs", 0)
+    float64 = sum(item["nodes"] for item in workload.get("float64", []))
+    say(
+        f"precompile: workload {workload['name']} finished in {workload['seconds']:.1f} s: "
+        f"{graphs} graph(s), {len(breaks)} graph break(s), "
+        f"{sum(len(r['reasons']) for r in recompiled)} recompile(s), "
+        f"{workload.get('kernels', 0)} kernel(s), {workload.get('cache_bytes', 0) / 1e6:.2f} MB"
+        + (f", {float64} float64 node(s)" if float64 else "")
+    )
+    for item in breaks:
+        say(f"  graph break at {item['location']}: {item['reason']}")
+    for item in recompiled:
+        for reason in item["reasons"]:
+            say(f"  recompiled {item['function']} ({item['location']}): {reason}")
+    for item in workload.get("float64", []):
+        say(
+            f"  float64 computed in a compiled graph at {item['location']} ({item['function']}): "
+            f"{item['nodes']} node(s): {', '.join(item['ops'])}"
+        )
+
+
+def _copy_cache(cache_dir: Path, dest: Path) -> int:
+    copied = 0
+    for path in sorted(cache_dir.rglob("*")):
+        rel = path.relative_to(cache_dir)
+        if rel.parts[0] in _SKIP_DIRS or path.name.endswith(".tmp") or path.is_symlink():
+            continue
+        if path.is_file():
+            target = dest / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+            copied += 1
+    return copied
+
+
+def _copy_outputs(out_dir: Path, target: Path) -> list[Path]:
+    """Mega-Cache and the TorchScript modules the child wrote; the TorchScript files."""
+    target.mkdir(parents=True, exist_ok=True)
+    if (out_dir / MEGACACHE_FILE).is_file():
+        shutil.copy2(out_dir / MEGACACHE_FILE, target / MEGACACHE_FILE)
+    scripted = sorted((out_dir / TORCHSCRIPT_DIR).glob("*.pt"))
+    if scripted:
+        shutil.copytree(out_dir / TORCHSCRIPT_DIR, target / TORCHSCRIPT_DIR)
+    return scripted
+
+
+def _relocatable_kernels(
+    target: Path, commands: dict[str, str], values: dict[str, str]
+) -> tuple[list[Kernel], int]:
+    """Kernels whose key our mirror of Inductor's hash reproduces (see run/relocate.py)."""
+    inductor_dir = target / INDUCTOR_DIR
+    entries, unverified = [], 0
+    for key, command in sorted(commands.items()):
+        source = inductor_dir / relocate.cache_relpath(key, ".main.cpp")
+        if not (source.is_file() and (inductor_dir / relocate.cache_relpath(key, ".main.so")).is_file()):
+            continue
+        template = relocate.to_template(command, values)
+        if relocate.code_key(source.read_text(), relocate.render(template, values)) != key:
+            unverified += 1
+            continue
+        group = sorted(source.parent.glob(key + ".*"))
+        entries.append(Kernel(
+            key=key,
+            command=template,
+            source=f"{INDUCTOR_DIR}/{relocate.cache_relpath(key, '.main.cpp')}",
+            files=tuple(f"{INDUCTOR_DIR}/{p.relative_to(inductor_dir).as_posix()}" for p in group),
+        ))
+    return entries, unverified
+
+
+def _describe_files(root: Path) -> dict[str, FileEntry]:
+    """size and sha256 of every regular file under ``root``, keyed by posix relative path."""
+    files = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and not path.is_symlink() and path.name != MANIFEST_FILE:
+            data = path.read_bytes()
+            files[path.relative_to(root).as_posix()] = FileEntry(len(data), sha256(data))
+    return files

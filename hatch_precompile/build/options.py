@@ -1,0 +1,85 @@
+"""The hook's table (``[tool.hatch.build.hooks.precompile]``) as typed, checked options.
+
+Backend-neutral: a dict in, Options out, or an OptionError whose message names the option and
+says what was expected and what was found.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from hatch_precompile.protocol import DEFAULT_TIMEOUT, DOTTED_NAME, WORKLOAD
+
+ON_FAILURE = ("error", "warn")
+# Keys hatchling itself reads from every hook table.
+RESERVED = frozenset(
+    {"dependencies", "require-runtime-dependencies", "require-runtime-features", "enable-by-default"}
+)
+
+
+class OptionError(ValueError):
+    """An option of the table is wrong; the message names it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    workloads: tuple[str, ...] = ()
+    """``workload``: "module:callable" strings, run in order in one child process."""
+    enable: bool = True
+    """``enable``: the default; ``PRECOMPILE*`` variables and the preferences file override it."""
+    timeout: float = DEFAULT_TIMEOUT
+    """``timeout``: seconds for all workloads together."""
+    on_failure: str = "error"
+    """``on-failure``: "warn" builds a plain wheel when a workload fails."""
+    package: str | None = None
+    """``package``: the import package that ships ``_precompiled/``; default: the workload's."""
+
+    @property
+    def import_package(self) -> str | None:
+        """The package that ships ``_precompiled/`` and calls ``load()``."""
+        if self.package:
+            return self.package
+        if self.workloads:
+            return self.workloads[0].split(":", 1)[0].split(".", 1)[0]
+        return None
+
+
+KNOWN = ("enable", "on-failure", "package", "timeout", "workload")
+
+
+def parse(table: dict[str, Any], hook: str) -> Options:
+    """Options from the hook's table; raises OptionError naming the first bad option."""
+    def bad(option: str, expected: str, found: Any) -> OptionError:
+        return OptionError(f"Option `{option}` for build hook `{hook}` must be {expected}, got {found!r}")
+
+    unknown = sorted(set(table) - set(KNOWN) - RESERVED)
+    if unknown:
+        raise OptionError(
+            f"Unknown option(s) {', '.join(f'`{u}`' for u in unknown)} for build hook `{hook}`; "
+            f"known options: {', '.join(KNOWN)}"
+        )
+    enable = table.get("enable", True)
+    if not isinstance(enable, bool):
+        raise bad("enable", "a boolean", enable)
+    workloads = table.get("workload", [])
+    if isinstance(workloads, str):
+        workloads = [workloads]
+    if not isinstance(workloads, list) or not all(isinstance(w, str) for w in workloads):
+        raise bad("workload", "a string or an array of strings", workloads)
+    for workload in workloads:
+        if not WORKLOAD.fullmatch(workload):
+            raise OptionError(
+                f"Option `workload` for build hook `{hook}`: entry {workload!r} must look like "
+                "'package.module:function'"
+            )
+    timeout = table.get("timeout", DEFAULT_TIMEOUT)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise bad("timeout", "a positive number of seconds", timeout)
+    on_failure = table.get("on-failure", "error")
+    if on_failure not in ON_FAILURE:
+        raise bad("on-failure", f"one of {', '.join(ON_FAILURE)}", on_failure)
+    package = table.get("package")
+    if package is not None and not (isinstance(package, str) and DOTTED_NAME.fullmatch(package)):
+        raise bad("package", "an importable package name", package)
+    return Options(tuple(workloads), enable, float(timeout), on_failure, package)

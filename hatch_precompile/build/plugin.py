@@ -1,0 +1,192 @@
+"""The hatchling build hook ``[tool.hatch.build.hooks.precompile]``: an adapter, nothing more.
+
+It maps hatch's table to Options (options.py), asks the switch (run/gate.py) and the target
+(target.py), and hands off to capture.py; what comes back goes into the wheel.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import sys
+import tempfile
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from hatchling.builders.hooks.plugin.interface import BuildHookInterface
+
+from hatch_precompile.build import options as options_module
+from hatch_precompile.protocol import DECLARATION_FILE, DIRNAME, MANIFEST_FILE, Declaration, Manifest
+from hatch_precompile.run import gate
+
+
+class PrecompileBuildHook(BuildHookInterface):
+    PLUGIN_NAME = "precompile"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._work_dir: Path | None = None
+
+    @cached_property
+    def options(self) -> options_module.Options:
+        try:
+            return options_module.parse(self.config, self.PLUGIN_NAME)
+        except options_module.OptionError as exc:
+            raise ValueError(str(exc)) from None
+
+    @cached_property
+    def enabled(self) -> tuple[bool, str]:
+        """(on, why). The preferences file may name the project or its import package."""
+        package = self.options.import_package
+        try:
+            return gate.decide(
+                self.metadata.name, self.options.enable, aliases=[package] if package else [], build=True
+            )
+        except gate.GateValueError as exc:
+            raise ValueError(f"build hook `{self.PLUGIN_NAME}`: {exc}") from None
+
+    @cached_property
+    def where(self) -> Any:
+        """Where the workload runs: the target environment when it has a suitable torch."""
+        from hatch_precompile.build import target
+
+        try:
+            return target.choose(self._torch_requirement())
+        except target.TargetError as exc:
+            raise ValueError(f"build hook `{self.PLUGIN_NAME}`: {exc}") from None
+
+    def _torch_requirement(self) -> str | None:
+        """The project's own requirement on torch, as written (``torch>=2.7``), if it has one."""
+        from packaging.requirements import InvalidRequirement, Requirement
+        from packaging.utils import canonicalize_name
+
+        for raw in self.metadata.core.dependencies:
+            try:
+                if canonicalize_name(Requirement(raw).name) == "torch":
+                    return raw
+            except InvalidRequirement:
+                continue
+        return None
+
+    # -- hatchling interface -------------------------------------------------------------
+    def dependencies(self) -> list[str]:
+        """Ask for the project's torch requirement, unless the workload runs in the target env."""
+        if self.target_name != "wheel" or not self.enabled[0] or not self.options.workloads:
+            return []
+        requirement = self._torch_requirement()
+        if requirement is None or self.where.target is not None:
+            return []
+        return [requirement]
+
+    def initialize(self, version: str, build_data: dict[str, Any]) -> None:
+        options = self.options  # a typo fails every target, not just the wheel
+        if self.target_name != "wheel":
+            return
+        package = options.import_package
+        if package is not None:
+            # Even a plain wheel says what its workloads are, so `hatch-precompile warm` finds them.
+            declaration = self._scratch() / DECLARATION_FILE
+            declaration.write_text(Declaration(package, options.workloads, options.timeout).dumps())
+            build_data["extra_metadata"][str(declaration)] = DECLARATION_FILE
+        if version == "editable":
+            self.app.display_info("precompile: editable install, workloads not run (only regular wheels ship caches)")
+            return
+        enabled, why = self.enabled
+        if not enabled:
+            self.app.display_info(f"precompile: off ({why}); building a plain wheel")
+            return
+        self._check_package(package)
+        artifacts = self._capture(package)
+        if artifacts is None:
+            return
+        self._report(artifacts)
+        build_data["force_include"][str(artifacts)] = f"{package.replace('.', '/')}/{DIRNAME}"
+        build_data["pure_python"] = False
+        build_data["infer_tag"] = True
+
+    def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
+        self._cleanup()
+
+    # -- steps -----------------------------------------------------------------------------
+    def _check_package(self, package: str | None) -> None:
+        hook = f"for build hook `{self.PLUGIN_NAME}`"
+        if not self.options.workloads:
+            raise ValueError(f'Option `workload` {hook} is required (e.g. workload = "mypkg.precompile:workload")')
+        if not any((Path(self.root) / base / package.replace(".", "/")).is_dir() for base in ("", "src")):
+            raise ValueError(
+                f"Option `package` {hook} is {package!r}, but no such package directory exists under "
+                f"{self.root} (set `package` to the package that calls hatch_precompile.load)"
+            )
+
+    def _capture(self, package: str) -> Path | None:
+        """Run the workloads; the artifact dir, or None when the wheel is to be built without."""
+        from hatch_precompile.build.capture import WorkloadFailed, capture  # imported only when on
+
+        where = self.where
+        self.app.display_info(f"precompile: building artifacts for {where.why}")
+        try:
+            artifacts = capture(
+                root=Path(self.root), work_dir=self._scratch(), package=package,
+                workloads=list(self.options.workloads), timeout=self.options.timeout,
+                say=self.app.display_info, python=where.python, environ=where.environ(os.environ),
+            )
+        except WorkloadFailed as exc:
+            message = f"precompile: {exc}"
+            if exc.missing_module:
+                message += "\n" + _missing_module_hint(exc.missing_module, where)
+            if self.options.on_failure == "warn":
+                self.app.display_warning(
+                    f'{message}\nprecompile: on-failure = "warn": building the wheel without precompiled artifacts'
+                )
+                return None
+            self.app.abort(message)
+            raise  # abort() exits; this only guards an app that returns
+        if artifacts is None:
+            self.app.display_warning(
+                "precompile: the workload compiled nothing (no torch.compile call ran and no "
+                "TorchScript module was saved); building the wheel without artifacts"
+            )
+        return artifacts
+
+    def _report(self, artifacts: Path) -> None:
+        manifest = Manifest.parse((artifacts / MANIFEST_FILE).read_bytes())
+        total = sum(entry.size for entry in manifest.files.values())
+        breaks = sum(len(w.graph_breaks) for w in manifest.workloads)
+        self.app.display_info(
+            f"precompile: captured {manifest.graph_entries} compiled graph(s), "
+            f"{manifest.count('kernel_binary')} kernel binaries, {len(manifest.torchscript)} TorchScript "
+            f"module(s); {len(manifest.files)} files, {total / 1e6:.2f} MB, in "
+            f"{manifest.timings['total_seconds']:.1f} s" + (f"; {breaks} graph break(s)" if breaks else "")
+        )
+        env = manifest.env
+        self.app.display_info(
+            f"precompile: artifacts are used only with torch {env['torch']}, Python {env['python']}, "
+            f"CPU capability {env['cpu_capability']}, compiler {env['cxx']}"
+        )
+
+    def _scratch(self) -> Path:
+        if self._work_dir is None:
+            self._work_dir = Path(tempfile.mkdtemp(prefix="hatch-precompile-"))
+            atexit.register(self._cleanup)
+        return self._work_dir
+
+    def _cleanup(self) -> None:
+        if self._work_dir is not None:
+            shutil.rmtree(self._work_dir, ignore_errors=True)
+            self._work_dir = None
+
+
+def _missing_module_hint(module: str, where: Any) -> str:
+    if where.target is not None:
+        return (
+            f"precompile: the workload imports {module!r}, which the environment being installed "
+            f"into ({where.target.prefix}) does not have yet: installers add a project's dependencies "
+            f"only after building its wheel. Install {module!r} there first, then install this project again"
+        )
+    return (
+        f"precompile: the workload imports {module!r}, which the build environment ({sys.prefix}) does "
+        "not have: set `require-runtime-dependencies = true` in [tool.hatch.build.hooks.precompile], "
+        "or install it there"
+    )

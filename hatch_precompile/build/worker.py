@@ -1,0 +1,102 @@
+"""The build's child process: run the workloads, then save what compiling produced.
+
+Started by capture.py (through child.py) with a fresh, private ``TORCHINDUCTOR_CACHE_DIR``.
+Writes into the spec's ``out`` dir: ``result.json``, ``megacache.bin`` and ``torchscript/``;
+the parent copies the cache dir itself. Progress goes to stdout as marked events (child.emit).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hatch_precompile.build import child, observe
+from hatch_precompile.protocol import (
+    BUILDING_VAR, CACHE_DIR_VAR, EXIT_OK, EXIT_WORKLOAD_FAILED, MEGACACHE_FILE, TORCHSCRIPT_DIR, TORCHSCRIPT_DIR_VAR,
+)
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[1]).read_text())
+    out = Path(spec["out"])
+    sys.path[:0] = spec["paths"]
+    os.environ[BUILDING_VAR] = "1"
+    os.environ[TORCHSCRIPT_DIR_VAR] = str(out / TORCHSCRIPT_DIR)
+
+    started = time.perf_counter()
+    import torch
+    import torch._dynamo  # noqa: F401  (torch 2.7.0 saved no Mega-Cache unless dynamo was imported first)
+
+    from hatch_precompile.run import speedups
+
+    speedups.apply()  # records this machine's ISA probes for the installed package's first run
+    kernel_commands = observe.record_kernel_commands()
+    observer = observe.Observer(os.environ.get(CACHE_DIR_VAR), logs=True)
+    import_seconds = time.perf_counter() - started
+
+    workloads = []
+    for index, name in enumerate(spec["workloads"], 1):
+        child.emit("start", workload=name, index=index, total=len(spec["workloads"]))
+        try:
+            workloads.append(observer.measure(name, child.resolve(name)))
+        except BaseException as exc:
+            child.write_result(out, {"error": child.failure(name, exc)})
+            child.emit("failed", workload=name)
+            return EXIT_WORKLOAD_FAILED
+        child.emit("done", **workloads[-1])
+
+    child.write_result(out, {
+        **_environment(torch),
+        "import_seconds": round(import_seconds, 3),
+        "workloads": workloads,
+        "megacache": _save_megacache(torch, out),
+        "compile_times": _compile_times(),
+        "kernel_commands": kernel_commands,
+    })
+    return EXIT_OK
+
+
+def _environment(torch: Any) -> dict[str, Any]:
+    from hatch_precompile.run import envkey, relocate
+
+    return {
+        "env": envkey.current(torch),
+        "python_full": sys.version.split()[0],
+        "inductor_vec_isa": _vec_isa(),
+        "path_values": relocate.path_values(os.path.dirname(torch.__file__)),
+    }
+
+
+def _save_megacache(torch: Any, out: Path) -> dict[str, list[str]] | None:
+    """Mega-Cache's bytes, shipped beside the cache dir; the cache dir alone makes the warm start."""
+    try:
+        saved = torch.compiler.save_cache_artifacts()
+        if saved is None or not saved[0]:
+            return None
+        artifacts = {str(k): [str(key) for key in v] for k, v in saved[1].artifacts.items()}
+    except Exception:
+        return None
+    (out / MEGACACHE_FILE).write_bytes(saved[0])
+    return artifacts
+
+
+def _compile_times() -> str | None:
+    try:
+        from torch._dynamo.utils import compile_times
+
+        return compile_times(repr="str", aggregate=True)
+    except Exception:  # a report's detail; never worth failing a build for
+        return None
+
+
+def _vec_isa() -> str | None:
+    try:
+        from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+        return str(pick_vec_isa())
+    except Exception:
+        return None

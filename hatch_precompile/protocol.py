@@ -1,0 +1,343 @@
+"""The contract between the build, run and tools sides: names, the environment key, the manifest.
+
+Every side imports this module and nothing imports the other sides' internals through it. It
+is on ``load()``'s path, so it uses the standard library only and imports nothing heavy.
+
+Layout of ``<package>/_precompiled/`` in a wheel (or of a ``hatch-precompile warm`` entry)::
+
+    manifest.json              the Manifest below
+    megacache.bin              torch.compiler.save_cache_artifacts() bytes
+    inductor/...               the workload's Inductor cache dir (FX graph, AOTAutograd, kernels)
+    torchscript/<name>.pt      modules recorded with save_torchscript()
+
+and in every wheel's ``.dist-info/extra_metadata/hatch-precompile.json``, the Declaration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import posixpath
+import re
+from typing import Any
+
+# -- names ---------------------------------------------------------------------------------------
+
+DIRNAME = "_precompiled"
+MANIFEST_FILE = "manifest.json"
+INDUCTOR_DIR = "inductor"
+MEGACACHE_FILE = "megacache.bin"
+TORCHSCRIPT_DIR = "torchscript"
+DECLARATION_FILE = "hatch-precompile.json"
+DECLARATION_PATH = f"extra_metadata/{DECLARATION_FILE}"  # inside a wheel's .dist-info
+APP = "hatch-precompile"  # the per-user cache dir's name
+
+# -- environment variables -------------------------------------------------------------------------
+
+GLOBAL_SWITCH = "PRECOMPILE"  # and PRECOMPILE_<NAME> per package (package_switch)
+PREFERENCES_VAR = "HATCH_PRECOMPILE_PREFERENCES"
+TARGET_VAR = "HATCH_PRECOMPILE_TARGET"
+HEARTBEAT_VAR = "HATCH_PRECOMPILE_HEARTBEAT"
+NO_SPEEDUPS_VAR = "HATCH_PRECOMPILE_NO_SPEEDUPS"
+BUILDING_VAR = "HATCH_PRECOMPILE_BUILDING"  # set in a build's child: load() stays off there
+TORCHSCRIPT_DIR_VAR = "HATCH_PRECOMPILE_TORCHSCRIPT_DIR"  # where save_torchscript() writes
+CACHE_DIR_VAR = "TORCHINDUCTOR_CACHE_DIR"  # torch's
+
+# -- exit codes --------------------------------------------------------------------------------
+
+EXIT_OK = 0
+EXIT_FOUND = 1  # `verify` found a miss, `report` found no artifacts
+EXIT_USAGE = 2  # a usage error, a package not installed, a workload that raised
+EXIT_WORKLOAD_FAILED = 3  # a build's or verify's child: a workload raised
+EXIT_INTERRUPTED = 130
+
+# -- workloads -----------------------------------------------------------------------------------
+
+DEFAULT_TIMEOUT = 1800.0
+DOTTED_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+WORKLOAD = re.compile(rf"{DOTTED_NAME.pattern}:{DOTTED_NAME.pattern}")  # "package.module:function"
+
+
+def canonical_name(name: str) -> str:
+    """PEP 503 normalisation (``packaging.utils.canonicalize_name``): ``Sample.Pkg`` -> ``sample-pkg``."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def package_switch(name: str) -> str:
+    """``sample-pkg`` / ``sample_pkg`` / ``Sample.Pkg`` -> ``PRECOMPILE_SAMPLE_PKG``."""
+    return f"{GLOBAL_SWITCH}_{canonical_name(name).replace('-', '_').upper()}"
+
+
+# -- the environment key ---------------------------------------------------------------------------
+
+# Order matters: the first differing field is the one a skip message names.
+ENV_FIELDS = ("python", "torch", "system", "machine", "cpu_capability", "cxx", "cuda", "triton", "gpu")
+
+
+def first_mismatch(built: dict[str, Any], here: dict[str, Any]) -> tuple[str, Any, Any] | None:
+    """(field, value at build, value here) of the first differing field, or None."""
+    for field in ENV_FIELDS:
+        if built.get(field) != here.get(field):
+            return field, built.get(field), here.get(field)
+    return None
+
+
+# -- files -----------------------------------------------------------------------------------------
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def is_safe_relpath(path: Any) -> bool:
+    """A plain relative posix path that stays inside the manifest's directory."""
+    if not isinstance(path, str) or not path or "\\" in path or "\x00" in path:
+        return False
+    if path.startswith("/") or posixpath.normpath(path) != path:
+        return False
+    return ".." not in path.split("/")
+
+
+FILE_KINDS = ("aotautograd", "fxgraph", "kernel_binary", "other_inductor", "megacache", "torchscript", "other")
+
+
+def file_kind(path: str) -> str:
+    """Which of FILE_KINDS an artifact path is, for reports."""
+    if path.startswith(f"{INDUCTOR_DIR}/aotautograd/"):
+        return "aotautograd"
+    if path.startswith(f"{INDUCTOR_DIR}/fxgraph/"):
+        return "fxgraph"
+    if path.endswith(".so"):
+        return "kernel_binary"
+    if path.startswith(f"{INDUCTOR_DIR}/"):
+        return "other_inductor"
+    if path == MEGACACHE_FILE:
+        return "megacache"
+    if path.startswith(f"{TORCHSCRIPT_DIR}/"):
+        return "torchscript"
+    return "other"
+
+
+# -- the manifest ----------------------------------------------------------------------------------
+
+FORMAT = 1
+
+
+class ManifestError(Exception):
+    """The manifest cannot be trusted; nothing it names is used."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FileEntry:
+    size: int
+    sha256: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernel:
+    """A CPU kernel whose name depends on install paths (see run/relocate.py)."""
+
+    key: str  # its name in the build's cache dir
+    command: str  # its hashed compiler command line, install paths as placeholders
+    source: str  # the manifest path of its .cpp
+    files: tuple[str, ...]  # the manifest paths named after ``key``
+
+
+@dataclasses.dataclass
+class Graph:
+    """One graph a workload compiled, from torch's compilation metrics."""
+
+    compile_id: str | None = None
+    kind: str = "forward"  # or "backward"
+    function: str | None = None
+    location: str | None = None  # file:line of the compiled function
+    seconds: float = 0.0
+    inductor_seconds: float | None = None
+    ops: int | None = None
+    recompile_reason: str | None = None
+    fail_reason: str | None = None
+    aot_hits: int = 0
+    aot_misses: int = 0
+    fx_hits: int = 0
+    fx_misses: int = 0
+
+
+@dataclasses.dataclass
+class Workload:
+    """What one workload compiled at build time, and what it cost (``report`` shows it)."""
+
+    name: str
+    seconds: float = 0.0
+    counters: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    graphs: list[Graph] | None = None  # None: not recorded by the version that built it
+    graph_breaks: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    recompiles: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    float64: list[dict[str, Any]] | None = None  # None: not recorded by the version that built it
+    kernels: int | None = None
+    cache_bytes: int | None = None
+
+    @property
+    def unique_graphs(self) -> int:
+        return self.counters.get("stats", {}).get("unique_graphs", 0)
+
+    @classmethod
+    def from_dict(cls, w: dict[str, Any]) -> "Workload":
+        graphs = w.get("graphs")
+        return cls(
+            name=w.get("name") or "?", seconds=w.get("seconds") or 0.0, counters=w.get("counters") or {},
+            graphs=None if graphs is None else [_known(Graph, g) for g in graphs if isinstance(g, dict)],
+            graph_breaks=w.get("graph_breaks") or [], recompiles=w.get("recompiles") or [],
+            float64=w.get("float64"), kernels=w.get("kernels"), cache_bytes=w.get("cache_bytes"),
+        )
+
+
+@dataclasses.dataclass
+class Manifest:
+    """``manifest.json``: what a set of artifacts is, where it is valid, and what made it."""
+
+    package: str
+    env: dict[str, Any]  # the environment key (ENV_FIELDS) the artifacts are valid for
+    files: dict[str, FileEntry]  # every file, by its path inside the artifact dir
+    kernels: list[Kernel] = dataclasses.field(default_factory=list)
+    torchscript: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> path
+    megacache: dict[str, Any] | None = None  # {"file": ..., "artifacts": {kind: [keys]}}
+    workloads: list[Workload] = dataclasses.field(default_factory=list)
+    generator: str | None = None
+    python_full: str | None = None
+    inductor_vec_isa: str | None = None
+    compile_times: str | None = None
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    cache_files_copied: int | None = None
+    warmed: dict[str, Any] | None = None  # set by `hatch-precompile warm`
+    format: int = FORMAT
+
+    @classmethod
+    def parse(cls, raw: bytes) -> "Manifest":
+        """The manifest in ``raw``, checked: raises ManifestError if anything in it is unusable."""
+        try:
+            data = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ManifestError(f"manifest.json does not parse: {exc}") from None
+        validate(data)
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Manifest":
+        """Build from JSON data; absent optional parts get their defaults (older manifests)."""
+        workloads = [Workload.from_dict(w) for w in data.get("workloads") or [] if isinstance(w, dict)]
+        return cls(
+            package=data.get("package") or "",
+            env=dict(data.get("env") or {}),
+            files={p: FileEntry(e["size"], e["sha256"]) for p, e in (data.get("files") or {}).items()},
+            kernels=[Kernel(k["key"], k["command"], k["source"], tuple(k["files"])) for k in data.get("kernels") or []],
+            torchscript=dict(data.get("torchscript") or {}),
+            megacache=data.get("megacache"),
+            workloads=workloads,
+            generator=data.get("generator"),
+            python_full=data.get("python_full"),
+            inductor_vec_isa=data.get("inductor_vec_isa"),
+            compile_times=data.get("compile_times"),
+            timings=dict(data.get("timings") or {}),
+            cache_files_copied=data.get("cache_files_copied"),
+            warmed=data.get("warmed"),
+            format=data.get("format", FORMAT),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["kernels"] = [dict(k, files=list(k["files"])) for k in data["kernels"]]
+        return data
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n"
+
+    def bytes_by_kind(self) -> dict[str, int]:
+        sizes = dict.fromkeys(FILE_KINDS, 0)
+        for path, entry in self.files.items():
+            sizes[file_kind(path)] += entry.size
+        return sizes
+
+    def count(self, kind: str) -> int:
+        return sum(file_kind(path) == kind for path in self.files)
+
+    @property
+    def graph_entries(self) -> int:
+        """AOTAutograd entries: one per compiled graph (forward and backward together)."""
+        prefix = f"{INDUCTOR_DIR}/aotautograd/"
+        return len({p[len(prefix):].split("/", 1)[0] for p in self.files if p.startswith(prefix)})
+
+
+def _known(kind: type, data: dict[str, Any]) -> Any:
+    """``kind(**data)`` keeping only the fields ``kind`` has (a newer writer may add some)."""
+    names = {f.name for f in dataclasses.fields(kind)}
+    return kind(**{k: v for k, v in data.items() if k in names})
+
+
+def validate(data: Any) -> None:
+    """Raise ManifestError unless ``data`` is a manifest whose every load-relevant part is sound."""
+    if not isinstance(data, dict):
+        raise ManifestError("manifest.json is not an object")
+    if data.get("format") != FORMAT:
+        raise ManifestError(f"manifest format {data.get('format')!r} is not the supported format {FORMAT}")
+    if not isinstance(data.get("env"), dict):
+        raise ManifestError("manifest has no environment key")
+    files = data.get("files")
+    if not isinstance(files, dict):
+        raise ManifestError("manifest has no file list")
+    for path, entry in files.items():
+        if not is_safe_relpath(path):
+            raise ManifestError(f"manifest names a path outside its directory: {path!r}")
+        if not (isinstance(entry, dict) and isinstance(entry.get("size"), int) and isinstance(entry.get("sha256"), str)):
+            raise ManifestError(f"manifest entry for {path!r} lacks size or sha256")
+    for kernel in data.get("kernels") or []:
+        if not (
+            isinstance(kernel, dict)
+            and kernel.get("source") in files
+            and isinstance(kernel.get("files"), list)
+            and all(f in files for f in kernel["files"])
+            and isinstance(kernel.get("key"), str)
+            and isinstance(kernel.get("command"), str)
+        ):
+            raise ManifestError(f"manifest kernel entry is malformed: {kernel!r}")
+    torchscript = data.get("torchscript") or {}
+    if not isinstance(torchscript, dict) or not all(p in files for p in torchscript.values()):
+        raise ManifestError("manifest names a TorchScript module that is not in its file list")
+
+
+# -- the declaration -------------------------------------------------------------------------------
+
+DECLARATION_FORMAT = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Declaration:
+    """What the hook's table declared, carried by every wheel (precompiled or not) for ``warm``."""
+
+    package: str
+    workloads: tuple[str, ...]
+    timeout: float = DEFAULT_TIMEOUT
+
+    def dumps(self) -> str:
+        data = {"format": DECLARATION_FORMAT, "package": self.package, "workloads": list(self.workloads),
+                "timeout": self.timeout}
+        return json.dumps(data, indent=1, sort_keys=True) + "\n"
+
+    @classmethod
+    def parse(cls, text: str) -> "Declaration | None":
+        """The declaration in ``text``, or None when it is not one this version reads."""
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return None
+        if not (
+            isinstance(data, dict)
+            and data.get("format") == DECLARATION_FORMAT
+            and isinstance(data.get("package"), str)
+            and isinstance(data.get("workloads"), list)
+            and all(isinstance(w, str) and WORKLOAD.fullmatch(w) for w in data["workloads"])
+        ):
+            return None
+        timeout = data.get("timeout")
+        valid = isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0
+        return cls(data["package"], tuple(data["workloads"]), float(timeout) if valid else DEFAULT_TIMEOUT)

@@ -1,0 +1,108 @@
+"""``load(package)``: install a package's precompiled caches into this process's. Never raises.
+
+Order of work, cheapest first: the switch (no torch import when off), the artifacts' presence and
+manifest, the environment key (imports torch, which the package imports anyway), then the sha256
+of every file to install, then the install itself (artifacts.py, install.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+import warnings
+
+from hatch_precompile.protocol import BUILDING_VAR, NO_SPEEDUPS_VAR
+from hatch_precompile.run import artifacts, gate, install
+
+log = logging.getLogger("hatch_precompile")
+
+
+class PrecompileWarning(UserWarning):
+    """Shipped artifacts were not used; the program compiles as usual."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadResult:
+    package: str
+    loaded: bool
+    reason: str
+    installed: int = 0  # files written into the cache dir by this call
+    present: int = 0  # files that were already there
+    cache_dir: str | None = None
+
+    def __bool__(self) -> bool:
+        return self.loaded
+
+
+_results: dict[str, LoadResult] = {}
+_lock = threading.RLock()  # re-entrant: load("pkg") imports pkg, whose __init__ calls load("pkg")
+
+
+def load(package: str) -> LoadResult:
+    """Install ``package``'s shipped caches into this process's Inductor cache dir.
+
+    Call it as ``hatch_precompile.load(__name__)`` from the package's ``__init__``. Returns a
+    LoadResult; on any problem it skips, warns once with the reason, and returns a falsy result.
+    """
+    with _lock:
+        if package in _results:
+            return _results[package]
+        try:
+            result = _load(package)
+        except artifacts.Skip as skip:
+            result = LoadResult(package, False, str(skip))
+            report_skip(result)
+        except Exception as exc:  # a broken artifact must never break `import package`
+            result = LoadResult(package, False, f"unexpected error: {exc!r}")
+            report_skip(result)
+        _results[package] = result
+        log.debug("%s", result)
+        return result
+
+
+_warned: set[str] = set()
+
+
+def report_skip(result: LoadResult) -> None:
+    """The one user-visible report of a skip: a PrecompileWarning, once per message."""
+    message = f"hatch-precompile: not using {result.package}'s precompiled caches: {result.reason}"
+    if message in _warned:
+        return
+    _warned.add(message)
+    log.info(message)
+    warnings.warn(message, PrecompileWarning, stacklevel=4)
+
+
+def disabled_reason(package: str) -> str | None:
+    """Why loading is off for ``package`` (a quiet skip), or None."""
+    if os.environ.get(BUILDING_VAR):
+        return "a precompile workload is running"
+    try:
+        enabled, why = gate.decide(package, default=True)
+    except gate.GateValueError as exc:
+        return str(exc)
+    return None if enabled else f"disabled by {why}"
+
+
+def _load(package: str) -> LoadResult:
+    reason = disabled_reason(package)
+    if reason:
+        return LoadResult(package, False, reason)
+    found = artifacts.find(package)
+    if found is None:
+        return LoadResult(package, False, "no precompiled artifacts shipped")
+    torch_dir = None
+    if found.manifest.kernels:
+        import torch  # already imported by the environment check
+
+        torch_dir = os.path.dirname(torch.__file__)
+    cache_dir = install.inductor_cache_dir()
+    installed, present = install.install(found, install.destinations(found, torch_dir), cache_dir)
+    if found.manifest.kernels and not os.environ.get(NO_SPEEDUPS_VAR):
+        from hatch_precompile.run import speedups
+
+        speedups.apply()
+    reason = f"installed from {found.root} (hatch-precompile warm)" if found.warmed else "installed"
+    return LoadResult(package, True, reason, installed, present, str(cache_dir))

@@ -1,0 +1,56 @@
+"""The child process of ``hatch-precompile verify``: load(), replay the workloads, count misses.
+
+Started with an empty, private ``TORCHINDUCTOR_CACHE_DIR`` and without
+``HATCH_PRECOMPILE_BUILDING`` (which would turn ``load()`` into a no-op): the process a user of
+the package gets. Measures each workload as the build does (build/observe.py) and writes
+``result.json`` into the spec's ``out`` dir.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from pathlib import Path
+
+from hatch_precompile.build import child, observe
+from hatch_precompile.protocol import CACHE_DIR_VAR, EXIT_OK, EXIT_WORKLOAD_FAILED
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[1]).read_text())
+    out = Path(spec["out"])
+    package = spec["package"]
+    cache_dir = os.environ[CACHE_DIR_VAR]
+
+    import torch._dynamo  # noqa: F401  (torch first: the package's import may be what imports it)
+
+    from hatch_precompile.run import loader
+
+    observer = observe.Observer(cache_dir, logs=False)
+    try:
+        # Import first: the package's __init__ calls load() itself, and load() reads the
+        # package through importlib.resources, which imports it.
+        importlib.import_module(package)
+    except BaseException as exc:
+        child.write_result(out, {"error": child.failure(f"import {package}", exc)})
+        return EXIT_WORKLOAD_FAILED
+    status = loader.load(package)
+    kernels_installed, _ = observe.cache_usage(cache_dir)
+
+    workloads = []
+    for name in spec["workloads"]:
+        try:
+            record = observer.measure(name, child.resolve(name))
+        except BaseException as exc:
+            child.write_result(out, {"error": child.failure(name, exc)})
+            return EXIT_WORKLOAD_FAILED
+        record["kernels_compiled"] = record.pop("kernels")
+        workloads.append(record)
+    child.write_result(out, {
+        "load": {"loaded": status.loaded, "reason": status.reason, "installed": status.installed,
+                 "present": status.present},
+        "kernels_installed": kernels_installed,
+        "workloads": workloads,
+    })
+    return EXIT_OK
