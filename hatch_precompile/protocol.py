@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import posixpath
 import re
 from typing import Any
 
@@ -71,8 +70,11 @@ def package_switch(name: str) -> str:
 
 # -- the environment key ---------------------------------------------------------------------------
 
-# Order matters: the first differing field is the one a skip message names.
-ENV_FIELDS = ("python", "torch", "system", "machine", "cpu_capability", "cxx", "cuda", "triton", "gpu")
+# Order matters: the first differing field is the one a skip message names. ``python_abi`` is the
+# interpreter's SOABI: free-threaded (3.13t) and debug builds have another C-API than the default.
+ENV_FIELDS = (
+    "python", "python_abi", "torch", "system", "machine", "cpu_capability", "cxx", "cuda", "triton", "gpu",
+)
 
 
 def first_mismatch(built: dict[str, Any], here: dict[str, Any]) -> tuple[str, Any, Any] | None:
@@ -90,13 +92,22 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+_COMPONENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=@,~-]{0,254}")
+# Names Windows gives to devices, in any directory and with any extension.
+_WINDOWS_DEVICES = re.compile(r"(con|prn|aux|nul|com[0-9]|lpt[0-9])(\..*)?", re.IGNORECASE)
+
+
 def is_safe_relpath(path: Any) -> bool:
-    """A plain relative posix path that stays inside the manifest's directory."""
-    if not isinstance(path, str) or not path or "\\" in path or "\x00" in path:
+    """A plain relative POSIX path that stays inside the manifest's directory, on every OS.
+
+    Each component is letters, digits and ``_.+=@,~-`` (no drive letters, backslashes, ``:``
+    streams, dot-dirs, hidden names or Windows device names), as Inductor's own file names are.
+    """
+    if not isinstance(path, str) or not path or len(path) > 1024:
         return False
-    if path.startswith("/") or posixpath.normpath(path) != path:
-        return False
-    return ".." not in path.split("/")
+    return all(
+        _COMPONENT.fullmatch(part) and not _WINDOWS_DEVICES.fullmatch(part) for part in path.split("/")
+    )
 
 
 FILE_KINDS = ("aotautograd", "fxgraph", "kernel_binary", "other_inductor", "megacache", "torchscript", "other")
@@ -121,7 +132,7 @@ def file_kind(path: str) -> str:
 
 # -- the manifest ----------------------------------------------------------------------------------
 
-FORMAT = 1
+FORMAT = 2  # 2: the environment key has python_abi
 
 
 class ManifestError(Exception):
@@ -279,7 +290,8 @@ def validate(data: Any) -> None:
     if not isinstance(data, dict):
         raise ManifestError("manifest.json is not an object")
     if data.get("format") != FORMAT:
-        raise ManifestError(f"manifest format {data.get('format')!r} is not the supported format {FORMAT}")
+        older = " (written by an older hatch-precompile: rebuild the wheel)" if data.get("format") == 1 else ""
+        raise ManifestError(f"manifest format {data.get('format')!r} is not the supported format {FORMAT}{older}")
     if not isinstance(data.get("env"), dict):
         raise ManifestError("manifest has no environment key")
     files = data.get("files")
@@ -307,7 +319,7 @@ def validate(data: Any) -> None:
 
 # -- the declaration -------------------------------------------------------------------------------
 
-DECLARATION_FORMAT = 1
+DECLARATION_FORMAT = 2  # 2: the environment key has python_abi
 
 
 @dataclasses.dataclass(frozen=True)

@@ -103,3 +103,23 @@ def test_isa_probes_run_once_per_machine(runtime_python, tmp_path):
     assert counts[0] > 0, "the first process on this machine probes"
     assert counts[1] == 0, "the second does not"
     assert len(list((tmp_path / "xdg" / "hatch-precompile" / ".isa-probes").iterdir())) == counts[0]
+
+
+CHANGED_AFTER_LOAD = """
+import json, os, sys
+from pathlib import Path
+import sample_pkg  # load() installs into the TORCHINDUCTOR_CACHE_DIR of the environment
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = sys.argv[1]  # then the program moves it, before compiling
+loss = sample_pkg.Trainer(sample_pkg.make_model()).step(*sample_pkg.make_batch())
+from torch._dynamo.utils import counters
+print(json.dumps([dict(counters["aot_autograd"]), sorted(p.name for p in Path(sys.argv[1]).rglob("*.so"))]))
+"""
+
+
+def test_cache_dir_changed_after_load_is_followed(runtime_python, precompiled_wheel, tmp_path):
+    """The files go where torch will read them: installed again into the new dir at the first compile."""
+    first, moved = tmp_path / "first", tmp_path / "moved"
+    proc = run([runtime_python, "-c", CHANGED_AFTER_LOAD, moved], env={"TORCHINDUCTOR_CACHE_DIR": str(first)})
+    aot, kernels = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert aot["autograd_cache_hit"] >= 1 and aot.get("autograd_cache_miss", 0) == 0, aot
+    assert kernels == sorted(p.name for p in first.rglob("*.so")), "no kernel compiled in the new dir"

@@ -33,18 +33,22 @@ def test_gate_rejects_garbage():
         gate.decide("my_pkg", True, {"PRECOMPILE_MY_PKG": "maybe"})
 
 
-@pytest.mark.parametrize("path", ["../x", "a/../../x", "/etc/passwd", "a//b", "./a", "a\\b", "", "a/", None, 3])
+@pytest.mark.parametrize(
+    "path",
+    ["../x", "a/../../x", "/etc/passwd", "a//b", "./a", "a\\b", "", "a/", None, 3, "C:/x", "c:x", "a:stream",
+     "x/.hidden", "NUL", "x/com1.txt", "a\x00b", "x/" + "y" * 300],
+)
 def test_unsafe_manifest_paths(path):
     assert not protocol.is_safe_relpath(path)
 
 
 def test_manifest_rejects_escaping_paths_and_unknown_format():
-    good = b'{"format": 1, "env": {}, "files": {"inductor/a/b": {"size": 1, "sha256": "x"}}}'
+    good = b'{"format": 2, "env": {}, "files": {"inductor/a/b": {"size": 1, "sha256": "x"}}}'
     assert Manifest.parse(good).files
     with pytest.raises(ManifestError, match="outside its directory"):
         Manifest.parse(good.replace(b"inductor/a/b", b"../../b"))
-    with pytest.raises(ManifestError, match="format 2 is not the supported format 1"):
-        Manifest.parse(good.replace(b'"format": 1', b'"format": 2'))
+    with pytest.raises(ManifestError, match="format 3 is not the supported format 2"):
+        Manifest.parse(good.replace(b'"format": 2', b'"format": 3'))
     with pytest.raises(ManifestError, match="lacks size or sha256"):
         Manifest.parse(good.replace(b'"size": 1, ', b""))
 

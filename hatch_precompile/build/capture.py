@@ -256,14 +256,15 @@ def _copy_outputs(out_dir: Path, target: Path) -> list[Path]:
 
 
 def _relocatable_kernels(
-    target: Path, commands: dict[str, str], values: dict[str, str]
+    target: Path, commands: dict[str, list[str]], values: dict[str, str]
 ) -> tuple[list[Kernel], int]:
     """Kernels whose key our mirror of Inductor's hash reproduces (see run/relocate.py)."""
     inductor_dir = target / INDUCTOR_DIR
     entries, unverified = [], 0
-    for key, command in sorted(commands.items()):
-        source = inductor_dir / relocate.cache_relpath(key, ".main.cpp")
-        if not (source.is_file() and (inductor_dir / relocate.cache_relpath(key, ".main.so")).is_file()):
+    for key, (extension, command) in sorted(commands.items()):
+        source = inductor_dir / relocate.cache_relpath(key, f".{extension}")
+        binary = inductor_dir / relocate.cache_relpath(key, f".{extension.removesuffix('cpp')}so")
+        if not (source.is_file() and binary.is_file()):
             continue
         template = relocate.to_template(command, values)
         if relocate.code_key(source.read_text(), relocate.render(template, values)) != key:
@@ -273,7 +274,7 @@ def _relocatable_kernels(
         entries.append(Kernel(
             key=key,
             command=template,
-            source=f"{INDUCTOR_DIR}/{relocate.cache_relpath(key, '.main.cpp')}",
+            source=f"{INDUCTOR_DIR}/{source.relative_to(inductor_dir).as_posix()}",
             files=tuple(f"{INDUCTOR_DIR}/{p.relative_to(inductor_dir).as_posix()}" for p in group),
         ))
     return entries, unverified

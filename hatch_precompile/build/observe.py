@@ -71,19 +71,26 @@ def _call(obj: Any, method: str, *args: Any) -> None:
         pass
 
 
-def record_kernel_commands() -> dict[str, str]:
-    """Each CPU pybinding kernel's hashed compiler command, by its key (see run/relocate.py)."""
-    recorded: dict[str, str] = {}
+# The C++ sources whose binary Inductor builds next to them, by torch version: `<key>.cpp` ->
+# `<key>.so` (torch 2.7), `<key>.main.cpp` -> `<key>.main.so` (2.8 and later).
+KERNEL_SOURCES = ("cpp", "main.cpp")
+
+
+def record_kernel_commands() -> dict[str, tuple[str, str]]:
+    """Each CPU kernel's (source extension, hashed compiler command), by its key (run/relocate.py)."""
+    recorded: dict[str, tuple[str, str]] = {}
 
     def note(arguments: dict[str, Any], result: Any) -> None:
+        extension, extra = arguments.get("extension"), arguments.get("extra")
         if (
-            arguments.get("extension") == "main.cpp"
+            extension in KERNEL_SOURCES
             and arguments.get("hash_type", "code") == "code"
             and not arguments.get("specified_dir")
             and arguments.get("key") is None
-            and isinstance(arguments.get("extra"), str)
+            and isinstance(extra, str)
+            and isinstance(result[0], str)
         ):
-            recorded[result[0]] = arguments["extra"]
+            recorded[result[0]] = (extension, extra)
 
     patching.on_codecache_write(note)
     return recorded

@@ -14,6 +14,7 @@ import os
 import platform
 import subprocess
 import sys
+import sysconfig
 from importlib import metadata
 from typing import Any
 
@@ -54,6 +55,7 @@ def current(torch: Any) -> dict[str, str | None]:
         gpu = torch.cuda.get_device_name(0)
     return {
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+        "python_abi": sysconfig.get_config_var("SOABI") or sys.implementation.cache_tag + getattr(sys, "abiflags", ""),
         "torch": torch.__version__,
         "system": platform.system(),
         "machine": platform.machine(),

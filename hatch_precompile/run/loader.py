@@ -13,8 +13,10 @@ import os
 import threading
 import warnings
 
-from hatch_precompile.protocol import BUILDING_VAR, NO_SPEEDUPS_VAR
-from hatch_precompile.run import artifacts, gate, install
+from pathlib import Path
+
+from hatch_precompile.protocol import BUILDING_VAR, CACHE_DIR_VAR, NO_SPEEDUPS_VAR
+from hatch_precompile.run import artifacts, gate, install, patching
 
 log = logging.getLogger("hatch_precompile")
 
@@ -93,16 +95,43 @@ def _load(package: str) -> LoadResult:
     found = artifacts.find(package)
     if found is None:
         return LoadResult(package, False, "no precompiled artifacts shipped")
-    torch_dir = None
-    if found.manifest.kernels:
-        import torch  # already imported by the environment check
-
-        torch_dir = os.path.dirname(torch.__file__)
     cache_dir = install.inductor_cache_dir()
-    installed, present = install.install(found, install.destinations(found, torch_dir), cache_dir)
+    installed, present = _install(found, cache_dir)
+    _installed[package] = (found, cache_dir)
+    patching.after_import(patching.CODECACHE, _follow_cache_dir)
     if found.manifest.kernels and not os.environ.get(NO_SPEEDUPS_VAR):
         from hatch_precompile.run import speedups
 
         speedups.apply()
     reason = f"installed from {found.root} (hatch-precompile warm)" if found.warmed else "installed"
     return LoadResult(package, True, reason, installed, present, str(cache_dir))
+
+
+_installed: dict[str, tuple[artifacts.ArtifactSet, Path]] = {}
+
+
+def _install(found: artifacts.ArtifactSet, cache_dir: Path) -> tuple[int, int]:
+    torch_dir = None
+    if found.manifest.kernels:
+        import torch  # already imported by the environment check
+
+        torch_dir = os.path.dirname(torch.__file__)
+    return install.install(found, install.destinations(found, torch_dir), cache_dir)
+
+
+def _follow_cache_dir(codecache: object) -> None:
+    """Before the first compile: if ``TORCHINDUCTOR_CACHE_DIR`` changed since load(), the files
+    must be where torch will read them, so they are installed there too (or a warning says not)."""
+    with _lock:
+        for package, (found, installed_in) in list(_installed.items()):
+            try:
+                now = install.inductor_cache_dir()
+                if os.path.realpath(now) == os.path.realpath(installed_in):
+                    continue
+                _install(found, now)
+                _installed[package] = (found, now)
+            except artifacts.Skip as skip:
+                report_skip(LoadResult(package, False, (
+                    f"{CACHE_DIR_VAR} changed after load() and the artifacts cannot go to the new dir: "
+                    f"{skip}; the first compile will not use them"
+                )))
