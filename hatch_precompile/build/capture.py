@@ -43,6 +43,10 @@ class WorkloadFailed(Exception):
         super().__init__(f"{where} failed: {detail}")
 
 
+class Unusable(Exception):
+    """This torch cannot make trustworthy artifacts (too old, or its environment key is unreadable)."""
+
+
 def heartbeat_seconds(environ: dict[str, str] | None = None) -> float:
     raw = (os.environ if environ is None else environ).get(HEARTBEAT_VAR, "").strip()
     if not raw:
@@ -83,6 +87,8 @@ def capture(
     spec_path.write_text(json.dumps({"workloads": workloads, "out": str(out_dir), "paths": paths}))
     env = dict(os.environ if environ is None else environ, **{CACHE_DIR_VAR: str(cache_dir)})
     result = _run_workloads(python, spec_path, out_dir, env, timeout, say)
+    if "unusable" in result:
+        raise Unusable(result["unusable"])
 
     target = work_dir / DIRNAME
     copied = _copy_cache(cache_dir, target / INDUCTOR_DIR)
@@ -136,7 +142,7 @@ def _run_workloads(
         raise WorkloadFailed(error["workload"], "\n" + error["traceback"], error.get("missing_module"))
     if timed_out:  # also while torch was still importing, before the first workload started
         raise WorkloadFailed(running, f"timed out after {timeout:g} s (the `timeout` option)")
-    if code != 0 or "env" not in result:
+    if code != 0 or not ("env" in result or "unusable" in result):
         raise WorkloadFailed(running, f"the child process exited with code {code}; its last output:\n{tail}")
     return result
 

@@ -122,7 +122,7 @@ class PrecompileBuildHook(BuildHookInterface):
 
     def _capture(self, package: str) -> Path | None:
         """Run the workloads; the artifact dir, or None when the wheel is to be built without."""
-        from hatch_precompile.build.capture import WorkloadFailed, capture  # imported only when on
+        from hatch_precompile.build.capture import Unusable, WorkloadFailed, capture  # imported only when on
 
         where = self.where
         self.app.display_info(f"precompile: building artifacts for {where.why}")
@@ -132,6 +132,9 @@ class PrecompileBuildHook(BuildHookInterface):
                 workloads=list(self.options.workloads), timeout=self.options.timeout,
                 say=self.app.display_info, python=where.python, environ=where.environ(os.environ),
             )
+        except Unusable as exc:  # not the workload's fault: the wheel is still good without
+            self.app.display_warning(f"precompile: {exc}; building the wheel without precompiled artifacts")
+            return None
         except WorkloadFailed as exc:
             message = f"precompile: {exc}"
             if exc.missing_module:

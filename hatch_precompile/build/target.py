@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -43,12 +44,17 @@ BUILD_ENV_VARS = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONSAFEPAT
 
 # Runs in a candidate interpreter: what is installed there, without importing it.
 _PROBE = r"""
-import importlib.metadata as md, importlib.util as iu, json, os, site, sys
+import importlib.metadata as md, importlib.util as iu, json, os, re, site, sys
 try:
     torch = md.version("torch")
 except md.PackageNotFoundError:
     torch = None
 spec = iu.find_spec("torch") if torch else None
+try:  # torch.__version__ has the local tag (2.14.1+cu130) that the distribution's version lacks
+    text = open(os.path.join(os.path.dirname(spec.origin), "version.py")).read()
+    torch = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", text, re.M).group(1)
+except Exception:
+    pass
 sites = list(getattr(site, "getsitepackages", lambda: [])())
 print(json.dumps({
     "python": sys.executable, "prefix": sys.prefix, "cache_tag": sys.implementation.cache_tag,
@@ -279,7 +285,13 @@ def _this_process_torch() -> tuple[str | None, str | None]:
     except metadata.PackageNotFoundError:
         return None, None
     spec = importlib.util.find_spec("torch")
-    return version, (os.path.dirname(spec.origin) if spec and spec.origin else None)
+    directory = os.path.dirname(spec.origin) if spec and spec.origin else None
+    try:  # with its local tag, as torch.__version__ says it (the probe above does the same)
+        text = Path(directory, "version.py").read_text()
+        version = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", text, re.M).group(1)
+    except (TypeError, OSError, AttributeError):
+        pass
+    return version, directory
 
 
 def _same_env(env: Environment) -> bool:

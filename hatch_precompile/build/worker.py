@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from hatch_precompile.build import child, observe
+
+OLDEST_TORCH = (2, 7)  # the matrix in docs/torch-versions.md: every minor release since works
 from hatch_precompile.protocol import (
     BUILDING_VAR, CACHE_DIR_VAR, EXIT_OK, EXIT_WORKLOAD_FAILED, MEGACACHE_FILE, TORCHSCRIPT_DIR, TORCHSCRIPT_DIR_VAR,
 )
@@ -30,6 +33,16 @@ def main(argv: list[str]) -> int:
     started = time.perf_counter()
     import torch
     import torch._dynamo  # noqa: F401  (torch 2.7.0 saved no Mega-Cache unless dynamo was imported first)
+
+    try:  # before the workloads: without a key no artifact can be trusted, so none is made
+        environment = _environment(torch)
+    except Exception as exc:
+        child.write_result(out, {"unusable": f"cannot compute the environment key with torch {torch.__version__}: {exc!r}"})
+        return EXIT_OK
+    unsupported = supported_torch_problem(torch.__version__)
+    if unsupported:
+        child.write_result(out, {"unusable": unsupported})
+        return EXIT_OK
 
     from hatch_precompile.run import speedups
 
@@ -50,7 +63,7 @@ def main(argv: list[str]) -> int:
         child.emit("done", **workloads[-1])
 
     child.write_result(out, {
-        **_environment(torch),
+        **environment,
         "import_seconds": round(import_seconds, 3),
         "workloads": workloads,
         "megacache": _save_megacache(torch, out),
@@ -58,6 +71,14 @@ def main(argv: list[str]) -> int:
         "kernel_commands": kernel_commands,
     })
     return EXIT_OK
+
+
+def supported_torch_problem(version: str) -> str | None:
+    """Why artifacts are not built with this torch, or None. Older torch lacks what capture reads."""
+    found = re.match(r"(\d+)\.(\d+)", version)  # no `packaging` here: the target may not have it
+    if found and (int(found[1]), int(found[2])) < OLDEST_TORCH:
+        return f"torch {version} is older than {OLDEST_TORCH[0]}.{OLDEST_TORCH[1]}, the oldest hatch-precompile supports"
+    return None
 
 
 def _environment(torch: Any) -> dict[str, Any]:

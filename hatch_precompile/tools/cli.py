@@ -139,10 +139,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
     except verify.VerifyError as exc:
         raise CliError(f"verify: {exc}") from None
     if args.json:
-        print(json.dumps({"package": package, "ok": not result["misses"], **result}, indent=1))
+        ok = not result["misses"] and not result["unknown"]
+        print(json.dumps({"package": package, "ok": ok, **result}, indent=1))
     else:
         print(verify.render(package, result), end="")
-    return EXIT_FOUND if result["misses"] else EXIT_OK
+    return EXIT_FOUND if result["misses"] or result["unknown"] else EXIT_OK
 
 
 # -- warm ------------------------------------------------------------------------------------------
@@ -161,7 +162,7 @@ def cmd_warm(args: argparse.Namespace) -> int:
         else:
             _say(f"warm --clear: removed {removed}")
         return EXIT_OK
-    from hatch_precompile.build.capture import WorkloadFailed
+    from hatch_precompile.build.capture import Unusable, WorkloadFailed
     from hatch_precompile.tools import warm
 
     package, directory, workloads, source = _workloads(args, "warm")
@@ -179,7 +180,7 @@ def cmd_warm(args: argparse.Namespace) -> int:
     _say(f"warm {package}: running {', '.join(workloads)} (from {source}) ...")
     try:
         stored, manifest = warm.warm(package, workloads, args.timeout, _say)
-    except (warm.WarmError, WorkloadFailed, OSError) as exc:
+    except (warm.WarmError, WorkloadFailed, Unusable, OSError) as exc:
         raise CliError(f"warm: {exc}") from None
     total = sum(entry.size for entry in manifest.files.values())
     _say(

@@ -1,0 +1,126 @@
+"""Test helper: makes the torch internals hatch-precompile touches misbehave.
+
+Any Python started with this dir on PYTHONPATH and ``MISBEHAVE=name,...`` gets, right after the
+torch module in question is imported, each named touchpoint replaced by something with another
+signature, another shape, or that raises (see tests/test_touchpoints.py). Torch's own bound
+references are left alone, so torch works; only what hatch-precompile reads or wraps breaks.
+"""
+
+import collections
+import importlib.abc
+import importlib.util
+import os
+import sys
+
+BROKEN = set(filter(None, os.environ.get("MISBEHAVE", "").split(",")))
+
+
+def _raise(*args, **kwargs):
+    raise RuntimeError("misbehaving on purpose")
+
+
+class _Unreadable(collections.defaultdict):
+    """A defaultdict to torch, but listing what it holds fails."""
+
+    def items(self):
+        raise RuntimeError("misbehaving on purpose")
+
+
+class _NoSignature:
+    """Calls through to ``function``, but inspect.signature() cannot read it."""
+
+    def __init__(self, function):
+        self.function = function
+
+    @property
+    def __signature__(self):
+        raise ValueError("misbehaving on purpose")
+
+    def __call__(self, *args, **kwargs):
+        return self.function(*args, **kwargs)
+
+
+def _codecache(module):
+    if "write-signature" in BROKEN:
+        module.write = _NoSignature(module.write)
+    if "precompile-header" in BROKEN and hasattr(module, "_precompile_header"):
+        original = module._precompile_header
+
+        def _precompile_header(header, hashable_cmd_line, *rest, new_option=None, **kwargs):
+            return original(header, hashable_cmd_line, *rest, **kwargs)
+
+        module._precompile_header = _precompile_header
+    if "torch-key" in BROKEN:
+        module.torch_key.prefetch = _raise
+
+
+def _vec_isa(module):
+    if "probe-load" in BROKEN and hasattr(module.VecISA, "_probe_load"):
+        original = module.VecISA._probe_load
+
+        def _probe_load(self, *args, retries=1, **kwargs):
+            return original(self, *args, **kwargs)
+
+        module.VecISA._probe_load = _probe_load
+
+
+def _dynamo_utils(module):
+    if "metrics" in BROKEN:
+        module.get_compilation_metrics = _raise
+        module.clear_compilation_metrics = _raise
+        module.set_compilation_metrics_limit = _raise
+    if "counters" in BROKEN:
+        module.counters = _Unreadable(collections.Counter)
+    if "guard-failures" in BROKEN:
+        module.guard_failures = _Unreadable(list)
+    if "compile-times" in BROKEN:
+        module.compile_times = _raise
+
+
+def _torch_logging(module):
+    if "logs" in BROKEN:
+        module.set_logs = _raise
+
+
+def _compiler(module):
+    if "megacache" in BROKEN:
+        module.save_cache_artifacts = _raise
+
+
+def _backends_cpu(module):
+    if "cpu-capability" in BROKEN:
+        module.get_cpu_capability = _raise
+
+
+PATCHES = {
+    "torch._inductor.codecache": _codecache,
+    "torch._inductor.cpu_vec_isa": _vec_isa,
+    "torch._dynamo.utils": _dynamo_utils,
+    "torch._logging": _torch_logging,
+    "torch.compiler": _compiler,
+    "torch.backends.cpu": _backends_cpu,
+}
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path, target=None):
+        patch = PATCHES.get(fullname)
+        if patch is None:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            sys.meta_path.insert(0, self)
+        exec_module = spec.loader.exec_module
+
+        def exec_then_break(module):
+            exec_module(module)
+            patch(module)
+
+        spec.loader.exec_module = exec_then_break
+        return spec
+
+
+if BROKEN:
+    sys.meta_path.insert(0, _AfterImport())

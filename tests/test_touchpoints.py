@@ -1,0 +1,89 @@
+"""Every touchpoint with torch's internals, made to misbehave: the build and the warm start go on.
+
+tests/misbehave/sitecustomize.py breaks the named touchpoints in every process started with it
+on PYTHONPATH. What hatch-precompile only observes (metrics, counters, logs, Mega-Cache, compile
+times) may record less, never fail a build; what it wraps (codecache.write, the header
+precompile, the ISA probe, torch_key) passes through, never crashes the user's first step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import build_wheel, copy_project, run, run_sample, unpack
+
+MISBEHAVE = Path(__file__).parent / "misbehave"
+OBSERVERS = "metrics,counters,guard-failures,logs,megacache,compile-times,write-signature"
+SHORTCUTS = "write-signature,precompile-header,probe-load,torch-key"
+
+
+def misbehaving(names: str, pythonpath: Path | None = None) -> dict[str, str]:
+    path = str(MISBEHAVE) + (f":{pythonpath}" if pythonpath else "")
+    return {"PYTHONPATH": path, "MISBEHAVE": names}
+
+
+def test_the_helper_really_breaks_what_it_names(tmp_path):
+    code = (
+        "import torch, torch._dynamo.utils as u, torch.compiler\n"
+        "for f in (u.get_compilation_metrics, torch.compiler.save_cache_artifacts):\n"
+        "    try: f(); print('works')\n"
+        "    except RuntimeError: print('broken')\n"
+    )
+    assert run([sys.executable, "-c", code], env=misbehaving("metrics,megacache")).stdout.split()[-2:] == ["broken"] * 2
+
+
+def test_build_with_every_observer_broken_still_ships_working_artifacts(tmp_path, cold_result):
+    proc, wheel = build_wheel(copy_project(tmp_path / "sample_pkg"), tmp_path / "dist", env=misbehaving(OBSERVERS))
+    assert "precompile: captured 2 compiled graph(s)" in proc.stdout
+    with zipfile.ZipFile(wheel) as archive:
+        manifest = json.loads(archive.read("sample_pkg/_precompiled/manifest.json"))
+    (workload,) = manifest["workloads"]
+    # Each broken observer recorded nothing, and said so by leaving its part empty.
+    assert workload["graphs"] == [] and workload["counters"] == {} and workload["recompiles"] == []
+    assert workload["graph_breaks"] == [] and workload["float64"] is None
+    assert manifest["megacache"] is None and manifest["compile_times"] is None
+    assert manifest["kernels"] == []
+    # The artifacts themselves are whole: where the build ran (no relocation needed), all hits.
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    result = run_sample(Path(sys.executable), cache, pythonpath=unpack(wheel, tmp_path / "site"))
+    assert result["precompiled"] and result["kernels_compiled"] == 0, result
+    assert result["aot_autograd"]["autograd_cache_hit"] >= 2 and not result["aot_autograd"].get("autograd_cache_miss")
+    assert math.isclose(result["loss"], cold_result["loss"], rel_tol=1e-6)
+
+
+def test_warm_start_with_every_wrapped_internal_changed_is_still_warm_and_correct(runtime_python, cold_result, tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    result = run_sample(runtime_python, cache, env=misbehaving(SHORTCUTS))
+    assert result["precompiled"] and result["kernels_compiled"] == 0, result
+    assert result["aot_autograd"]["autograd_cache_hit"] >= 2 and not result["aot_autograd"].get("autograd_cache_miss")
+    assert result["loss"] == cold_result["loss"] and result["logits_sum"] == cold_result["logits_sum"]
+
+
+def test_an_unreadable_environment_key_builds_a_plain_wheel_and_skips_at_load(runtime_python, tmp_path):
+    proc, wheel = build_wheel(copy_project(tmp_path / "sample_pkg"), tmp_path / "dist", env=misbehaving("cpu-capability"))
+    assert "precompile: cannot compute the environment key with torch" in proc.stdout
+    assert "building the wheel without precompiled artifacts" in proc.stdout
+    assert "running workload" not in proc.stdout, "found out before running the workload"
+    assert wheel.name.endswith("-py3-none-any.whl")
+    code = "import json, sample_pkg; s = sample_pkg.precompile_status; print(json.dumps([s.loaded, s.reason]))"
+    loaded, reason = json.loads(run([runtime_python, "-c", code], env={
+        **misbehaving("cpu-capability"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}).stdout.splitlines()[-1])
+    assert not loaded and reason.startswith("unexpected error: RuntimeError('misbehaving on purpose')")
+    assert not (tmp_path / "cache").exists()
+
+
+def test_verify_without_counters_cannot_tell_and_fails(runtime_python, tmp_path):
+    proc = run([runtime_python, "-m", "hatch_precompile", "verify", "sample_pkg"], env=misbehaving("counters"),
+               check=False, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout
+    assert "CANNOT TELL: sample_pkg.precompile:workload: torch reported no AOTAutograd cache counters" in proc.stdout
+    assert "UNKNOWN: without torch's cache counters verify has no evidence" in proc.stdout
+    assert "OK:" not in proc.stdout
