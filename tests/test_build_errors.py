@@ -9,7 +9,7 @@ import zipfile
 
 import pytest
 
-from conftest import build_wheel, copy_project
+from conftest import build_wheel, copy_project, read_manifest
 
 WORKLOAD_TABLE = '[tool.hatch.build.hooks.precompile]\nworkload = "sample_pkg.precompile:workload"\n'
 
@@ -64,12 +64,13 @@ def test_hanging_workload_is_killed_at_timeout_with_its_children(tmp_path):
         f"    open({str(pid_file)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\n"
         "    time.sleep(600)\n"
     )
-    project = project_with(tmp_path, WORKLOAD_TABLE + "timeout = 4\n", source)
+    # Long enough for torch's import on a loaded machine: the workload itself must be what hangs.
+    project = project_with(tmp_path, WORKLOAD_TABLE + "timeout = 20\n", source)
     started = time.monotonic()
     proc, wheel = build_wheel(project, tmp_path / "out", check=False)
     assert time.monotonic() - started < 120
     assert proc.returncode != 0 and wheel is None
-    assert "workload 'sample_pkg.precompile:workload' failed: timed out after 4 s" in proc.stdout
+    assert "workload 'sample_pkg.precompile:workload' failed: timed out after 20 s" in proc.stdout
     for pid in map(int, pid_file.read_text().split()):
         assert not is_running(pid), f"process {pid} outlived the build"
 
@@ -167,8 +168,7 @@ def test_graph_breaks_and_recompiles_are_recorded_and_shown(tmp_path):
     assert re.search(r"finished in [\d.]+ s: \d+ graph\(s\), [1-9]\d* graph break\(s\), [1-9]\d* recompile\(s\)", proc.stdout)
     assert f"graph break at {source}:6: Dynamo does not know how to trace builtin operator `print`" in proc.stdout
     assert "recompiled double_then_add" in proc.stdout and "rank mismatch" in proc.stdout
-    with zipfile.ZipFile(wheel) as archive:
-        manifest = json.loads(archive.read("sample_pkg/_precompiled/manifest.json"))
+    manifest = read_manifest(wheel)
     (workload,) = manifest["workloads"]
     assert workload["graph_breaks"][0]["location"] == f"{source}:6"
     assert workload["recompiles"][0]["function"] == "double_then_add"
