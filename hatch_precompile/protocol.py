@@ -5,10 +5,12 @@ is on ``load()``'s path, so it uses the standard library only and imports nothin
 
 Layout of ``<package>/_precompiled/`` in a wheel (or of a ``hatch-precompile warm`` entry)::
 
-    manifest.json              the Manifest below
-    megacache.bin              torch.compiler.save_cache_artifacts() bytes
-    inductor/...               the workload's Inductor cache dir (FX graph, AOTAutograd, kernels)
-    torchscript/<name>.pt      modules recorded with save_torchscript()
+    sets/<set>/manifest.json   one artifact set per environment key (a CPU capability, a machine):
+                               the Manifest below, listing the set's files by their logical path:
+                                 megacache.bin          torch.compiler.save_cache_artifacts() bytes
+                                 inductor/...           the Inductor cache dir (FX graph, AOTAutograd, kernels)
+                                 torchscript/<name>.pt  modules recorded with save_torchscript()
+    blobs/<sha256>             every file's bytes, stored once however many sets list them
 
 and in every wheel's ``.dist-info/extra_metadata/hatch-precompile.json``, the Declaration.
 """
@@ -24,6 +26,8 @@ from typing import Any
 # -- names ---------------------------------------------------------------------------------------
 
 DIRNAME = "_precompiled"
+SETS_DIR = "sets"
+BLOBS_DIR = "blobs"
 MANIFEST_FILE = "manifest.json"
 INDUCTOR_DIR = "inductor"
 MEGACACHE_FILE = "megacache.bin"
@@ -77,6 +81,22 @@ ENV_FIELDS = (
 )
 
 
+def env_id(env: dict[str, Any]) -> str:
+    """A short stable name of an environment key (for per-user cache entries and set names)."""
+    return hashlib.sha256(json.dumps(env, sort_keys=True).encode("utf-8")).hexdigest()[:16]
+
+
+def set_name(env: dict[str, Any]) -> str:
+    """The dir name of an artifact set: readable first (``avx2-...``), unique by its key."""
+    capability = re.sub(r"[^a-z0-9]+", "_", str(env.get("cpu_capability") or "cpu").lower())
+    return f"{capability}-{env_id(env)[:12]}"
+
+
+def blob_path(digest: str) -> str:
+    """Where the bytes with this sha256 are, relative to ``_precompiled/``."""
+    return f"{BLOBS_DIR}/{digest}"
+
+
 def first_mismatch(built: dict[str, Any], here: dict[str, Any]) -> tuple[str, Any, Any] | None:
     """(field, value at build, value here) of the first differing field, or None."""
     for field in ENV_FIELDS:
@@ -92,6 +112,7 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 _COMPONENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=@,~-]{0,254}")
 # Names Windows gives to devices, in any directory and with any extension.
 _WINDOWS_DEVICES = re.compile(r"(con|prn|aux|nul|com[0-9]|lpt[0-9])(\..*)?", re.IGNORECASE)
@@ -132,7 +153,7 @@ def file_kind(path: str) -> str:
 
 # -- the manifest ----------------------------------------------------------------------------------
 
-FORMAT = 2  # 2: the environment key has python_abi
+FORMAT = 2  # 2: the environment key has python_abi; sets of artifacts share content-addressed blobs
 
 
 class ManifestError(Exception):
@@ -302,6 +323,8 @@ def validate(data: Any) -> None:
             raise ManifestError(f"manifest names a path outside its directory: {path!r}")
         if not (isinstance(entry, dict) and isinstance(entry.get("size"), int) and isinstance(entry.get("sha256"), str)):
             raise ManifestError(f"manifest entry for {path!r} lacks size or sha256")
+        if not _SHA256.fullmatch(entry["sha256"]):
+            raise ManifestError(f"manifest entry for {path!r} has no valid sha256")
     for kernel in data.get("kernels") or []:
         if not (
             isinstance(kernel, dict)
@@ -319,7 +342,7 @@ def validate(data: Any) -> None:
 
 # -- the declaration -------------------------------------------------------------------------------
 
-DECLARATION_FORMAT = 2  # 2: the environment key has python_abi
+DECLARATION_FORMAT = 1
 
 
 @dataclasses.dataclass(frozen=True)

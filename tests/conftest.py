@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -68,8 +69,21 @@ def unpack(wheel: Path, dest: Path) -> Path:
 
 
 def read_manifest(wheel: Path) -> dict:
+    """The manifest of the wheel's one artifact set."""
     with zipfile.ZipFile(wheel) as archive:
-        return json.loads(archive.read("sample_pkg/_precompiled/manifest.json"))
+        (member,) = [n for n in archive.namelist() if re.fullmatch(r"sample_pkg/_precompiled/sets/[^/]+/manifest\.json", n)]
+        return json.loads(archive.read(member))
+
+
+def set_manifest(site: Path) -> Path:
+    """The manifest file of the one artifact set of sample_pkg unpacked into ``site``."""
+    (path,) = (site / "sample_pkg" / "_precompiled" / "sets").glob("*/manifest.json")
+    return path
+
+
+def blob(site: Path, manifest: dict, path: str) -> Path:
+    """Where the bytes of the artifact ``path`` are, in sample_pkg unpacked into ``site``."""
+    return site / "sample_pkg" / "_precompiled" / "blobs" / manifest["files"][path]["sha256"]
 
 
 def run_sample(python: Path, cache_dir: Path, env=None, pythonpath: Path | None = None) -> dict:

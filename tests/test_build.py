@@ -31,11 +31,17 @@ def test_precompiled_wheel_contents_and_tag(precompiled_wheel):
     manifest = read_manifest(wheel)
     with zipfile.ZipFile(wheel) as archive:
         shipped = {n[len(PREFIX):]: archive.read(n) for n in archive.namelist() if n.startswith(PREFIX)}
-    # Every file is listed with its exact size and hash, and nothing unlisted is shipped.
-    assert set(shipped) == set(manifest["files"]) | {"manifest.json"}
-    for path, entry in manifest["files"].items():
-        assert entry["size"] == len(shipped[path])
-        assert entry["sha256"] == hashlib.sha256(shipped[path]).hexdigest()
+    # One set; every file listed with its exact size and hash, stored once under its hash, and
+    # nothing unlisted shipped.
+    (set_manifest,) = [n for n in shipped if n.startswith("sets/")]
+    assert set_manifest == f"sets/{manifest['env']['cpu_capability'].lower()}-{set_manifest.split('-')[-1]}"
+    blobs = {n.removeprefix("blobs/"): data for n, data in shipped.items() if n.startswith("blobs/")}
+    assert len(shipped) == len(blobs) + 1
+    assert set(blobs) == {entry["sha256"] for entry in manifest["files"].values()}
+    for digest, data in blobs.items():
+        assert hashlib.sha256(data).hexdigest() == digest
+    for entry in manifest["files"].values():
+        assert entry["size"] == len(blobs[entry["sha256"]])
 
     files = manifest["files"]
     assert "megacache.bin" in files and files["megacache.bin"]["size"] > 0

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from packaging.utils import canonicalize_name
 
-from conftest import build_wheel, copy_project, run, run_sample, unpack
+from conftest import build_wheel, copy_project, run, run_sample, set_manifest, unpack
 from test_build_errors import GRAPH_BREAK_WORKLOAD, WORKLOAD_TABLE, project_with
 
 from hatch_precompile import protocol
@@ -186,7 +186,7 @@ def test_verify_fails_after_the_model_changes_without_a_rebuild(runtime_python, 
 def test_verify_names_a_key_mismatch(runtime_python, precompiled_wheel, tmp_path):
     """Faked in the manifest, so that nothing compiles: only load()'s reason is under test."""
     site = unpack(precompiled_wheel[0], tmp_path / "site")
-    path = site / "sample_pkg" / "_precompiled" / "manifest.json"
+    path = set_manifest(site)
     data = json.loads(path.read_text())
     data["env"]["torch"] = "2.7.0+cpu"
     path.write_text(json.dumps(data))
@@ -252,18 +252,19 @@ def test_load_prefers_warmed_artifacts_over_mismatched_shipped_ones_and_checks_t
     shipped = site / "sample_pkg" / "_precompiled"
     env = {"PYTHONPATH": str(site), "XDG_CACHE_HOME": str(tmp_path / "xdg"),
            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
-    data = json.loads((shipped / "manifest.json").read_text())
+    data = json.loads(set_manifest(site).read_text())
     code = "import json, sys; from hatch_precompile.run import usercache; print(usercache.env_dir('sample_pkg', json.loads(sys.argv[1])))"
     entry = Path(run([runtime_python, "-c", code, json.dumps(data["env"])], env=env).stdout.strip().splitlines()[-1])
     entry.parent.mkdir(parents=True)
     shutil.copytree(shipped, entry)
     data["env"]["torch"] = "2.7.0+cpu"
-    (shipped / "manifest.json").write_text(json.dumps(data))
+    set_manifest(site).write_text(json.dumps(data))
 
     loaded, reason, _, _ = json.loads(run([runtime_python, "-c", STATUS_IMPORTED], env=env).stdout.splitlines()[-1])
     assert loaded and reason == f"installed from {entry} (hatch-precompile warm)"
     # The stored files are checked like shipped ones: one altered byte and nothing is installed.
-    kernel = next(entry.rglob("*.main.so"))
+    kernel_path = next(p for p in data["files"] if p.endswith(".main.so"))
+    kernel = entry / "blobs" / data["files"][kernel_path]["sha256"]
     blob = bytearray(kernel.read_bytes())
     blob[len(blob) // 2] ^= 0xFF
     kernel.write_bytes(bytes(blob))

@@ -14,9 +14,8 @@ import zipfile
 
 import pytest
 
-from conftest import TEST_USER_CACHE, run, run_sample, unpack
+from conftest import TEST_USER_CACHE, blob, run, run_sample, set_manifest, unpack
 
-ARTIFACTS = "sample_pkg/_precompiled"
 STATUS = (
     "import json, sample_pkg; s = sample_pkg.precompile_status; "
     "print(json.dumps([s.loaded, s.reason, s.installed]))"
@@ -30,11 +29,11 @@ def site(precompiled_wheel, tmp_path):
 
 
 def manifest_of(site) -> dict:
-    return json.loads((site / ARTIFACTS / "manifest.json").read_text())
+    return json.loads(set_manifest(site).read_text())
 
 
 def write_manifest(site, data) -> None:
-    (site / ARTIFACTS / "manifest.json").write_text(json.dumps(data))
+    set_manifest(site).write_text(json.dumps(data))
 
 
 def load_status(python, site, cache, env=None):
@@ -109,10 +108,10 @@ def a_kernel(site) -> str:
 
 def test_altered_file_of_same_size_skips(runtime_python, site, tmp_path):
     victim = next(p for p in manifest_of(site)["files"] if "/fxgraph/" in p)
-    path = site / ARTIFACTS / victim
-    blob = bytearray(path.read_bytes())
-    blob[len(blob) // 2] ^= 0xFF
-    path.write_bytes(bytes(blob))
+    path = blob(site, manifest_of(site), victim)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
     assert_skipped(runtime_python, site, tmp_path, f"{victim} does not match its sha256")
 
 

@@ -44,19 +44,27 @@ def cache(tmp_path, monkeypatch) -> Path:
 
 
 def ship(tmp_path, monkeypatch, env, files=FILES, manifest: dict | None = None) -> tuple[str, Path]:
-    """A package ``fakepkgN`` on sys.path with ``files`` and their manifest in ``_precompiled/``."""
+    """A package ``fakepkgN`` on sys.path shipping ``files`` as one artifact set; its manifest file."""
     package = f"fakepkg{next(_names)}"
     root = tmp_path / "site" / package
     shipped = root / "_precompiled"
-    for path, blob in files.items():
-        (shipped / path).parent.mkdir(parents=True, exist_ok=True)
-        (shipped / path).write_bytes(blob)
+    (shipped / "blobs").mkdir(parents=True)
+    for blob in files.values():
+        (shipped / "blobs" / sha256(blob)).write_bytes(blob)
     (root / "__init__.py").write_text("")
     data = Manifest(package, env, {p: FileEntry(len(b), sha256(b)) for p, b in files.items()}).to_dict()
     data.update(manifest or {})
-    (shipped / "manifest.json").write_text(json.dumps(data))
+    manifest_file = shipped / "sets" / "test-set" / "manifest.json"
+    manifest_file.parent.mkdir(parents=True)
+    manifest_file.write_text(json.dumps(data))
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    return package, shipped
+    return package, manifest_file
+
+
+def blob_of(manifest_file: Path, path: str) -> Path:
+    """The blob holding the artifact ``path`` of the set whose manifest is ``manifest_file``."""
+    digest = json.loads(manifest_file.read_text())["files"][path]["sha256"]
+    return manifest_file.parents[2] / "blobs" / digest
 
 
 def files_in(directory: Path) -> list[Path]:
@@ -87,26 +95,26 @@ def test_installs_every_listed_file_atomically_and_never_twice(tmp_path, monkeyp
 
 def test_missing_file(tmp_path, monkeypatch, env_here, cache):
     package, shipped = ship(tmp_path, monkeypatch, env_here)
-    (shipped / "inductor/ab/cabkernel.main.so").unlink()
+    blob_of(shipped, "inductor/ab/cabkernel.main.so").unlink()
     assert_skipped(package, cache, "inductor/ab/cabkernel.main.so cannot be read")
 
 
 def test_truncated_file(tmp_path, monkeypatch, env_here, cache):
     package, shipped = ship(tmp_path, monkeypatch, env_here)
-    (shipped / "inductor/ab/cabkernel.main.so").write_bytes(b"\x7fELF")
+    blob_of(shipped, "inductor/ab/cabkernel.main.so").write_bytes(b"\x7fELF")
     assert_skipped(package, cache, "inductor/ab/cabkernel.main.so does not match its sha256")
 
 
 def test_altered_file_of_the_same_size_is_refused_before_anything_is_written(tmp_path, monkeypatch, env_here, cache):
     package, shipped = ship(tmp_path, monkeypatch, env_here)
-    (shipped / "inductor/fxgraph/fx/fkey/entry").write_bytes(b"fx entrY")
+    blob_of(shipped, "inductor/fxgraph/fx/fkey/entry").write_bytes(b"fx entrY")
     assert_skipped(package, cache, "inductor/fxgraph/fx/fkey/entry does not match its sha256")
 
 
 def test_unlisted_file_is_never_installed(tmp_path, monkeypatch, env_here, cache):
     package, shipped = ship(tmp_path, monkeypatch, env_here)
-    (shipped / "inductor/zz").mkdir()
-    (shipped / "inductor/zz/czzplanted.main.so").write_bytes(b"\x7fELF not ours")
+    planted = b"\x7fELF not ours"
+    (shipped.parents[2] / "blobs" / sha256(planted)).write_bytes(planted)  # a blob no manifest lists
     assert loader.load(package).loaded
     assert not (cache / "zz").exists()
 
@@ -130,7 +138,7 @@ def test_untrustworthy_manifest(tmp_path, monkeypatch, env_here, cache, manifest
 
 def test_unparsable_manifest(tmp_path, monkeypatch, env_here, cache):
     package, shipped = ship(tmp_path, monkeypatch, env_here)
-    (shipped / "manifest.json").write_text("{not json")
+    shipped.write_text("{not json")
     assert_skipped(package, cache, "manifest.json does not parse")
 
 
@@ -142,7 +150,7 @@ def test_environment_mismatch_names_the_first_differing_field(tmp_path, monkeypa
 
 def test_symlink_out_of_the_artifact_dir(tmp_path, monkeypatch, env_here, cache):
     package, shipped = ship(tmp_path, monkeypatch, env_here)
-    victim = shipped / "inductor/ab/cabkernel.main.so"
+    victim = blob_of(shipped, "inductor/ab/cabkernel.main.so")
     outside = tmp_path / "outside.so"
     outside.write_bytes(victim.read_bytes())  # same bytes: only the symlink itself can be refused
     victim.unlink()

@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 import math
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
 
-from conftest import build_wheel, copy_project, run, run_sample, unpack
+from conftest import build_wheel, copy_project, read_manifest, run, run_sample, unpack
 
 MISBEHAVE = Path(__file__).parent / "misbehave"
 OBSERVERS = "metrics,counters,guard-failures,logs,megacache,compile-times,write-signature"
@@ -41,8 +40,7 @@ def test_the_helper_really_breaks_what_it_names(tmp_path):
 def test_build_with_every_observer_broken_still_ships_working_artifacts(tmp_path, cold_result):
     proc, wheel = build_wheel(copy_project(tmp_path / "sample_pkg"), tmp_path / "dist", env=misbehaving(OBSERVERS))
     assert "precompile: captured 2 compiled graph(s)" in proc.stdout
-    with zipfile.ZipFile(wheel) as archive:
-        manifest = json.loads(archive.read("sample_pkg/_precompiled/manifest.json"))
+    manifest = read_manifest(wheel)
     (workload,) = manifest["workloads"]
     # Each broken observer recorded nothing, and said so by leaving its part empty.
     assert workload["graphs"] == [] and workload["counters"] == {} and workload["recompiles"] == []

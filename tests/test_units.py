@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from hatch_precompile import protocol
@@ -43,7 +45,7 @@ def test_unsafe_manifest_paths(path):
 
 
 def test_manifest_rejects_escaping_paths_and_unknown_format():
-    good = b'{"format": 2, "env": {}, "files": {"inductor/a/b": {"size": 1, "sha256": "x"}}}'
+    good = b'{"format": 2, "env": {}, "files": {"inductor/a/b": {"size": 1, "sha256": "' + b'0' * 64 + b'"}}}'
     assert Manifest.parse(good).files
     with pytest.raises(ManifestError, match="outside its directory"):
         Manifest.parse(good.replace(b"inductor/a/b", b"../../b"))
@@ -67,3 +69,41 @@ def test_template_round_trip():
     assert "/v/" not in template and "/py/" not in template
     moved = dict(values, **{relocate.TORCH_DIR: "/w/torch"})
     assert relocate.render(template, moved) == command.replace("/v/site-packages/torch", "/w/torch")
+
+
+def test_supported_torch_range(capsys):
+    from hatch_precompile.build import worker
+
+    assert worker.supported_torch_problem("2.6.0+cpu") == (
+        "torch 2.6.0+cpu is older than 2.7, the oldest hatch-precompile supports"
+    )
+    assert worker.supported_torch_problem("2.7.1+cu126") is None and capsys.readouterr().out == ""
+    assert worker.supported_torch_problem("2.16.0.dev20261201") is None
+    assert "torch 2.16.0.dev20261201 is newer than 2.15, the newest tested" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["uv", "pip", "install", "--python", "v/bin/python", "."], "v/bin/python"),
+        (["uv", "pip", "install", "--python=v/bin/python", "."], "v/bin/python"),
+        (["uv", "pip", "install", "-p", "3.11", "."], "3.11"),
+        (["uv", "build"], None),
+    ],
+)
+def test_uv_python_option(argv, expected):
+    from hatch_precompile.build import target
+
+    assert target._option(argv, "--python", "-p") == expected
+
+
+def test_the_creator_of_a_frontend_build_venv_is_the_target(tmp_path, monkeypatch):
+    from hatch_precompile.build import target
+
+    for name, expected in [("build-env-x1y2", "/work/venv/bin/python"), ("my-own-venv", None)]:
+        venv = tmp_path / name
+        venv.mkdir()
+        (venv / "pyvenv.cfg").write_text(f"home = /usr/bin\ncommand = /work/venv/bin/python -m venv --without-pip {venv}\n")
+        monkeypatch.setattr(sys, "prefix", str(venv))
+        found = target._venv_creator({})
+        assert (found[0] if found else None) == expected, name

@@ -21,8 +21,8 @@ from typing import Any, Callable
 from hatch_precompile import __version__
 from hatch_precompile.build import child
 from hatch_precompile.protocol import (
-    CACHE_DIR_VAR, DIRNAME, EXIT_WORKLOAD_FAILED, HEARTBEAT_VAR, INDUCTOR_DIR, MANIFEST_FILE, MEGACACHE_FILE,
-    TORCHSCRIPT_DIR, FileEntry, Kernel, Manifest, Workload, sha256,
+    CACHE_DIR_VAR, DIRNAME, EXIT_WORKLOAD_FAILED, HEARTBEAT_VAR, INDUCTOR_DIR, MANIFEST_FILE, MEGACACHE_FILE, SETS_DIR,
+    TORCHSCRIPT_DIR, FileEntry, Kernel, Manifest, Workload, blob_path, is_safe_relpath, set_name, sha256,
 )
 from hatch_precompile.run import relocate
 
@@ -70,53 +70,83 @@ def capture(
     say: Say,
     python: str = sys.executable,
     environ: dict[str, str] | None = None,
+    capabilities: tuple[str, ...] = (),
 ) -> Path | None:
     """Run ``workloads`` and build ``work_dir/_precompiled``; return it, or None if nothing compiled.
 
     ``root`` is the project dir put first on the child's ``sys.path`` (None: the package is
     already importable, as for ``hatch-precompile warm``). ``python`` and ``environ`` are the
-    child's interpreter and environment (another environment's, see target.py). Raises
-    WorkloadFailed on a raising, crashing or timed-out workload.
+    child's interpreter and environment (another environment's, see target.py). Each of
+    ``capabilities`` (``ATEN_CPU_CAPABILITY`` values) gets a run and an artifact set of its own;
+    none: one run as the machine is. Raises WorkloadFailed on a raising, crashing or timed-out
+    workload, Unusable when this torch cannot make trustworthy artifacts.
     """
+    target = work_dir / DIRNAME
+    made = 0
+    for capability in capabilities or (None,):
+        run_dir = work_dir / f"run-{capability or 'native'}"
+        if capability:
+            say(f"precompile: artifact set for CPU capability {capability} (ATEN_CPU_CAPABILITY={capability})")
+        env = dict(os.environ if environ is None else environ)
+        if capability:
+            env["ATEN_CPU_CAPABILITY"] = capability
+        manifest = _capture_set(root, run_dir, target, package, workloads, timeout, say, python, env, capability)
+        made += manifest is not None
+    if not made:
+        shutil.rmtree(target, ignore_errors=True)
+        return None
+    return target
+
+
+def _capture_set(
+    root: Path | None, run_dir: Path, target: Path, package: str, workloads: list[str], timeout: float,
+    say: Say, python: str, env: dict[str, str], capability: str | None,
+) -> Manifest | None:
+    """One run of the workloads, stored as ``target/sets/<name>``; None if it made no set."""
     started = time.perf_counter()
-    cache_dir, out_dir = work_dir / "inductor-cache", work_dir / "child-out"
+    cache_dir, out_dir = run_dir / "inductor-cache", run_dir / "child-out"
     cache_dir.mkdir(parents=True)
     out_dir.mkdir()
     paths = [] if root is None else [str(root)] + ([str(root / "src")] if (root / "src").is_dir() else [])
-    spec_path = work_dir / "spec.json"
-    spec_path.write_text(json.dumps({"workloads": workloads, "out": str(out_dir), "paths": paths}))
-    env = dict(os.environ if environ is None else environ, **{CACHE_DIR_VAR: str(cache_dir)})
-    result = _run_workloads(python, spec_path, out_dir, env, timeout, say)
+    spec_path = run_dir / "spec.json"
+    spec_path.write_text(json.dumps(
+        {"workloads": workloads, "out": str(out_dir), "paths": paths, "capability": capability}
+    ))
+    result = _run_workloads(python, spec_path, out_dir, {**env, CACHE_DIR_VAR: str(cache_dir)}, timeout, say)
     if "unusable" in result:
         raise Unusable(result["unusable"])
-
-    target = work_dir / DIRNAME
-    copied = _copy_cache(cache_dir, target / INDUCTOR_DIR)
-    scripted = _copy_outputs(out_dir, target)
-    if not any((target / INDUCTOR_DIR / kind).is_dir() for kind in ("aotautograd", "fxgraph")) and not scripted:
-        shutil.rmtree(target, ignore_errors=True)
+    if "skipped" in result:
+        say(f"precompile: warning: {result['skipped']}; no artifact set for {capability}")
         return None
-    kernels, unverified = _relocatable_kernels(target, result["kernel_commands"], result["path_values"])
+    if not any((cache_dir / kind).is_dir() for kind in ("aotautograd", "fxgraph")) and not (
+        out_dir / TORCHSCRIPT_DIR
+    ).is_dir():
+        return None
+    files, skipped = _store_files(target, cache_dir, out_dir)
+    if skipped:
+        say(f"precompile: {skipped} cache file(s) with names load() would not trust are not shipped")
+    kernels, unverified = _relocatable_kernels(cache_dir, result["kernel_commands"], result["path_values"])
     if unverified:
         say(
             f"precompile: {unverified} kernel(s) are not relocatable with this torch; they hit "
             "only where torch is installed at the same path as in this build"
         )
-    manifest = _manifest(package, result, target, kernels, scripted)
-    manifest.cache_files_copied = copied
+    manifest = _manifest(package, result, files, kernels)
     manifest.timings["total_seconds"] = round(time.perf_counter() - started, 3)
-    (target / MANIFEST_FILE).write_text(manifest.dumps())
-    return target
+    set_dir = target / SETS_DIR / set_name(manifest.env)
+    set_dir.mkdir(parents=True, exist_ok=True)
+    (set_dir / MANIFEST_FILE).write_text(manifest.dumps())
+    return manifest
 
 
-def _manifest(package: str, result: dict[str, Any], target: Path, kernels: list[Kernel], scripted: list[Path]) -> Manifest:
-    """The manifest of the artifact dir ``target``, from what the child reported."""
+def _manifest(package: str, result: dict[str, Any], files: dict[str, FileEntry], kernels: list[Kernel]) -> Manifest:
+    """The manifest of one set, from what the child reported."""
     return Manifest(
         package=package,
         env=result["env"],
-        files=_describe_files(target),
+        files=files,
         kernels=kernels,
-        torchscript={p.stem: f"{TORCHSCRIPT_DIR}/{p.name}" for p in scripted},
+        torchscript={p.rsplit("/", 1)[1].removesuffix(".pt"): p for p in files if p.startswith(f"{TORCHSCRIPT_DIR}/")},
         megacache={"file": MEGACACHE_FILE, "artifacts": result["megacache"]} if result["megacache"] else None,
         workloads=[Workload.from_dict(w) for w in result["workloads"]],
         generator=f"hatch-precompile {__version__}",
@@ -124,6 +154,7 @@ def _manifest(package: str, result: dict[str, Any], target: Path, kernels: list[
         inductor_vec_isa=result["inductor_vec_isa"],
         compile_times=result["compile_times"],
         timings={"torch_import_seconds": result["import_seconds"]},
+        cache_files_copied=sum(p.startswith(f"{INDUCTOR_DIR}/") for p in files),
     )
 
 
@@ -142,7 +173,7 @@ def _run_workloads(
         raise WorkloadFailed(error["workload"], "\n" + error["traceback"], error.get("missing_module"))
     if timed_out:  # also while torch was still importing, before the first workload started
         raise WorkloadFailed(running, f"timed out after {timeout:g} s (the `timeout` option)")
-    if code != 0 or not ("env" in result or "unusable" in result):
+    if code != 0 or not ("env" in result or "unusable" in result or "skipped" in result):
         raise WorkloadFailed(running, f"the child process exited with code {code}; its last output:\n{tail}")
     return result
 
@@ -202,6 +233,8 @@ class _Watch:
         if event["event"] == "done":
             say_done(event, self.say)
             self.running = None
+        elif event["event"] == "note":
+            self.say(f"precompile: {event['text']}")
         return False
 
 
@@ -236,40 +269,41 @@ def say_done(workload: dict[str, Any], say: Say) -> None:
         )
 
 
-def _copy_cache(cache_dir: Path, dest: Path) -> int:
-    copied = 0
+def _store_files(target: Path, cache_dir: Path, out_dir: Path) -> tuple[dict[str, FileEntry], int]:
+    """Every file of one run as blobs of ``target``: {logical path: entry}, and how many were left out."""
+    sources = {}
     for path in sorted(cache_dir.rglob("*")):
         rel = path.relative_to(cache_dir)
-        if rel.parts[0] in _SKIP_DIRS or path.name.endswith(".tmp") or path.is_symlink():
+        if rel.parts[0] in _SKIP_DIRS or path.name.endswith(".tmp") or path.is_symlink() or not path.is_file():
             continue
-        if path.is_file():
-            target = dest / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, target)
-            copied += 1
-    return copied
-
-
-def _copy_outputs(out_dir: Path, target: Path) -> list[Path]:
-    """Mega-Cache and the TorchScript modules the child wrote; the TorchScript files."""
-    target.mkdir(parents=True, exist_ok=True)
+        sources[f"{INDUCTOR_DIR}/{rel.as_posix()}"] = path
     if (out_dir / MEGACACHE_FILE).is_file():
-        shutil.copy2(out_dir / MEGACACHE_FILE, target / MEGACACHE_FILE)
-    scripted = sorted((out_dir / TORCHSCRIPT_DIR).glob("*.pt"))
-    if scripted:
-        shutil.copytree(out_dir / TORCHSCRIPT_DIR, target / TORCHSCRIPT_DIR)
-    return scripted
+        sources[MEGACACHE_FILE] = out_dir / MEGACACHE_FILE
+    for path in sorted((out_dir / TORCHSCRIPT_DIR).glob("*.pt")):
+        sources[f"{TORCHSCRIPT_DIR}/{path.name}"] = path
+    files, skipped = {}, 0
+    for logical, path in sources.items():
+        if not is_safe_relpath(logical):
+            skipped += 1
+            continue
+        data = path.read_bytes()
+        entry = FileEntry(len(data), sha256(data))
+        blob = target / blob_path(entry.sha256)
+        if not blob.exists():  # the same bytes in another set are stored once
+            blob.parent.mkdir(parents=True, exist_ok=True)
+            blob.write_bytes(data)
+        files[logical] = entry
+    return files, skipped
 
 
 def _relocatable_kernels(
-    target: Path, commands: dict[str, list[str]], values: dict[str, str]
+    cache_dir: Path, commands: dict[str, list[str]], values: dict[str, str]
 ) -> tuple[list[Kernel], int]:
     """Kernels whose key our mirror of Inductor's hash reproduces (see run/relocate.py)."""
-    inductor_dir = target / INDUCTOR_DIR
     entries, unverified = [], 0
     for key, (extension, command) in sorted(commands.items()):
-        source = inductor_dir / relocate.cache_relpath(key, f".{extension}")
-        binary = inductor_dir / relocate.cache_relpath(key, f".{extension.removesuffix('cpp')}so")
+        source = cache_dir / relocate.cache_relpath(key, f".{extension}")
+        binary = cache_dir / relocate.cache_relpath(key, f".{extension.removesuffix('cpp')}so")
         if not (source.is_file() and binary.is_file()):
             continue
         template = relocate.to_template(command, values)
@@ -280,17 +314,7 @@ def _relocatable_kernels(
         entries.append(Kernel(
             key=key,
             command=template,
-            source=f"{INDUCTOR_DIR}/{source.relative_to(inductor_dir).as_posix()}",
-            files=tuple(f"{INDUCTOR_DIR}/{p.relative_to(inductor_dir).as_posix()}" for p in group),
+            source=f"{INDUCTOR_DIR}/{source.relative_to(cache_dir).as_posix()}",
+            files=tuple(f"{INDUCTOR_DIR}/{p.relative_to(cache_dir).as_posix()}" for p in group),
         ))
     return entries, unverified
-
-
-def _describe_files(root: Path) -> dict[str, FileEntry]:
-    """size and sha256 of every regular file under ``root``, keyed by posix relative path."""
-    files = {}
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and not path.is_symlink() and path.name != MANIFEST_FILE:
-            data = path.read_bytes()
-            files[path.relative_to(root).as_posix()] = FileEntry(len(data), sha256(data))
-    return files

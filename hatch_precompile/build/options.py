@@ -7,6 +7,7 @@ says what was expected and what was found.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 from hatch_precompile.protocol import DEFAULT_TIMEOUT, DOTTED_NAME, WORKLOAD
@@ -34,6 +35,8 @@ class Options:
     """``on-failure``: "warn" builds a plain wheel when a workload fails."""
     package: str | None = None
     """``package``: the import package that ships ``_precompiled/``; default: the workload's."""
+    cpu_capabilities: tuple[str, ...] = ()
+    """``cpu-capabilities``: one artifact set per ``ATEN_CPU_CAPABILITY`` value; default: the machine's."""
 
     @property
     def import_package(self) -> str | None:
@@ -45,7 +48,8 @@ class Options:
         return None
 
 
-KNOWN = ("enable", "on-failure", "package", "timeout", "workload")
+KNOWN = ("cpu-capabilities", "enable", "on-failure", "package", "timeout", "workload")
+CAPABILITY = re.compile(r"[a-z][a-z0-9_]*")  # what ATEN_CPU_CAPABILITY takes: default, avx2, avx512, ...
 
 
 def parse(table: dict[str, Any], hook: str) -> Options:
@@ -82,4 +86,8 @@ def parse(table: dict[str, Any], hook: str) -> Options:
     package = table.get("package")
     if package is not None and not (isinstance(package, str) and DOTTED_NAME.fullmatch(package)):
         raise bad("package", "an importable package name", package)
-    return Options(tuple(workloads), enable, float(timeout), on_failure, package)
+    capabilities = table.get("cpu-capabilities", [])
+    if not isinstance(capabilities, list) or not all(isinstance(c, str) and CAPABILITY.fullmatch(c.lower()) for c in capabilities):
+        raise bad("cpu-capabilities", 'an array of ATEN_CPU_CAPABILITY names (e.g. ["default", "avx2"])', capabilities)
+    capabilities = list(dict.fromkeys(c.lower() for c in capabilities))
+    return Options(tuple(workloads), enable, float(timeout), on_failure, package, tuple(capabilities))

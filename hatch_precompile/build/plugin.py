@@ -18,7 +18,9 @@ from typing import Any
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 from hatch_precompile.build import options as options_module
-from hatch_precompile.protocol import DECLARATION_FILE, DIRNAME, MANIFEST_FILE, Declaration, Manifest
+from hatch_precompile.protocol import (
+    BLOBS_DIR, DECLARATION_FILE, DIRNAME, MANIFEST_FILE, SETS_DIR, Declaration, Manifest,
+)
 from hatch_precompile.run import gate
 
 
@@ -131,6 +133,7 @@ class PrecompileBuildHook(BuildHookInterface):
                 root=Path(self.root), work_dir=self._scratch(), package=package,
                 workloads=list(self.options.workloads), timeout=self.options.timeout,
                 say=self.app.display_info, python=where.python, environ=where.environ(os.environ),
+                capabilities=self.options.cpu_capabilities,
             )
         except Unusable as exc:  # not the workload's fault: the wheel is still good without
             self.app.display_warning(f"precompile: {exc}; building the wheel without precompiled artifacts")
@@ -154,20 +157,29 @@ class PrecompileBuildHook(BuildHookInterface):
         return artifacts
 
     def _report(self, artifacts: Path) -> None:
-        manifest = Manifest.parse((artifacts / MANIFEST_FILE).read_bytes())
-        total = sum(entry.size for entry in manifest.files.values())
-        breaks = sum(len(w.graph_breaks) for w in manifest.workloads)
-        self.app.display_info(
-            f"precompile: captured {manifest.graph_entries} compiled graph(s), "
-            f"{manifest.count('kernel_binary')} kernel binaries, {len(manifest.torchscript)} TorchScript "
-            f"module(s); {len(manifest.files)} files, {total / 1e6:.2f} MB, in "
-            f"{manifest.timings['total_seconds']:.1f} s" + (f"; {breaks} graph break(s)" if breaks else "")
-        )
-        env = manifest.env
-        self.app.display_info(
-            f"precompile: artifacts are used only with torch {env['torch']}, Python {env['python']}, "
-            f"CPU capability {env['cpu_capability']}, compiler {env['cxx']}"
-        )
+        """One line per artifact set, and what the environment must be for each."""
+        stored = sum(blob.stat().st_size for blob in (artifacts / BLOBS_DIR).iterdir())
+        manifests = [Manifest.parse(f.read_bytes()) for f in sorted((artifacts / SETS_DIR).glob(f"*/{MANIFEST_FILE}"))]
+        for manifest in manifests:
+            total = sum(entry.size for entry in manifest.files.values())
+            breaks = sum(len(w.graph_breaks) for w in manifest.workloads)
+            env = manifest.env
+            self.app.display_info(
+                f"precompile: captured {manifest.graph_entries} compiled graph(s), "
+                f"{manifest.count('kernel_binary')} kernel binaries, {len(manifest.torchscript)} TorchScript "
+                f"module(s); {len(manifest.files)} files, {total / 1e6:.2f} MB, in "
+                f"{manifest.timings['total_seconds']:.1f} s" + (f"; {breaks} graph break(s)" if breaks else "")
+            )
+            self.app.display_info(
+                f"precompile: artifacts are used only with torch {env['torch']}, Python {env['python']}, "
+                f"CPU capability {env['cpu_capability']}, compiler {env['cxx']}"
+            )
+        if len(manifests) > 1:
+            separate = sum(sum(e.size for e in m.files.values()) for m in manifests)
+            self.app.display_info(
+                f"precompile: {len(manifests)} artifact sets in {stored / 1e6:.2f} MB "
+                f"({separate / 1e6:.2f} MB if each stored its own copy of the files they share)"
+            )
 
     def _scratch(self) -> Path:
         if self._work_dir is None:

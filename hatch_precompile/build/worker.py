@@ -17,7 +17,9 @@ from typing import Any
 
 from hatch_precompile.build import child, observe
 
-OLDEST_TORCH = (2, 7)  # the matrix in docs/torch-versions.md: every minor release since works
+# docs/torch-versions.md: every minor release from OLDEST_TORCH to NEWEST_TESTED, end to end.
+OLDEST_TORCH = (2, 7)
+NEWEST_TESTED = (2, 15)
 from hatch_precompile.protocol import (
     BUILDING_VAR, CACHE_DIR_VAR, EXIT_OK, EXIT_WORKLOAD_FAILED, MEGACACHE_FILE, TORCHSCRIPT_DIR, TORCHSCRIPT_DIR_VAR,
 )
@@ -42,6 +44,10 @@ def main(argv: list[str]) -> int:
     unsupported = supported_torch_problem(torch.__version__)
     if unsupported:
         child.write_result(out, {"unusable": unsupported})
+        return EXIT_OK
+    unrunnable = spec.get("capability") and capability_problem(spec["capability"], environment["env"])
+    if unrunnable:
+        child.write_result(out, {"skipped": unrunnable})
         return EXIT_OK
 
     from hatch_precompile.run import speedups
@@ -78,6 +84,32 @@ def supported_torch_problem(version: str) -> str | None:
     found = re.match(r"(\d+)\.(\d+)", version)  # no `packaging` here: the target may not have it
     if found and (int(found[1]), int(found[2])) < OLDEST_TORCH:
         return f"torch {version} is older than {OLDEST_TORCH[0]}.{OLDEST_TORCH[1]}, the oldest hatch-precompile supports"
+    if found and (int(found[1]), int(found[2])) > NEWEST_TESTED:
+        child.emit("note", text=(
+            f"torch {version} is newer than {NEWEST_TESTED[0]}.{NEWEST_TESTED[1]}, the newest tested: what "
+            "hatch-precompile reads of torch is feature-detected, and load() checks the artifacts as always"
+        ))
+    return None
+
+
+def capability_problem(capability: str, env: dict[str, Any]) -> str | None:
+    """Why this machine cannot build artifacts for ``ATEN_CPU_CAPABILITY=capability``, or None.
+
+    ATen believes the variable (it reports AVX512 on an AVX2 CPU, then dies of SIGILL); Inductor
+    checks the CPU, so its list of usable vector ISAs is what says whether the code would run.
+    """
+    if capability == "default":
+        return None
+    try:
+        from torch._inductor.cpu_vec_isa import valid_vec_isa_list
+
+        usable = {str(isa).lower() for isa in valid_vec_isa_list()}
+    except Exception as exc:
+        return f"cannot tell whether this machine runs {capability} code ({exc!r})"
+    if capability not in usable:
+        return f"this machine cannot run {capability} code (its CPU has {', '.join(sorted(usable)) or 'no vector ISA'})"
+    if str(env.get("cpu_capability", "")).lower() != capability:
+        return f"torch reports CPU capability {env.get('cpu_capability')} under ATEN_CPU_CAPABILITY={capability}"
     return None
 
 

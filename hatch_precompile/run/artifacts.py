@@ -1,8 +1,10 @@
 """Finding a package's artifacts and distrusting them: manifest, environment key, every file's hash.
 
 The shipped artifacts come first (``<package>/_precompiled/``, read through
-``importlib.resources`` so that a zipped or read-only install works); when they are absent or do
-not fit this environment, those that ``hatch-precompile warm`` stored for it (usercache.py).
+``importlib.resources`` so that a zipped or read-only install works); when none of their sets
+fits this environment, or there are none, those that ``hatch-precompile warm`` stored for it
+(usercache.py). Of several sets (one per CPU capability, or per machine of a merged wheel), the
+one whose environment key is this process's is used.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.protocol import DIRNAME, MANIFEST_FILE, Manifest, ManifestError, first_mismatch, sha256
+from hatch_precompile.protocol import (
+    DIRNAME, MANIFEST_FILE, SETS_DIR, Manifest, ManifestError, blob_path, first_mismatch, sha256,
+)
 from hatch_precompile.run import usercache
 
 
@@ -23,9 +27,10 @@ class Skip(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class ArtifactSet:
-    """One checked set of artifacts: its dir (a Path or an importlib.resources Traversable)."""
+    """One checked set of artifacts in ``root`` (a ``_precompiled`` dir: a Path or a Traversable)."""
 
     root: Any
+    name: str  # its dir under sets/
     manifest: Manifest
     warmed: bool  # from the per-user cache rather than the wheel
 
@@ -34,7 +39,7 @@ class ArtifactSet:
         entry = self.manifest.files.get(relpath)
         if entry is None:
             raise Skip(f"{relpath} is not listed in the manifest")
-        node = self.root.joinpath(*relpath.split("/"))
+        node = self.root.joinpath(*blob_path(entry.sha256).split("/"))
         if isinstance(node, Path) and _through_symlink(self.root, node):
             raise Skip(f"{relpath} is a symlink; shipped artifacts must be plain files")
         try:
@@ -81,13 +86,13 @@ def _find(package: str) -> ArtifactSet | None:
 def _shipped(package: str) -> ArtifactSet | None:
     try:
         root = resources.files(package).joinpath(DIRNAME)
-        manifest_file = root.joinpath(MANIFEST_FILE)
-        if not manifest_file.is_file():
+        sets = root.joinpath(SETS_DIR)
+        if not sets.is_dir():
             return None
-        raw = manifest_file.read_bytes()
+        manifests = {entry.name: entry.joinpath(MANIFEST_FILE).read_bytes() for entry in sets.iterdir()}
     except (ModuleNotFoundError, TypeError, OSError) as exc:
         raise Skip(f"cannot read the artifacts of {package!r}: {exc}") from None
-    return _checked(package, root, raw, warmed=False)
+    return choose(package, root, manifests, warmed=False)
 
 
 def _warmed(package: str) -> ArtifactSet | None:
@@ -95,27 +100,38 @@ def _warmed(package: str) -> ArtifactSet | None:
     if directory is None or not directory.is_dir():
         return None  # the common case costs one stat, and no torch import
     root = usercache.env_dir(package, environment_key())
-    if root is None or not (root / MANIFEST_FILE).is_file():
+    if root is None or not (root / SETS_DIR).is_dir():
         return None
     try:
-        raw = (root / MANIFEST_FILE).read_bytes()
-    except OSError as exc:
-        raise Skip(f"warmed artifacts in {root}: {exc}") from None
-    try:
-        return _checked(package, root, raw, warmed=True)
-    except Skip as skip:
+        manifests = {entry.name: (entry / MANIFEST_FILE).read_bytes() for entry in (root / SETS_DIR).iterdir()}
+        return choose(package, root, manifests, warmed=True)
+    except (Skip, OSError) as skip:
         raise Skip(f"warmed artifacts in {root}: {skip}") from None
 
 
-def _checked(package: str, root: Any, raw: bytes, warmed: bool) -> ArtifactSet:
-    try:
-        manifest = Manifest.parse(raw)
-    except ManifestError as exc:
-        raise Skip(str(exc)) from None
-    problem = env_problem(package, manifest)
-    if problem:
-        raise Skip(problem)
-    return ArtifactSet(root, manifest, warmed)
+def choose(package: str, root: Any, manifests: dict[str, bytes], warmed: bool) -> ArtifactSet:
+    """The set whose environment key is this process's; Skip naming every set's mismatch if none."""
+    problems, mismatched = {}, False
+    for name, raw in sorted(manifests.items()):
+        try:
+            manifest = Manifest.parse(raw)
+        except ManifestError as exc:
+            problems[name] = str(exc)
+            continue
+        problem = env_problem(manifest)
+        if problem is None:
+            return ArtifactSet(root, name, manifest, warmed)
+        problems[name], mismatched = problem, True
+    if not problems:
+        raise Skip("the artifact dir holds no set")
+    reason = next(iter(problems.values())) if len(problems) == 1 else (
+        f"none of the {len(problems)} artifact sets fits this environment: "
+        + "; ".join(f"{name}: {problem}" for name, problem in problems.items())
+    )
+    if mismatched:
+        reason += (f"; rebuild the wheel for this environment (a plain `pip install` of the project's "
+                   f"source does) or run `hatch-precompile warm {package}`")
+    raise Skip(reason)
 
 
 def environment_key() -> dict[str, Any]:
@@ -126,17 +142,13 @@ def environment_key() -> dict[str, Any]:
     return envkey.current(torch)
 
 
-def env_problem(package: str, manifest: Manifest) -> str | None:
+def env_problem(manifest: Manifest) -> str | None:
     """Why ``manifest``'s artifacts do not fit this process (the first differing field), or None."""
     mismatch = first_mismatch(manifest.env, environment_key())
     if mismatch is None:
         return None
     field, built, here = mismatch
-    return (
-        f"built for {field}={built!r}, this environment has {field}={here!r}; rebuild the wheel "
-        f"for this environment (a plain `pip install` of the project's source does) or run "
-        f"`hatch-precompile warm {package}`"
-    )
+    return f"built for {field}={built!r}, this environment has {field}={here!r}"
 
 
 def _through_symlink(root: Path, node: Path) -> bool:

@@ -15,14 +15,12 @@ Standard library only: ``load()`` looks here.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.protocol import APP, MANIFEST_FILE, canonical_name
+from hatch_precompile.protocol import APP, SETS_DIR, canonical_name, env_id
 
 
 def base_dir() -> Path | None:
@@ -45,10 +43,6 @@ def package_dir(package: str) -> Path | None:
     return None if base is None else base / canonical_name(package)
 
 
-def env_id(env: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(env, sort_keys=True).encode("utf-8")).hexdigest()[:16]
-
-
 def env_dir(package: str, env: dict[str, Any]) -> Path | None:
     directory = package_dir(package)
     return None if directory is None else directory / env_id(env)
@@ -59,4 +53,4 @@ def entries(package: str) -> list[Path]:
     directory = package_dir(package)
     if directory is None or not directory.is_dir():
         return []
-    return sorted(p for p in directory.iterdir() if (p / MANIFEST_FILE).is_file())
+    return sorted(p for p in directory.iterdir() if (p / SETS_DIR).is_dir())

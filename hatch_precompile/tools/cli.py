@@ -3,6 +3,7 @@
     report TARGET        what a wheel, a project dir or an installed package ships
     verify PACKAGE       replay the workloads after load(); non-zero on any cache miss
     warm PACKAGE         build the caches here, into the per-user cache (--clear removes them)
+    merge -o DIR WHEEL.. one wheel with the artifact sets of wheels built on several machines
     disable/enable NAME  per-package switch in this environment's preferences file
     status [NAME...]     the preferences file, the switches in effect, the per-user cache
 
@@ -198,6 +199,20 @@ def _import_name(name: str) -> str:
         return name  # --clear must work for a package that was uninstalled since
 
 
+# -- merge -----------------------------------------------------------------------------------------
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from hatch_precompile.tools import merge
+
+    try:
+        merged, sets = merge.merge([Path(w) for w in args.wheels], Path(args.out))
+    except merge.MergeError as exc:
+        raise CliError(f"merge: {exc}") from None
+    _say(f"merge: {merged}: {len(sets)} artifact set(s): {', '.join(sets)}")
+    return EXIT_OK
+
+
 # -- preferences -----------------------------------------------------------------------------------
 
 
@@ -297,6 +312,11 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--force", action="store_true", help="warm even if the shipped artifacts match")
             p.add_argument("--clear", action="store_true", help="remove what warm stored for PACKAGE")
             p.set_defaults(func=cmd_warm)
+
+    p = sub.add_parser("merge", help="one wheel with the artifact sets of wheels built on several machines")
+    p.add_argument("wheels", nargs="+", metavar="WHEEL", help="wheels of one project and version")
+    p.add_argument("-o", "--out", required=True, metavar="OUT_DIR", help="where the merged wheel is written")
+    p.set_defaults(func=cmd_merge)
 
     for name in ("disable", "enable"):
         p = sub.add_parser(name, help=f"{name} precompiled caches for packages in this environment")

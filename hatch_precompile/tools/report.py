@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from hatch_precompile.protocol import ENV_FIELDS, Manifest
+from hatch_precompile.protocol import ENV_FIELDS, SETS_DIR, Manifest
 from hatch_precompile.tools.targets import Artifacts
 
 
@@ -79,7 +79,25 @@ def as_json(target: str, kind: str, found: list[Artifacts]) -> dict[str, Any]:
             }
             for a in found
         ],
+        "storage": storage(found),
     }
+
+
+def storage(found: list[Artifacts]) -> list[dict[str, Any]]:
+    """Per artifact dir: its sets, the bytes its blobs take, and what separate copies would take."""
+    groups: dict[str, list[Artifacts]] = {}
+    for a in found:
+        groups.setdefault(a.location.rsplit(f"/{SETS_DIR}/", 1)[0], []).append(a)
+    out = []
+    for location, sets in groups.items():
+        entries = [e for a in sets if a.manifest is not None for e in a.manifest.files.values()]
+        out.append({
+            "location": location,
+            "sets": len(sets),
+            "bytes_stored": sum({e.sha256: e.size for e in entries}.values()),
+            "bytes_if_separate": sum(e.size for e in entries),
+        })
+    return out
 
 
 def _mb(n: int | None) -> str:
@@ -96,6 +114,12 @@ def render(target: str, found: list[Artifacts]) -> str:
         if artifacts.manifest is not None:
             out.extend(_render_one(summarize(artifacts.manifest)))
         out.append("")
+    for group in storage(found):
+        if group["sets"] > 1:
+            out.append(
+                f"{group['location']}: {group['sets']} artifact sets in {_mb(group['bytes_stored'])} "
+                f"({_mb(group['bytes_if_separate'])} if each set stored its own copy of the files they share)"
+            )
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hatch_precompile.protocol import (
-    DECLARATION_PATH, DIRNAME, MANIFEST_FILE, Declaration, Manifest, ManifestError, validate,
+    DECLARATION_PATH, DIRNAME, MANIFEST_FILE, SETS_DIR, Declaration, Manifest, ManifestError, validate,
 )
 from hatch_precompile.run import usercache
 
@@ -77,25 +77,28 @@ def _from_distribution(name: str) -> tuple[str, Path] | None:
 
 
 def installed(name: str) -> list[Artifacts]:
-    """What an installed package shipped, then what `warm` stored for it, in that order."""
+    """What an installed package shipped, then what `warm` stored for it, in that order: one
+    entry per artifact set."""
     package, directory = import_package(name)
-    found = []
-    manifest_file = directory / DIRNAME / MANIFEST_FILE
-    if manifest_file.is_file():
-        found.append(_read(package, "shipped", str(manifest_file.parent), manifest_file.read_bytes))
+    found = [_read(package, "shipped", str(f.parent), f.read_bytes) for f in _set_manifests(directory / DIRNAME)]
     for entry in usercache.entries(package):
-        found.append(_read(package, "warmed", str(entry), (entry / MANIFEST_FILE).read_bytes))
+        found += [_read(package, "warmed", str(f.parent), f.read_bytes) for f in _set_manifests(entry)]
     return found
 
 
+def _set_manifests(artifact_dir: Path) -> list[Path]:
+    return sorted((artifact_dir / SETS_DIR).glob(f"*/{MANIFEST_FILE}"))
+
+
 def in_wheel(wheel: Path) -> list[Artifacts]:
-    suffix = f"/{DIRNAME}/{MANIFEST_FILE}"
+    """One entry per artifact set in ``wheel`` (of any package in it)."""
+    marker = f"/{DIRNAME}/{SETS_DIR}/"
     try:
         with zipfile.ZipFile(wheel) as archive:
-            members = sorted(n for n in archive.namelist() if n.endswith(suffix))
+            members = sorted(n for n in archive.namelist() if marker in n and n.endswith(f"/{MANIFEST_FILE}"))
             return [
                 _read(
-                    member[: -len(suffix)].replace("/", "."),
+                    member.split(marker, 1)[0].replace("/", "."),
                     "shipped",
                     f"{wheel}!{member[: -len(MANIFEST_FILE) - 1]}",
                     lambda member=member: archive.read(member),
@@ -116,13 +119,14 @@ def workloads(name: str, override: list[str] | None = None) -> tuple[str, Path, 
     package, directory = import_package(name)
     if override:
         return package, directory, list(override), "--workload"
-    names = _workload_names(directory / DIRNAME / MANIFEST_FILE)
-    if names:
-        return package, directory, names, str(directory / DIRNAME / MANIFEST_FILE)
+    for manifest_file in _set_manifests(directory / DIRNAME):
+        names = _workload_names(manifest_file)
+        if names:
+            return package, directory, names, str(manifest_file)
     declared = _declaration(package)
     if declared is not None and declared[0].workloads:
         return package, directory, list(declared[0].workloads), declared[1]
-    for manifest_file in [entry / MANIFEST_FILE for entry in usercache.entries(package)]:
+    for manifest_file in [f for entry in usercache.entries(package) for f in _set_manifests(entry)]:
         names = _workload_names(manifest_file)
         if names:
             return package, directory, names, str(manifest_file)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hatch_precompile.build.capture import capture
-from hatch_precompile.protocol import DIRNAME, MANIFEST_FILE, Manifest, ManifestError
+from hatch_precompile.protocol import DIRNAME, MANIFEST_FILE, SETS_DIR, Manifest, ManifestError
 from hatch_precompile.run import artifacts, usercache
 
 
@@ -26,14 +26,15 @@ class WarmError(Exception):
 
 
 def shipped_match(package: str, directory: Path) -> str | None:
-    """The torch/env summary if the shipped artifacts already fit this environment, else None."""
-    try:
-        manifest = Manifest.parse((directory / DIRNAME / MANIFEST_FILE).read_bytes())
-    except (ManifestError, OSError):
-        return None
-    if artifacts.env_problem(package, manifest) is not None:
-        return None
-    return f"torch {manifest.env.get('torch')}, CPU capability {manifest.env.get('cpu_capability')}"
+    """The torch/env summary if a shipped artifact set already fits this environment, else None."""
+    for manifest_file in sorted((directory / DIRNAME / SETS_DIR).glob(f"*/{MANIFEST_FILE}")):
+        try:
+            manifest = Manifest.parse(manifest_file.read_bytes())
+        except (ManifestError, OSError):
+            continue
+        if artifacts.env_problem(manifest) is None:
+            return f"torch {manifest.env.get('torch')}, CPU capability {manifest.env.get('cpu_capability')}"
+    return None
 
 
 def warm(
@@ -50,14 +51,15 @@ def warm(
                 f"the workload(s) {', '.join(workloads)} compiled nothing (no torch.compile call ran "
                 "and no TorchScript module was saved); nothing stored"
             )
-        manifest = Manifest.parse((built / MANIFEST_FILE).read_bytes())
+        (manifest_file,) = (built / SETS_DIR).glob(f"*/{MANIFEST_FILE}")
+        manifest = Manifest.parse(manifest_file.read_bytes())
         # Not part of the file list (manifest.json never is): what made this entry, for `report`.
         manifest.warmed = {
             "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "package_version": _version(package),
             "workloads": workloads,
         }
-        (built / MANIFEST_FILE).write_text(manifest.dumps())
+        manifest_file.write_text(manifest.dumps())
         return _store(package, built, manifest.env), manifest
     finally:
         shutil.rmtree(work, ignore_errors=True)
