@@ -193,6 +193,8 @@ class Graph:
     aot_misses: int = 0
     fx_hits: int = 0
     fx_misses: int = 0
+    inputs: list[dict[str, Any]] | None = None  # the call it was compiled for: name, shape, dtype, requires_grad
+    grad_mode: bool | None = None
 
 
 @dataclasses.dataclass

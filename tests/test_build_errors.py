@@ -174,3 +174,22 @@ def test_graph_breaks_and_recompiles_are_recorded_and_shown(tmp_path):
     assert workload["recompiles"][0]["function"] == "double_then_add"
     assert workload["recompiles"][0]["location"] == f"{source}:4"
     assert any(p.endswith(".so") for p in manifest["files"]), "artifacts are still captured"
+
+
+def test_graph_breaks_and_unstable_recompiles_can_fail_the_build(tmp_path):
+    """The analog of Lux's instability check, for a package's CI."""
+    table = WORKLOAD_TABLE + 'graph-breaks = "warn"\nrecompiles = "error"\n'
+    proc, wheel = build_wheel(project_with(tmp_path, table, GRAPH_BREAK_WORKLOAD), tmp_path / "out", check=False)
+    assert proc.returncode != 0 and wheel is None
+    source = tmp_path / "sample_pkg" / "sample_pkg" / "precompile.py"
+    assert 'precompile: the workload shows 1 graph break(s) (`graph-breaks = "warn"`):' in proc.stdout
+    assert f"{source}:6: print() inside the compiled function" in proc.stdout
+    assert 'precompile: the workload shows 2 recompile(s) (`recompiles = "error"`):' in proc.stdout
+    assert f"double_then_add ({source}:4): an input's number of dims changed" in proc.stdout
+
+
+def test_recompiles_error_lets_the_expected_grad_mode_recompile_pass(tmp_path):
+    """Training then inference of one model compiles two graphs by design: not an instability."""
+    proc, wheel = build_wheel(project_with(tmp_path, WORKLOAD_TABLE + 'recompiles = "error"\n'), tmp_path / "out")
+    assert "1 recompile(s)" in proc.stdout and "GLOBAL_STATE changed: grad_mode" in proc.stdout
+    assert wheel.name.endswith("linux_x86_64.whl")

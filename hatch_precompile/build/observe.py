@@ -9,6 +9,8 @@ All of it is observation only: an observer that breaks records less, never fails
 
 from __future__ import annotations
 
+import ast
+import inspect
 import logging
 import os
 import re
@@ -27,6 +29,7 @@ class Observer:
 
         self.cache_dir = cache_dir
         self.dynamo_utils = dynamo_utils
+        self.signatures = Signatures()
         self.logs = None
         if logs:
             try:
@@ -54,7 +57,7 @@ class Observer:
             "seconds": round(seconds, 3),
             "counters": delta(before, snapshot(counters)),
             "recompiles": recompiles(guard_failures),
-            "graphs": compiled_graphs(self.dynamo_utils),
+            "graphs": compiled_graphs(self.dynamo_utils, self.signatures.by_id),
             "kernels": kernels_after - kernels_before,
             "cache_bytes": bytes_after - bytes_before,
         }
@@ -210,21 +213,80 @@ def _current_compile_id() -> Any:
         return None
 
 
-def compiled_graphs(dynamo_utils: Any) -> list[dict[str, Any]]:
+class Signatures:
+    """Each compiled frame's call, by compile id: its tensor arguments' shapes, dtypes and
+    requires_grad, and the grad mode. Dynamo's ``_compile`` sees the frame's locals; the wrapper
+    only looks at them and passes every call through."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[str, dict[str, Any]] = {}
+        patching.after_import("torch._dynamo.convert_frame", self._wrap)
+
+    def _wrap(self, convert_frame: Any) -> None:
+        original = getattr(convert_frame, "_compile", None)
+        if not callable(original) or getattr(original, "_hatch_precompile_patched", False):
+            return
+        signature = inspect.signature(original)
+
+        def _compile(*args: Any, **kwargs: Any) -> Any:
+            try:
+                self._note(signature.bind(*args, **kwargs).arguments)
+            except Exception:  # an observer never breaks a compile
+                pass
+            return original(*args, **kwargs)
+
+        _compile._hatch_precompile_patched = True  # type: ignore[attr-defined]
+        convert_frame._compile = _compile
+
+    def _note(self, arguments: dict[str, Any]) -> None:
+        import torch
+
+        frame_locals = arguments.get("locals") or {}
+        self.by_id[str(arguments.get("compile_id"))] = {
+            "tensors": {
+                name: {"dtype": str(value.dtype), "requires_grad": bool(value.requires_grad)}
+                for name, value in frame_locals.items() if isinstance(value, torch.Tensor)
+            },
+            "grad_mode": torch.is_grad_enabled(),
+        }
+
+
+def compiled_graphs(dynamo_utils: Any, signatures: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """One entry per graph compiled since the last clear, from torch's compilation metrics.
 
     A backward graph is compiled separately and has no frame of its own: it is given its
-    forward's function and location.
+    forward's function and location. A forward graph gets its inputs (shapes from the metrics,
+    a symbol for each dim Dynamo made dynamic; dtypes from ``signatures``) and grad mode.
     """
     graphs: list[dict[str, Any]] = []
     try:
-        _collect_graphs(dynamo_utils.get_compilation_metrics(), graphs)
+        _collect_graphs(dynamo_utils.get_compilation_metrics(), graphs, signatures or {})
     except Exception:  # torch's metrics are internal API: observe what we can, never fail
         pass
     return graphs
 
 
-def _collect_graphs(metrics: Any, graphs: list[dict[str, Any]]) -> None:
+def graph_inputs(node_shapes: Any, signature: dict[str, Any] | None) -> list[dict[str, Any]] | None:
+    """The user-level tensor inputs of a graph: ``{name, shape, dtype, requires_grad}``."""
+    try:
+        shapes = ast.literal_eval(node_shapes) if isinstance(node_shapes, str) else node_shapes
+    except (ValueError, SyntaxError):
+        return None
+    if not isinstance(shapes, dict):
+        return None
+    tensors = (signature or {}).get("tensors")
+    if tensors is None:  # no signature: Dynamo's names for the frame's locals (l_<name>_), no dtypes
+        tensors = {k[2:-1]: {} for k in shapes if k.startswith("l_") and k.endswith("_") and "_modules_" not in k}
+    inputs = []
+    for name, info in tensors.items():
+        shape = shapes.get(f"l_{name}_")
+        if isinstance(shape, list):
+            inputs.append({"name": name, "shape": shape, "dtype": info.get("dtype"),
+                           "requires_grad": info.get("requires_grad")})
+    return inputs
+
+
+def _collect_graphs(metrics: Any, graphs: list[dict[str, Any]], signatures: dict[str, dict[str, Any]]) -> None:
     frames: dict[str, dict[str, Any]] = {}
     for m in metrics:
         if getattr(m, "is_runtime", False):
@@ -250,6 +312,9 @@ def _collect_graphs(metrics: Any, graphs: list[dict[str, Any]]) -> None:
             "fx_misses": getattr(m, "inductor_fx_local_cache_miss_count", 0) or 0,
         }
         if not backward:
+            signature = signatures.get(entry["compile_id"])
+            entry["inputs"] = graph_inputs(getattr(m, "graph_node_shapes", None), signature)
+            entry["grad_mode"] = signature.get("grad_mode") if signature else None
             frames[entry["compile_id"]] = entry
         elif entry["compile_id"] in frames:
             entry["function"] = frames[entry["compile_id"]]["function"]

@@ -37,6 +37,10 @@ class Options:
     """``package``: the import package that ships ``_precompiled/``; default: the workload's."""
     cpu_capabilities: tuple[str, ...] = ()
     """``cpu-capabilities``: one artifact set per ``ATEN_CPU_CAPABILITY`` value; default: the machine's."""
+    graph_breaks: str = "off"
+    """``graph-breaks``: "warn" or "error" when the workload shows a graph break."""
+    recompiles: str = "off"
+    """``recompiles``: "warn" or "error" when the workload recompiles from an unstable shape, dtype or scalar."""
 
     @property
     def import_package(self) -> str | None:
@@ -48,7 +52,8 @@ class Options:
         return None
 
 
-KNOWN = ("cpu-capabilities", "enable", "on-failure", "package", "timeout", "workload")
+KNOWN = ("cpu-capabilities", "enable", "graph-breaks", "on-failure", "package", "recompiles", "timeout", "workload")
+CHECKS = ("off", "warn", "error")
 CAPABILITY = re.compile(r"[a-z][a-z0-9_]*")  # what ATEN_CPU_CAPABILITY takes: default, avx2, avx512, ...
 
 
@@ -90,4 +95,10 @@ def parse(table: dict[str, Any], hook: str) -> Options:
     if not isinstance(capabilities, list) or not all(isinstance(c, str) and CAPABILITY.fullmatch(c.lower()) for c in capabilities):
         raise bad("cpu-capabilities", 'an array of ATEN_CPU_CAPABILITY names (e.g. ["default", "avx2"])', capabilities)
     capabilities = list(dict.fromkeys(c.lower() for c in capabilities))
-    return Options(tuple(workloads), enable, float(timeout), on_failure, package, tuple(capabilities))
+    checks = {}
+    for option in ("graph-breaks", "recompiles"):
+        checks[option] = table.get(option, "off")
+        if checks[option] not in CHECKS:
+            raise bad(option, f"one of {', '.join(CHECKS)}", checks[option])
+    return Options(tuple(workloads), enable, float(timeout), on_failure, package, tuple(capabilities),
+                   checks["graph-breaks"], checks["recompiles"])

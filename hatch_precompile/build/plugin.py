@@ -104,6 +104,7 @@ class PrecompileBuildHook(BuildHookInterface):
         if artifacts is None:
             return
         self._report(artifacts)
+        self._check_instabilities(artifacts)
         build_data["force_include"][str(artifacts)] = f"{package.replace('.', '/')}/{DIRNAME}"
         build_data["pure_python"] = False
         build_data["infer_tag"] = True
@@ -180,6 +181,25 @@ class PrecompileBuildHook(BuildHookInterface):
                 f"precompile: {len(manifests)} artifact sets in {stored / 1e6:.2f} MB "
                 f"({separate / 1e6:.2f} MB if each stored its own copy of the files they share)"
             )
+
+    def _check_instabilities(self, artifacts: Path) -> None:
+        """The ``graph-breaks`` and ``recompiles`` options: a package's CI catches a new one the day it appears."""
+        from hatch_precompile.build import pitfalls
+
+        found: dict[str, list[str]] = {"graph-breaks": [], "recompiles": []}
+        for manifest_file in sorted((artifacts / SETS_DIR).glob(f"*/{MANIFEST_FILE}")):
+            for workload in Manifest.parse(manifest_file.read_bytes()).workloads:
+                for option, lines in pitfalls.of_workload(workload.graph_breaks, workload.recompiles).items():
+                    found[option] = list(dict.fromkeys(found[option] + [f"{workload.name}: {line}" for line in lines]))
+        for option, level in (("graph-breaks", self.options.graph_breaks), ("recompiles", self.options.recompiles)):
+            if level == "off" or not found[option]:
+                continue
+            message = (f"precompile: the workload shows {len(found[option])} {option.replace('-', ' ')[:-1]}(s) "
+                       f"(`{option} = \"{level}\"`):\n" + "\n".join(f"  {line}" for line in found[option]))
+            if level == "error":
+                self.app.abort(message)
+                raise SystemExit(1)  # abort() exits; this only guards an app that returns
+            self.app.display_warning(message)
 
     def _scratch(self) -> Path:
         if self._work_dir is None:

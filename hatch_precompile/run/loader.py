@@ -33,6 +33,7 @@ class LoadResult:
     installed: int = 0  # files written into the cache dir by this call
     present: int = 0  # files that were already there
     cache_dir: str | None = None
+    artifact_set: str | None = None  # the set used (sets/<name>), when one was
 
     def __bool__(self) -> bool:
         return self.loaded
@@ -62,6 +63,12 @@ def load(package: str) -> LoadResult:
         _results[package] = result
         log.debug("%s", result)
         return result
+
+
+def results() -> list[LoadResult]:
+    """What load() did for each package in this process, in the order it was asked."""
+    with _lock:
+        return list(_results.values())
 
 
 _warned: set[str] = set()
@@ -104,7 +111,7 @@ def _load(package: str) -> LoadResult:
 
         speedups.apply()
     reason = f"installed from {found.root} (hatch-precompile warm)" if found.warmed else "installed"
-    return LoadResult(package, True, reason, installed, present, str(cache_dir))
+    return LoadResult(package, True, reason, installed, present, str(cache_dir), found.name)
 
 
 _installed: dict[str, tuple[artifacts.ArtifactSet, Path]] = {}

@@ -4,6 +4,7 @@
     verify PACKAGE       replay the workloads after load(); non-zero on any cache miss
     warm PACKAGE         build the caches here, into the per-user cache (--clear removes them)
     merge -o DIR WHEEL.. one wheel with the artifact sets of wheels built on several machines
+    snoop -- COMMAND     run a program: every graph it compiled, who owns it, what the artifacts missed
     disable/enable NAME  per-package switch in this environment's preferences file
     status [NAME...]     the preferences file, the switches in effect, the per-user cache
 
@@ -199,6 +200,34 @@ def _import_name(name: str) -> str:
         return name  # --clear must work for a package that was uninstalled since
 
 
+# -- snoop -----------------------------------------------------------------------------------------
+
+
+def cmd_snoop(args: argparse.Namespace) -> int:
+    from hatch_precompile.tools import snoop, targets as found
+
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if args.tmin < 0:
+        raise CliError("snoop: --tmin must be zero or more seconds")
+    say = _say_err if args.json else _say
+    try:
+        result = snoop.run(command, args.cache_dir, say)
+    except snoop.SnoopError as exc:
+        raise CliError(f"snoop: {exc}") from None
+    report = snoop.analyse(result, args.tmin, lambda package: _set_manifests(found, package))
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1, default=str) + "\n")
+    print(json.dumps(report, indent=1, default=str) if args.json else snoop.render(report), end="\n" if args.json else "")
+    return report["exit_code"] if isinstance(report["exit_code"], int) else EXIT_FOUND
+
+
+def _set_manifests(found: Any, package: str) -> list[Any]:
+    try:
+        return [a.manifest for a in found.installed(package) if a.manifest is not None and a.problem is None]
+    except found.TargetError:
+        return []
+
+
 # -- merge -----------------------------------------------------------------------------------------
 
 
@@ -312,6 +341,16 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--force", action="store_true", help="warm even if the shipped artifacts match")
             p.add_argument("--clear", action="store_true", help="remove what warm stored for PACKAGE")
             p.set_defaults(func=cmd_warm)
+
+    p = sub.add_parser("snoop", help="run a program and report every graph it compiled, who owns it, and what "
+                       "the shipped artifacts missed")
+    p.add_argument("--tmin", type=float, default=0.0, metavar="SECONDS", help="leave out graphs compiled faster")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--out", metavar="FILE", help="also write the whole report as JSON to FILE")
+    p.add_argument("--cache-dir", metavar="DIR", help="use this Inductor cache dir instead of an empty one")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
+                   help="python script.py ..., python -m module ..., python -c code, or a console script")
+    p.set_defaults(func=cmd_snoop)
 
     p = sub.add_parser("merge", help="one wheel with the artifact sets of wheels built on several machines")
     p.add_argument("wheels", nargs="+", metavar="WHEEL", help="wheels of one project and version")

@@ -1,0 +1,101 @@
+"""The child process of ``hatch-precompile snoop``: the user's program, observed from its first line.
+
+Started with a private, empty ``TORCHINDUCTOR_CACHE_DIR`` (unless ``--cache-dir``), so that a
+graph served from a cache can only have come from a package's precompiled artifacts. Installs the
+build's observers (build/observe.py) and the signature recorder, runs the program as Python would
+(a script, ``-m module``, ``-c code`` or a console script) and, however it ends, writes what it
+compiled into the spec's ``out`` dir.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+import traceback
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from hatch_precompile.build import child, observe
+from hatch_precompile.protocol import CACHE_DIR_VAR, EXIT_OK
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[1]).read_text())
+    out = Path(spec["out"])
+    import torch._dynamo  # noqa: F401  (the observers read Dynamo's bookkeeping)
+
+    observer = observe.Observer(os.environ.get(CACHE_DIR_VAR), logs=True)
+    ended: dict[str, Any] = {"exit_code": 0, "error": None}
+
+    def program() -> None:
+        try:
+            _run(spec["target"])
+        except SystemExit as exc:
+            ended["exit_code"] = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except BaseException:
+            ended["exit_code"], ended["error"] = 1, traceback.format_exc()
+            traceback.print_exc()
+
+    record = observer.measure("program", program)
+    sys.stdout.flush()
+    owners = _owners()
+    for graph in record["graphs"]:
+        graph["distribution"] = owners(graph.get("location"))
+    child.write_result(out, {**ended, **record, "loads": _loads(owners)})
+    return EXIT_OK
+
+
+def _run(target: dict[str, Any]) -> None:
+    """Run the program as ``python ...`` would, with its own ``sys.argv``."""
+    sys.argv = list(target["argv"])
+    if target["kind"] == "script":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(target["path"])))
+        runpy.run_path(os.path.abspath(target["path"]), run_name="__main__")
+    elif target["kind"] == "module":
+        sys.path.insert(0, os.getcwd())
+        runpy.run_module(target["module"], run_name="__main__", alter_sys=True)
+    elif target["kind"] == "code":
+        sys.path.insert(0, "")
+        exec(compile(target["code"], "<string>", "exec"), {"__name__": "__main__"})
+    else:  # a console script: its entry point, called as the script would
+        entry = metadata.EntryPoint(name=target["name"], value=target["value"], group="console_scripts")
+        result = entry.load()()
+        if result:
+            raise SystemExit(result)
+
+
+def _owners() -> Any:
+    """file:line -> the distribution that owns the file, or "(program)" for the user's own code."""
+    tops = metadata.packages_distributions()
+    roots = sorted((os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)), key=len, reverse=True)
+
+    def owner(location: str | None) -> str:
+        filename = (location or "").rpartition(":")[0]
+        real = os.path.realpath(filename) if filename else ""
+        for root in roots:
+            if real.startswith(root + os.sep):
+                top = Path(real[len(root) + 1:]).parts[0].removesuffix(".py")
+                if tops.get(top):
+                    return tops[top][0]
+        return "(program)"
+
+    return owner
+
+
+def _loads(owners: Any) -> list[dict[str, Any]]:
+    """What hatch_precompile.load() did for each package of this process."""
+    loader = sys.modules.get("hatch_precompile.run.loader")
+    if loader is None:
+        return []
+    out = []
+    for result in loader.results():
+        module = sys.modules.get(result.package)
+        location = f"{getattr(module, '__file__', '') or ''}:1"
+        out.append({
+            "package": result.package, "loaded": result.loaded, "reason": result.reason,
+            "artifact_set": result.artifact_set, "distribution": owners(location),
+        })
+    return out
