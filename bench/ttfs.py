@@ -136,7 +136,10 @@ def bench_project(project: Path, out: Path, repeats: int, hp_wheel_dir: Path, bu
     # Mega-Cache bytes from the build-time run, as the documented recipe ships them.
     megacache = work / "megacache.bin"
     with zipfile.ZipFile(pre_wheel) as archive:
-        megacache.write_bytes(archive.read(f"{package}/_precompiled/megacache.bin"))
+        (set_manifest,) = [n for n in archive.namelist()
+                           if n.startswith(f"{package}/_precompiled/sets/") and n.endswith("/manifest.json")]
+        digest = json.loads(archive.read(set_manifest))["files"]["megacache.bin"]["sha256"]
+        megacache.write_bytes(archive.read(f"{package}/_precompiled/blobs/{digest}"))
     # The builder's own hot cache dir: the workload run once more in the build venv.
     hot = work / "hot-cache"
     sh(builder, "-c", runner, env=clean_env(TORCHINDUCTOR_CACHE_DIR=str(hot), PYTHONPATH=str(project)))

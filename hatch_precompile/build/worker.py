@@ -36,18 +36,9 @@ def main(argv: list[str]) -> int:
     import torch
     import torch._dynamo  # noqa: F401  (torch 2.7.0 saved no Mega-Cache unless dynamo was imported first)
 
-    try:  # before the workloads: without a key no artifact can be trusted, so none is made
-        environment = _environment(torch)
-    except Exception as exc:
-        child.write_result(out, {"unusable": f"cannot compute the environment key with torch {torch.__version__}: {exc!r}"})
-        return EXIT_OK
-    unsupported = supported_torch_problem(torch.__version__)
-    if unsupported:
-        child.write_result(out, {"unusable": unsupported})
-        return EXIT_OK
-    unrunnable = spec.get("capability") and capability_problem(spec["capability"], environment["env"])
-    if unrunnable:
-        child.write_result(out, {"skipped": unrunnable})
+    environment = _environment_or_refusal(torch, spec.get("capability"))
+    if "env" not in environment:  # before any workload runs: nothing trustworthy could be made
+        child.write_result(out, environment)
         return EXIT_OK
 
     from hatch_precompile.run import speedups
@@ -77,6 +68,21 @@ def main(argv: list[str]) -> int:
         "kernel_commands": kernel_commands,
     })
     return EXIT_OK
+
+
+def _environment_or_refusal(torch: Any, capability: str | None) -> dict[str, Any]:
+    """This process's environment, or why no artifact is built here: {"unusable"} or {"skipped"}."""
+    try:  # without a key no artifact can be trusted
+        environment = _environment(torch)
+    except Exception as exc:
+        return {"unusable": f"cannot compute the environment key with torch {torch.__version__}: {exc!r}"}
+    unsupported = supported_torch_problem(torch.__version__)
+    if unsupported:
+        return {"unusable": unsupported}
+    unrunnable = capability and capability_problem(capability, environment["env"])
+    if unrunnable:
+        return {"skipped": unrunnable}
+    return environment
 
 
 def supported_torch_problem(version: str) -> str | None:
