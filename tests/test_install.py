@@ -169,14 +169,20 @@ def test_existing_entries_are_never_overwritten(tmp_path, monkeypatch, env_here,
 
 def test_planted_symlink_in_the_cache_dir_is_not_followed(tmp_path, monkeypatch, env_here, cache):
     package, _ = ship(tmp_path, monkeypatch, env_here)
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    cache.mkdir()
-    (cache / "aotautograd").symlink_to(elsewhere)
+    elsewhere = plant_link(cache / "aotautograd", tmp_path)
     with pytest.warns(loader.PrecompileWarning):
         result = loader.load(package)
     assert not result.loaded and "aotautograd in the Inductor cache dir is a symlink" in result.reason
     assert files_in(elsewhere) == []
+
+
+def plant_link(path: Path, tmp_path: Path) -> Path:
+    """Make ``path`` (inside the cache dir) a symlink to an empty dir elsewhere; that dir."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.symlink_to(elsewhere)
+    return elsewhere
 
 
 def test_uncreatable_cache_dir(tmp_path, monkeypatch, env_here, cache):
@@ -257,10 +263,7 @@ def test_a_symlink_met_part_way_undoes_what_was_linked(tmp_path, monkeypatch, en
     """The destinations are written in order; the last one's dir is a planted symlink."""
     files = {f"inductor/aa/file{n:02}": b"x" * n for n in range(20)} | {"inductor/zz/last": b"last"}
     package, _ = ship(tmp_path, monkeypatch, env_here, files=files)
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    cache.mkdir()
-    (cache / "zz").symlink_to(elsewhere)
+    elsewhere = plant_link(cache / "zz", tmp_path)
     with pytest.warns(loader.PrecompileWarning):
         result = loader.load(package)
     assert not result.loaded and "zz in the Inductor cache dir is a symlink or not a directory" in result.reason
