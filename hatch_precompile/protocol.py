@@ -78,6 +78,7 @@ def package_switch(name: str) -> str:
 # interpreter's SOABI: free-threaded (3.13t) and debug builds have another C-API than the default.
 ENV_FIELDS = (
     "python", "python_abi", "torch", "system", "machine", "cpu_capability", "cxx", "cuda", "triton", "gpu",
+    "gpu_capability",
 )
 
 

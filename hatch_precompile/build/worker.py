@@ -79,6 +79,8 @@ def _environment_or_refusal(torch: Any, capability: str | None) -> dict[str, Any
     unsupported = supported_torch_problem(torch.__version__)
     if unsupported:
         return {"unusable": unsupported}
+    if str(environment["env"].get("gpu") or "").startswith("unidentified"):
+        return {"unusable": f"cannot name this machine's GPU for the environment key ({environment['env']['gpu']})"}
     unrunnable = capability and capability_problem(capability, environment["env"])
     if unrunnable:
         return {"skipped": unrunnable}

@@ -4,7 +4,8 @@ The fields and their comparison are protocol.py's; every field is compared exact
 source and the inputs; these fields cover what it does not: the CPU vector ISA (a mismatch makes
 torch's own recipe crash, see NOTES.md), the C++ compiler (part of every kernel's key, and its
 ABI), the CPython minor version (the pybinding kernels are built against its C-API), and the
-GPU stack when there is one.
+GPU stack when there is one: the model and compute capability of the GPU torch will call
+``cuda:0``, the CUDA version torch was built with, and Triton's version.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import sys
 import sysconfig
 from importlib import metadata
 from typing import Any
+
+from hatch_precompile.run import gpu
 
 def cxx_command() -> str:
     """The compiler Inductor will call (mirrors ``torch._inductor.config.cpp.cxx``)."""
@@ -48,11 +51,18 @@ def _dist_version(name: str) -> str | None:
 
 
 def current(torch: Any) -> dict[str, str | None]:
-    """The key of this process. ``torch`` is the imported module (callers import it lazily)."""
-    gpu = None
-    cuda = getattr(torch.version, "cuda", None) or getattr(torch.version, "hip", None)
-    if cuda and torch.cuda.is_available():
-        gpu = torch.cuda.get_device_name(0)
+    """The key of this process. ``torch`` is the imported module (callers import it lazily).
+
+    Never initialises CUDA (see gpu.py): a GPU that cannot be named without it gets a value
+    that matches no build, with the reason, so the artifacts are skipped, not misused.
+    """
+    cuda = getattr(torch.version, "cuda", None)
+    device = None
+    if cuda:
+        try:
+            device = gpu.identify()
+        except gpu.Unidentified as exc:
+            device = gpu.Device(f"unidentified: {exc}", "unidentified", "")
     return {
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
         "python_abi": sysconfig.get_config_var("SOABI") or sys.implementation.cache_tag + getattr(sys, "abiflags", ""),
@@ -61,7 +71,8 @@ def current(torch: Any) -> dict[str, str | None]:
         "machine": platform.machine(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "cxx": cxx_identity(),
-        "cuda": cuda,
-        "triton": _dist_version("triton") if gpu else None,
-        "gpu": gpu,
+        "cuda": cuda or getattr(torch.version, "hip", None),
+        "triton": (_dist_version("triton") or _dist_version("pytorch-triton")) if device else None,
+        "gpu": device.name if device else None,
+        "gpu_capability": device.capability if device else None,
     }
