@@ -58,6 +58,9 @@ EXIT_INTERRUPTED = 130
 # -- workloads -----------------------------------------------------------------------------------
 
 DEFAULT_TIMEOUT = 1800.0
+# Where workloads run: "auto" as the build machine is, "cuda" only with a usable GPU, "cpu" with
+# the GPUs hidden (CUDA_VISIBLE_DEVICES=""), for CPU machines' artifacts built on a GPU machine.
+DEVICES = ("auto", "cpu", "cuda")
 DOTTED_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 WORKLOAD = re.compile(rf"{DOTTED_NAME.pattern}:{DOTTED_NAME.pattern}")  # "package.module:function"
 
@@ -355,10 +358,11 @@ class Declaration:
     package: str
     workloads: tuple[str, ...]
     timeout: float = DEFAULT_TIMEOUT
+    device: str = "auto"
 
     def dumps(self) -> str:
         data = {"format": DECLARATION_FORMAT, "package": self.package, "workloads": list(self.workloads),
-                "timeout": self.timeout}
+                "timeout": self.timeout, "device": self.device}
         return json.dumps(data, indent=1, sort_keys=True) + "\n"
 
     @classmethod
@@ -378,4 +382,5 @@ class Declaration:
             return None
         timeout = data.get("timeout")
         valid = isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0
-        return cls(data["package"], tuple(data["workloads"]), float(timeout) if valid else DEFAULT_TIMEOUT)
+        device = data.get("device") if data.get("device") in DEVICES else "auto"
+        return cls(data["package"], tuple(data["workloads"]), float(timeout) if valid else DEFAULT_TIMEOUT, device)

@@ -95,7 +95,8 @@ def test_off_wheel_is_plain_hatchling_plus_the_declaration_and_needs_no_torch(no
         extra = set(members[RECORD].decode().splitlines()) - set(plain_members[RECORD].decode().splitlines())
         assert [line.split(",")[0] for line in extra] == [DECLARATION], name
         assert json.loads(members[DECLARATION]) == {
-            "format": 1, "package": "sample_pkg", "timeout": 1800.0, "workloads": ["sample_pkg.precompile:workload"]
+            "format": 1, "package": "sample_pkg", "timeout": 1800.0, "workloads": ["sample_pkg.precompile:workload"],
+            "device": "auto",
         }
 
 

@@ -100,6 +100,7 @@ def test_workload_that_compiles_nothing_ships_nothing(tmp_path):
         ("enable = 1\n", "Option `enable` for build hook `precompile` must be a boolean, got 1"),
         ('on-failure = "ignore"\n', "Option `on-failure` for build hook `precompile` must be one of error, warn, got 'ignore'"),
         ('package = "not a name"\n', "Option `package` for build hook `precompile` must be an importable package name, got 'not a name'"),
+        ('device = "gpu"\n', "Option `device` for build hook `precompile` must be one of auto, cpu, cuda, got 'gpu'"),
     ],
 )
 def test_bad_options_are_rejected_by_name(tmp_path, table_extra, message):
@@ -193,3 +194,48 @@ def test_recompiles_error_lets_the_expected_grad_mode_recompile_pass(tmp_path):
     proc, wheel = build_wheel(project_with(tmp_path, WORKLOAD_TABLE + 'recompiles = "error"\n'), tmp_path / "out")
     assert "1 recompile(s)" in proc.stdout and "GLOBAL_STATE changed: grad_mode" in proc.stdout
     assert wheel.name.endswith("linux_x86_64.whl")
+
+
+# -- workloads that need a GPU, on this machine without one ----------------------------------------
+
+CUDA_WORKLOAD = "import torch\ndef workload():\n    torch.compile(torch.sin)(torch.ones(4, device='cuda'))\n"
+
+
+def test_device_cuda_without_a_gpu_fails_before_running_the_workload(tmp_path):
+    marker = tmp_path / "ran"
+    source = f"def workload():\n    open({str(marker)!r}, 'w').close()\n"
+    project = project_with(tmp_path, WORKLOAD_TABLE + 'device = "cuda"\n', source)
+    proc, wheel = build_wheel(project, tmp_path / "out", check=False)
+    assert proc.returncode != 0 and wheel is None and not marker.exists()
+    assert "not run: `device = \"cuda\"` asks for a GPU" in proc.stdout
+    assert "the workload needs CUDA, and this build has no usable GPU: torch 2.13.0+cpu is a CPU-only build" in proc.stdout
+
+
+def test_device_cuda_without_a_gpu_and_on_failure_warn_builds_a_plain_wheel(tmp_path):
+    project = project_with(tmp_path, WORKLOAD_TABLE + 'device = "cuda"\non-failure = "warn"\n')
+    proc, wheel = build_wheel(project, tmp_path / "out")
+    assert "this build has no usable GPU" in proc.stdout
+    assert 'on-failure = "warn": building the wheel without precompiled artifacts' in proc.stdout
+    assert wheel.name.endswith("-py3-none-any.whl")
+
+
+def test_workload_that_fails_for_want_of_cuda_says_so(tmp_path):
+    proc, wheel = build_wheel(project_with(tmp_path, WORKLOAD_TABLE, CUDA_WORKLOAD), tmp_path / "out", check=False)
+    assert proc.returncode != 0 and wheel is None
+    assert "Torch not compiled with CUDA enabled" in proc.stdout  # the traceback, as always
+    assert "precompile: the workload needs CUDA, and this build has no usable GPU: torch 2.13.0+cpu" in proc.stdout
+
+
+def test_device_cpu_hides_the_gpus_from_the_workload(tmp_path):
+    source = (
+        "import os, torch\n"
+        "def workload():\n"
+        "    assert os.environ['CUDA_VISIBLE_DEVICES'] == '' and not torch.cuda.is_available()\n"
+        "    torch.compile(torch.sin)(torch.ones(4))\n"
+    )
+    project = project_with(tmp_path, WORKLOAD_TABLE + 'device = "cpu"\n', source)
+    proc, wheel = build_wheel(project, tmp_path / "out")
+    assert read_manifest(wheel)["env"]["gpu"] is None
+    with zipfile.ZipFile(wheel) as archive:
+        declaration = [n for n in archive.namelist() if n.endswith("extra_metadata/hatch-precompile.json")]
+        assert json.loads(archive.read(declaration[0]))["device"] == "cpu"

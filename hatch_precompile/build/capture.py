@@ -35,10 +35,13 @@ Say = Callable[[str], None]
 
 
 class WorkloadFailed(Exception):
-    def __init__(self, workload: str | None, detail: str, missing_module: str | None = None) -> None:
+    def __init__(
+        self, workload: str | None, detail: str, missing_module: str | None = None, no_gpu: str | None = None
+    ) -> None:
         self.workload = workload
         self.detail = detail
         self.missing_module = missing_module  # the module a failed import did not find
+        self.no_gpu = no_gpu  # why this build has no usable GPU, when the workload needed one
         where = f"workload {workload!r}" if workload else "the precompile child process"
         super().__init__(f"{where} failed: {detail}")
 
@@ -71,6 +74,7 @@ def capture(
     python: str = sys.executable,
     environ: dict[str, str] | None = None,
     capabilities: tuple[str, ...] = (),
+    device: str = "auto",
 ) -> Path | None:
     """Run ``workloads`` and build ``work_dir/_precompiled``; return it, or None if nothing compiled.
 
@@ -78,7 +82,8 @@ def capture(
     already importable, as for ``hatch-precompile warm``). ``python`` and ``environ`` are the
     child's interpreter and environment (another environment's, see target.py). Each of
     ``capabilities`` (``ATEN_CPU_CAPABILITY`` values) gets a run and an artifact set of its own;
-    none: one run as the machine is. Raises WorkloadFailed on a raising, crashing or timed-out
+    none: one run as the machine is. ``device`` is the ``device`` option (protocol.DEVICES).
+    Raises WorkloadFailed on a raising, crashing or timed-out
     workload, Unusable when this torch cannot make trustworthy artifacts.
     """
     target = work_dir / DIRNAME
@@ -90,7 +95,9 @@ def capture(
         env = dict(os.environ if environ is None else environ)
         if capability:
             env["ATEN_CPU_CAPABILITY"] = capability
-        manifest = _capture_set(root, run_dir, target, package, workloads, timeout, say, python, env, capability)
+        if device == "cpu":  # torch then sees no GPU, and neither does the environment key
+            env["CUDA_VISIBLE_DEVICES"] = env["HIP_VISIBLE_DEVICES"] = ""
+        manifest = _capture_set(root, run_dir, target, package, workloads, timeout, say, python, env, capability, device)
         made += manifest is not None
     if not made:
         shutil.rmtree(target, ignore_errors=True)
@@ -100,7 +107,7 @@ def capture(
 
 def _capture_set(
     root: Path | None, run_dir: Path, target: Path, package: str, workloads: list[str], timeout: float,
-    say: Say, python: str, env: dict[str, str], capability: str | None,
+    say: Say, python: str, env: dict[str, str], capability: str | None, device: str,
 ) -> Manifest | None:
     """One run of the workloads, stored as ``target/sets/<name>``; None if it made no set."""
     started = time.perf_counter()
@@ -110,11 +117,13 @@ def _capture_set(
     paths = [] if root is None else [str(root)] + ([str(root / "src")] if (root / "src").is_dir() else [])
     spec_path = run_dir / "spec.json"
     spec_path.write_text(json.dumps(
-        {"workloads": workloads, "out": str(out_dir), "paths": paths, "capability": capability}
+        {"workloads": workloads, "out": str(out_dir), "paths": paths, "capability": capability, "device": device}
     ))
     result = _run_workloads(python, spec_path, out_dir, {**env, CACHE_DIR_VAR: str(cache_dir)}, timeout, say)
     if "unusable" in result:
         raise Unusable(result["unusable"])
+    if "no_gpu" in result:
+        raise WorkloadFailed(", ".join(workloads), 'not run: `device = "cuda"` asks for a GPU', no_gpu=result["no_gpu"])
     if "skipped" in result:
         say(f"precompile: warning: {result['skipped']}; no artifact set for {capability}")
         return None
@@ -170,10 +179,10 @@ def _run_workloads(
     result = child.read_result(out_dir)
     if code == EXIT_WORKLOAD_FAILED and "error" in result:
         error = result["error"]
-        raise WorkloadFailed(error["workload"], "\n" + error["traceback"], error.get("missing_module"))
+        raise WorkloadFailed(error["workload"], "\n" + error["traceback"], error.get("missing_module"), error.get("no_gpu"))
     if timed_out:  # also while torch was still importing, before the first workload started
         raise WorkloadFailed(running, f"timed out after {timeout:g} s (the `timeout` option)")
-    if code != 0 or not ("env" in result or "unusable" in result or "skipped" in result):
+    if code != 0 or not any(k in result for k in ("env", "unusable", "skipped", "no_gpu")):
         raise WorkloadFailed(running, f"the child process exited with code {code}; its last output:\n{tail}")
     return result
 

@@ -10,7 +10,7 @@ import dataclasses
 import re
 from typing import Any
 
-from hatch_precompile.protocol import DEFAULT_TIMEOUT, DOTTED_NAME, WORKLOAD
+from hatch_precompile.protocol import DEFAULT_TIMEOUT, DEVICES, DOTTED_NAME, WORKLOAD
 
 ON_FAILURE = ("error", "warn")
 # Keys hatchling itself reads from every hook table.
@@ -41,6 +41,8 @@ class Options:
     """``graph-breaks``: "warn" or "error" when the workload shows a graph break."""
     recompiles: str = "off"
     """``recompiles``: "warn" or "error" when the workload recompiles from an unstable shape, dtype or scalar."""
+    device: str = "auto"
+    """``device``: "cuda" fails the build without a usable GPU; "cpu" hides the GPU from the workload."""
 
     @property
     def import_package(self) -> str | None:
@@ -52,7 +54,7 @@ class Options:
         return None
 
 
-KNOWN = ("cpu-capabilities", "enable", "graph-breaks", "on-failure", "package", "recompiles", "timeout", "workload")
+KNOWN = ("cpu-capabilities", "device", "enable", "graph-breaks", "on-failure", "package", "recompiles", "timeout", "workload")
 CHECKS = ("off", "warn", "error")
 CAPABILITY = re.compile(r"[a-z][a-z0-9_]*")  # what ATEN_CPU_CAPABILITY takes: default, avx2, avx512, ...
 
@@ -100,5 +102,8 @@ def parse(table: dict[str, Any], hook: str) -> Options:
         checks[option] = table.get(option, "off")
         if checks[option] not in CHECKS:
             raise bad(option, f"one of {', '.join(CHECKS)}", checks[option])
+    device = table.get("device", "auto")
+    if device not in DEVICES:
+        raise bad("device", f"one of {', '.join(DEVICES)}", device)
     return Options(tuple(workloads), enable, float(timeout), on_failure, package, tuple(capabilities),
-                   checks["graph-breaks"], checks["recompiles"])
+                   checks["graph-breaks"], checks["recompiles"], device)

@@ -90,7 +90,7 @@ class PrecompileBuildHook(BuildHookInterface):
         if package is not None:
             # Even a plain wheel says what its workloads are, so `hatch-precompile warm` finds them.
             declaration = self._scratch() / DECLARATION_FILE
-            declaration.write_text(Declaration(package, options.workloads, options.timeout).dumps())
+            declaration.write_text(Declaration(package, options.workloads, options.timeout, options.device).dumps())
             build_data["extra_metadata"][str(declaration)] = DECLARATION_FILE
         if version == "editable":
             self.app.display_info("precompile: editable install, workloads not run (only regular wheels ship caches)")
@@ -134,7 +134,7 @@ class PrecompileBuildHook(BuildHookInterface):
                 root=Path(self.root), work_dir=self._scratch(), package=package,
                 workloads=list(self.options.workloads), timeout=self.options.timeout,
                 say=self.app.display_info, python=where.python, environ=where.environ(os.environ),
-                capabilities=self.options.cpu_capabilities,
+                capabilities=self.options.cpu_capabilities, device=self.options.device,
             )
         except Unusable as exc:  # not the workload's fault: the wheel is still good without
             self.app.display_warning(f"precompile: {exc}; building the wheel without precompiled artifacts")
@@ -143,6 +143,8 @@ class PrecompileBuildHook(BuildHookInterface):
             message = f"precompile: {exc}"
             if exc.missing_module:
                 message += "\n" + _missing_module_hint(exc.missing_module, where)
+            if exc.no_gpu:
+                message += "\n" + _no_gpu_hint(exc.no_gpu)
             if self.options.on_failure == "warn":
                 self.app.display_warning(
                     f'{message}\nprecompile: on-failure = "warn": building the wheel without precompiled artifacts'
@@ -174,6 +176,8 @@ class PrecompileBuildHook(BuildHookInterface):
             self.app.display_info(
                 f"precompile: artifacts are used only with torch {env['torch']}, Python {env['python']}, "
                 f"CPU capability {env['cpu_capability']}, compiler {env['cxx']}"
+                + (f", GPU {env['gpu']} (compute capability {env.get('gpu_capability')}, CUDA {env['cuda']}, "
+                   f"Triton {env['triton']})" if env.get("gpu") else "")
             )
         if len(manifests) > 1:
             separate = sum(sum(e.size for e in m.files.values()) for m in manifests)
@@ -224,4 +228,13 @@ def _missing_module_hint(module: str, where: Any) -> str:
         f"precompile: the workload imports {module!r}, which the build environment ({sys.prefix}) does "
         "not have: set `require-runtime-dependencies = true` in [tool.hatch.build.hooks.precompile], "
         "or install it there"
+    )
+
+
+def _no_gpu_hint(problem: str) -> str:
+    return (
+        f"precompile: the workload needs CUDA, and this build has no usable GPU: {problem}. Build the "
+        "wheel on a machine with the GPU the package will run on, or let the workload fall back to the CPU "
+        'and set `device = "cpu"` for a wheel with CPU artifacts only (`on-failure = "warn"` builds a plain '
+        "wheel here instead of failing)"
     )

@@ -37,6 +37,9 @@ def main(argv: list[str]) -> int:
     import torch._dynamo  # noqa: F401  (torch 2.7.0 saved no Mega-Cache unless dynamo was imported first)
 
     environment = _environment_or_refusal(torch, spec.get("capability"))
+    no_gpu = "env" in environment and spec.get("device") == "cuda" and gpu_problem(torch)
+    if no_gpu:
+        environment = {"no_gpu": no_gpu}
     if "env" not in environment:  # before any workload runs: nothing trustworthy could be made
         child.write_result(out, environment)
         return EXIT_OK
@@ -54,7 +57,9 @@ def main(argv: list[str]) -> int:
         try:
             workloads.append(observer.measure(name, child.resolve(name)))
         except BaseException as exc:
-            child.write_result(out, {"error": child.failure(name, exc)})
+            error = child.failure(name, exc)
+            error["no_gpu"] = _no_gpu_cause(torch, exc)
+            child.write_result(out, {"error": error})
             child.emit("failed", workload=name)
             return EXIT_WORKLOAD_FAILED
         child.emit("done", **workloads[-1])
@@ -97,6 +102,31 @@ def supported_torch_problem(version: str) -> str | None:
             f"torch {version} is newer than {NEWEST_TESTED[0]}.{NEWEST_TESTED[1]}, the newest tested: what "
             "hatch-precompile reads of torch is feature-detected, and load() checks the artifacts as always"
         ))
+    return None
+
+
+def gpu_problem(torch: Any) -> str | None:
+    """Why this build cannot run CUDA work, or None. Initialises CUDA: the build's child only."""
+    if not getattr(torch.version, "cuda", None) and not getattr(torch.version, "hip", None):
+        return f"torch {torch.__version__} is a CPU-only build"
+    try:
+        if torch.cuda.is_available():
+            return None
+    except Exception as exc:
+        return f"torch {torch.__version__} cannot use CUDA here: {exc}"
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return f"torch {torch.__version__} finds no GPU" + (f" (CUDA_VISIBLE_DEVICES={hidden!r})" if hidden is not None else "")
+
+
+def _no_gpu_cause(torch: Any, exc: BaseException | None) -> str | None:
+    """Why there is no GPU, when a workload failed for want of one (its error speaks of CUDA)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        text = str(exc).lower()
+        if "cuda" in text or "nvidia" in text:
+            return gpu_problem(torch)
+        exc = exc.__cause__ or exc.__context__
     return None
 
 

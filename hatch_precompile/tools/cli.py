@@ -181,7 +181,7 @@ def cmd_warm(args: argparse.Namespace) -> int:
         _say(f"warm: note: {package} is disabled ({why}); load() will not use what is stored until enabled")
     _say(f"warm {package}: running {', '.join(workloads)} (from {source}) ...")
     try:
-        stored, manifest = warm.warm(package, workloads, args.timeout, _say)
+        stored, manifest = warm.warm(package, workloads, args.timeout, _say, targets.declared_device(package))
     except (warm.WarmError, WorkloadFailed, Unusable, OSError) as exc:
         raise CliError(f"warm: {exc}") from None
     total = sum(entry.size for entry in manifest.files.values())

@@ -139,6 +139,12 @@ def workloads(name: str, override: list[str] | None = None) -> tuple[str, Path, 
     )
 
 
+def declared_device(package: str) -> str:
+    """The ``device`` option the package's wheel was built with ("auto" when it declares none)."""
+    declared = _declaration(package)
+    return declared[0].device if declared is not None else "auto"
+
+
 def _workload_names(manifest_file: Path) -> list[str]:
     try:
         return [w.name for w in Manifest.from_dict(json.loads(manifest_file.read_bytes())).workloads]

@@ -38,13 +38,14 @@ def shipped_match(package: str, directory: Path) -> str | None:
 
 
 def warm(
-    package: str, workloads: list[str], timeout: float, say: Callable[[str], None]
+    package: str, workloads: list[str], timeout: float, say: Callable[[str], None], device: str = "auto"
 ) -> tuple[Path, Manifest]:
     """Run ``workloads`` and store their artifacts for this environment; (dir, manifest)."""
     work = _work_dir()
     try:
         built = capture(
-            root=None, work_dir=work, package=package, workloads=workloads, timeout=timeout, say=say
+            root=None, work_dir=work, package=package, workloads=workloads, timeout=timeout, say=say,
+            device=device,
         )
         if built is None:
             raise WarmError(
