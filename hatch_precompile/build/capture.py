@@ -28,8 +28,10 @@ from hatch_precompile.run import relocate
 
 # A workload that runs for minutes must not look hung: one line every this many seconds.
 HEARTBEAT_SECONDS = 30.0
-# Inductor's own bookkeeping, never worth shipping: lock files and half-written temp files.
-_SKIP_DIRS = {"locks"}
+# Not shipped: Inductor's lock files; and Triton's own cache, whose group files hold absolute
+# paths (moved, it silently misses) and whose kernels already travel inside the FX-graph
+# entries (Inductor's TritonBundler rewrites the paths when it writes them out at a hit).
+_SKIP_DIRS = {"locks", "triton"}
 
 Say = Callable[[str], None]
 

@@ -106,6 +106,10 @@ def _load(package: str) -> LoadResult:
     installed, present = _install(found, cache_dir)
     _installed[package] = (found, cache_dir)
     patching.after_import(patching.CODECACHE, _follow_cache_dir)
+    if found.manifest.env.get("gpu"):
+        from hatch_precompile.run import tuned_configs
+
+        tuned_configs.apply()
     if found.manifest.kernels and not os.environ.get(NO_SPEEDUPS_VAR):
         from hatch_precompile.run import speedups
 

@@ -22,17 +22,18 @@ def main() -> None:
     trainer = sample_pkg.Trainer(sample_pkg.make_model())
     images, labels = sample_pkg.make_batch()
     t0 = time.perf_counter()
-    loss = trainer.step(images, labels)
+    loss = trainer.step(images, labels).item()  # .item() waits for the GPU, if any
     step_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
-    logits = trainer.predict(images)
+    logits_sum = trainer.predict(images).double().sum().item()
     predict_seconds = time.perf_counter() - t0
     status = sample_pkg.precompile_status
     result = {
         "first_step_seconds": step_seconds,
         "first_predict_seconds": predict_seconds,
-        "loss": loss.item(),
-        "logits_sum": logits.double().sum().item(),
+        "loss": loss,
+        "logits_sum": logits_sum,
+        "device": str(images.device),
         "precompiled": status.loaded,
         "precompile_reason": status.reason,
         "aot_autograd": dict(counters["aot_autograd"]),
@@ -44,7 +45,7 @@ def main() -> None:
         print(json.dumps(result))
         return
     print(f"precompiled caches:      {'loaded' if status.loaded else 'not loaded'} ({status.reason})")
-    print(f"first training step:     {step_seconds:.2f} s  (loss {result['loss']:.4f})")
+    print(f"first training step:     {step_seconds:.2f} s  (loss {result['loss']:.4f}, on {result['device']})")
     print(f"first inference call:    {predict_seconds:.2f} s")
     aot = result["aot_autograd"]
     print(

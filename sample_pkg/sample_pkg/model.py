@@ -31,16 +31,24 @@ class ConvNet(nn.Module):
         return self.head(self.features(images))
 
 
-def make_model(seed: int = 0) -> ConvNet:
+def default_device() -> str:
+    """The GPU when there is one. Asked at call time: asking at import would initialise CUDA."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def make_model(seed: int = 0, device: str | None = None) -> ConvNet:
     torch.manual_seed(seed)
-    return ConvNet()
+    return ConvNet().to(device or default_device())
 
 
-def make_batch(batch_size: int = BATCH_SIZE, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    generator = torch.Generator().manual_seed(seed)
+def make_batch(
+    batch_size: int = BATCH_SIZE, seed: int = 0, device: str | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)  # on the CPU: the same numbers on every device
     images = torch.randn(batch_size, 1, IMAGE_SIZE, IMAGE_SIZE, generator=generator)
     labels = torch.randint(0, NUM_CLASSES, (batch_size,), generator=generator)
-    return images, labels
+    device = device or default_device()
+    return images.to(device), labels.to(device)
 
 
 class Trainer:
@@ -68,5 +76,5 @@ def scripted_classifier(model: nn.Module | None = None) -> torch.jit.ScriptModul
     shipped = hatch_precompile.load_torchscript("sample_pkg", "classifier")
     if shipped is not None and model is None:
         return shipped
-    model = model if model is not None else make_model()
-    return torch.jit.trace(model.eval(), make_batch()[0])
+    model = model if model is not None else make_model(device="cpu")
+    return torch.jit.trace(model.eval(), make_batch(device=str(next(model.parameters()).device))[0])

@@ -11,5 +11,5 @@ def workload() -> None:
     images, labels = make_batch()
     trainer.step(images, labels)  # compiled forward + backward, then the optimizer step
     trainer.predict(images)  # compiled inference (no_grad) graph
-    model = make_model().eval()
-    hatch_precompile.save_torchscript("classifier", torch.jit.trace(model, images))
+    model = make_model(device="cpu").eval()  # the shipped TorchScript module is the CPU one
+    hatch_precompile.save_torchscript("classifier", torch.jit.trace(model, make_batch(device="cpu")[0]))

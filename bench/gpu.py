@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""The CUDA path, measured: cold start vs Mega-Cache by hand vs precompiled wheel, on one GPU.
+
+    python3 bench/gpu.py --find-links WHEELS [--projects sample_pkg gpu_block gpu_block@max-autotune]
+                         [--repeats 2] [--out DIR]
+
+Runs where the GPU is, with the Python that has torch, and needs no network: WHEELS holds
+hatchling, hatch-precompile and their dependencies for pip's isolated build env. For each project
+(``NAME@MODE`` sets ``GPU_BLOCK_COMPILE_MODE=MODE`` for build and runs alike):
+
+1. ``pip wheel`` (isolated, the default) builds it precompiled, against the running torch (the
+   target environment, build/target.py), and the wheel is installed into this environment;
+2. fresh processes, each with an empty ``TORCHINDUCTOR_CACHE_DIR`` and ``HOME``, make the first
+   training step and then the first inference call: cold (``PRECOMPILE=0``), Mega-Cache by hand
+   (``PRECOMPILE=0`` + ``load_cache_artifacts`` of the wheel's ``megacache.bin``), precompiled;
+3. every process runs with ``bench/gpu_count/sitecustomize.py``, which counts real Triton
+   compiles (ptxas stages, in Inductor's compile workers too) and run-time autotuning benchmarks.
+
+Prints a table; writes ``gpu-results.json`` and the build logs to ``--out``. Before the projects, a
+probe: the GPU as NVML names it (the key) and as CUDA does, and whether ``import sample_pkg``
+initialises CUDA or breaks a fork-started child's use of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECTS = {"sample_pkg": ROOT / "sample_pkg", "gpu_block": ROOT / "bench/projects/gpu_block"}
+PATHS = ("cold", "megacache", "precompiled")
+
+HARNESS = r"""
+import importlib, json, sys, time
+package, megacache = sys.argv[1:3]
+t0 = time.perf_counter()
+import torch
+pkg = importlib.import_module(package)
+import_seconds = time.perf_counter() - t0
+cuda_initialized_by_import = torch.cuda.is_initialized()
+if megacache != "-":
+    torch.compiler.load_cache_artifacts(open(megacache, "rb").read())
+trainer = pkg.Trainer(pkg.make_model())
+inputs, targets = pkg.make_batch()
+torch.cuda.synchronize()
+t = time.perf_counter(); loss = trainer.step(inputs, targets).item(); step = time.perf_counter() - t
+t = time.perf_counter(); out = trainer.predict(inputs).double().sum().item(); predict = time.perf_counter() - t
+t = time.perf_counter(); trainer.step(inputs, targets).item(); second = time.perf_counter() - t
+from torch._dynamo.utils import counters
+print("@@" + json.dumps({
+    "import_seconds": import_seconds, "first_step_seconds": step, "first_predict_seconds": predict,
+    "second_step_seconds": second, "loss": loss, "output_sum": out,
+    "cuda_initialized_by_import": cuda_initialized_by_import,
+    "loaded": bool(getattr(pkg, "precompile_status", None)),
+    "reason": getattr(getattr(pkg, "precompile_status", None), "reason", None),
+    "aot_autograd": dict(counters["aot_autograd"]),
+    "inductor": {k: v for k, v in counters["inductor"].items()
+                 if "cache" in k or "bundler" in k or "autotune" in k or "select_algorithm" in k},
+    "device": torch.cuda.get_device_name(),
+}))
+"""
+
+PROBE = r"""
+import json, os, sys, time
+import torch
+from hatch_precompile.run import envkey, gpu
+t = time.perf_counter(); key = envkey.current(torch); key_seconds = time.perf_counter() - t
+initialized_by_key = torch.cuda.is_initialized()
+props = torch.cuda.get_device_properties(0)
+print("@@" + json.dumps({
+    "key": key, "key_seconds": key_seconds, "cuda_initialized_by_key": initialized_by_key,
+    "torch_name": props.name, "torch_capability": f"{props.major}.{props.minor}",
+    "nvml_devices": [d.__dict__ for d in gpu.devices()], "torch": torch.__version__,
+    "torch_cuda": torch.version.cuda,
+}))
+"""
+
+# A fork-started child's CUDA use after `import PKG` in the parent (as DataLoader workers do).
+FORK = r"""
+import json, os, sys
+import torch
+if sys.argv[2] == "touch-cuda-first":
+    torch.cuda.get_device_name(0)  # what envkey did at import before it asked NVML
+__import__(sys.argv[1])
+initialized = torch.cuda.is_initialized()
+pid = os.fork()
+if pid == 0:
+    try:
+        os._exit(0 if torch.ones(4, device="cuda").sum().item() == 4 else 1)
+    except BaseException as exc:
+        sys.stderr.write(f"child: {exc!r}\n"); os._exit(2)
+_, status = os.waitpid(pid, 0)
+print("@@" + json.dumps({"cuda_initialized_in_parent": initialized, "child_exit": os.waitstatus_to_exitcode(status)}))
+"""
+
+
+def run_json(args: list[str], env: dict[str, str], timeout: float = 900) -> dict:
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("@@"):
+            return json.loads(line[2:])
+    raise RuntimeError(f"{args[:3]} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+
+
+def fresh_env(scratch: Path, extra: dict[str, str]) -> dict[str, str]:
+    run_dir = Path(tempfile.mkdtemp(dir=scratch))
+    (run_dir / "home").mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "PRECOMPILE")}
+    env.update({
+        "TORCHINDUCTOR_CACHE_DIR": str(run_dir / "cache"), "HOME": str(run_dir / "home"),
+        "GPU_COUNT_FILE": str(run_dir / "count"), "PYTHONPATH": str(ROOT / "bench/gpu_count"), **extra,
+    })
+    return env
+
+
+def counted(env: dict[str, str]) -> dict[str, int]:
+    path = Path(env["GPU_COUNT_FILE"])
+    events = [line.split()[0] for line in path.read_text().splitlines()] if path.is_file() else []
+    return {e: events.count(e) for e in sorted(set(events))}
+
+
+def measure(package: str, path: str, megacache: Path | None, scratch: Path, extra: dict[str, str]) -> dict:
+    env = fresh_env(scratch, {**extra, **({"PRECOMPILE": "0"} if path != "precompiled" else {})})
+    result = run_json([sys.executable, "-c", HARNESS, package, str(megacache) if path == "megacache" else "-"], env)
+    result["counted"] = counted(env)
+    cache = Path(env["TORCHINDUCTOR_CACHE_DIR"])
+    result["cubins_in_cache"] = sum(1 for _ in cache.rglob("*.cubin"))
+    return result
+
+
+def pip(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pip", *args], env=env, capture_output=True, text=True)
+
+
+def build_and_install(name: str, mode: str | None, find_links: str, out: Path, scratch: Path) -> dict:
+    wheel_dir = scratch / f"wheels-{name}-{mode or 'default'}"
+    env = dict(os.environ)
+    if mode:
+        env["GPU_BLOCK_COMPILE_MODE"] = mode
+    started = time.perf_counter()
+    proc = pip("wheel", "-v", "--no-deps", "--no-index", "--find-links", find_links, "-w", str(wheel_dir),
+               str(PROJECTS[name]), env=env)
+    seconds = time.perf_counter() - started
+    log = proc.stdout + proc.stderr
+    (out / f"build-{name}-{mode or 'default'}.log").write_text(log)
+    if proc.returncode != 0:
+        raise RuntimeError(f"building {name} failed:\n{log[-6000:]}")
+    (wheel,) = wheel_dir.glob("*.whl")
+    proc = pip("install", "--no-deps", "--force-reinstall", "--no-index", str(wheel))
+    if proc.returncode != 0:
+        raise RuntimeError(f"installing {wheel.name} failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+    lines = [line.strip() for line in log.splitlines() if "precompile:" in line]
+    return {"build_seconds": round(seconds, 1), "wheel": wheel.name, "wheel_bytes": wheel.stat().st_size,
+            "build_lines": lines}
+
+
+def installed_set(package: str) -> tuple[Path, dict] | None:
+    """(the installed ``_precompiled`` dir, the manifest of its GPU set)."""
+    code = "import importlib.util, sys; print(importlib.util.find_spec(sys.argv[1]).submodule_search_locations[0])"
+    directory = Path(subprocess.run([sys.executable, "-c", code, package], capture_output=True, text=True,
+                                    env={**os.environ, "PRECOMPILE": "0"}).stdout.strip()) / "_precompiled"
+    for manifest_file in sorted((directory / "sets").glob("*/manifest.json")):
+        manifest = json.loads(manifest_file.read_text())
+        if manifest["env"].get("gpu"):
+            return directory, manifest
+    return None
+
+
+def probe(scratch: Path) -> dict:
+    env = fresh_env(scratch, {})
+    found = {"probe": run_json([sys.executable, "-c", PROBE], env)}
+    for how in ("plain", "touch-cuda-first"):
+        found[f"fork_{how}"] = run_json([sys.executable, "-c", FORK, "sample_pkg", how], fresh_env(scratch, {}))
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--find-links", required=True)
+    parser.add_argument("--projects", nargs="+", default=["sample_pkg", "gpu_block"])
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench-out")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="gpu-bench-"))
+    results: dict = {"python": sys.version.split()[0], "projects": {}}
+    try:
+        for spec in args.projects:
+            name, _, mode = spec.partition("@")
+            extra = {"GPU_BLOCK_COMPILE_MODE": mode} if mode else {}
+            print(f"== {spec}: building", flush=True)
+            entry = build_and_install(name, mode or None, args.find_links, args.out, scratch)
+            for line in entry["build_lines"]:
+                print("   " + line, flush=True)
+            found = installed_set(name)
+            megacache = None
+            if found:
+                directory, manifest = found
+                entry["timings"] = manifest["timings"]
+                entry["workload_seconds"] = [w["seconds"] for w in manifest["workloads"]]
+                entry["files"] = len(manifest["files"])
+                entry["best_configs"] = sum(p.endswith(".best_config") for p in manifest["files"])
+                print(f"   timings {entry['timings']}, workloads {entry['workload_seconds']}, "
+                      f"{entry['best_configs']} tuned configs shipped", flush=True)
+                if "megacache.bin" in manifest["files"]:
+                    megacache = directory / "blobs" / manifest["files"]["megacache.bin"]["sha256"]
+            entry["runs"] = {path: [] for path in PATHS}
+            for repeat in range(args.repeats):
+                for path in PATHS:
+                    if path == "megacache" and megacache is None:
+                        continue
+                    run = measure(name, path, megacache, scratch, extra)
+                    entry["runs"][path].append(run)
+                    print(f"   {path:12s} step {run['first_step_seconds']:7.2f} s  predict {run['first_predict_seconds']:6.2f} s"
+                          f"  aot {run['aot_autograd']}  counted {run['counted']}  loaded={run['loaded']}", flush=True)
+            results["projects"][spec] = entry
+            if name == "sample_pkg" and "probe" not in results:
+                results["probe"] = probe(scratch)
+                print("   probe:", json.dumps(results["probe"]), flush=True)
+            (args.out / "gpu-results.json").write_text(json.dumps(results, indent=1))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    print_table(results)
+    return 0
+
+
+def print_table(results: dict) -> None:
+    print("\n| project | path | first step | first inference | AOTAutograd hit/miss | FX graph hit/miss | Triton compiles | autotune benchmarks | GEMM autotunes |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for spec, entry in results["projects"].items():
+        for path, runs in entry["runs"].items():
+            if not runs:
+                continue
+            step = statistics.median(r["first_step_seconds"] for r in runs)
+            predict = statistics.median(r["first_predict_seconds"] for r in runs)
+            last = runs[-1]
+            aot, ind, cnt = last["aot_autograd"], last["inductor"], last["counted"]
+            print(f"| {spec} | {path} | {step:.2f} s | {predict:.2f} s | "
+                  f"{aot.get('autograd_cache_hit', 0)}/{aot.get('autograd_cache_miss', 0)} | "
+                  f"{ind.get('fxgraph_cache_hit', 0)}/{ind.get('fxgraph_cache_miss', 0)} | "
+                  f"{cnt.get('triton_compile', 0)} | {cnt.get('autotune_benchmark', 0)} | "
+                  f"{ind.get('select_algorithm_autotune', 0)} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
