@@ -17,6 +17,7 @@ import threading
 NVML_LIBRARY = "libnvidia-ml.so.1"
 _NAME_BUFFER = 96  # NVML_DEVICE_NAME_V2_BUFFER_SIZE
 _UUID_BUFFER = 96  # NVML_DEVICE_UUID_V2_BUFFER_SIZE
+_NO_DRIVER = {9, 12}  # NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_LIBRARY_NOT_FOUND
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +38,10 @@ def devices() -> list[Device]:
     except OSError:
         return []  # no NVIDIA driver on this machine
     with _lock:
-        _check(nvml.nvmlInit_v2(), "nvmlInit_v2")
+        status = nvml.nvmlInit_v2()
+        if status in _NO_DRIVER:  # the library without its kernel driver: CUDA finds no GPU either
+            return []
+        _check(status, "nvmlInit_v2")
         try:
             count = ctypes.c_uint()
             _check(nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)), "nvmlDeviceGetCount_v2")

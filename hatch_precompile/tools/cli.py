@@ -183,7 +183,8 @@ def cmd_warm(args: argparse.Namespace) -> int:
     try:
         stored, manifest = warm.warm(package, workloads, args.timeout, _say, targets.declared_device(package))
     except (warm.WarmError, WorkloadFailed, Unusable, OSError) as exc:
-        raise CliError(f"warm: {exc}") from None
+        why = getattr(exc, "no_gpu", None)
+        raise CliError(f"warm: {exc}" + (f" (this machine has no usable GPU: {why})" if why else "")) from None
     total = sum(entry.size for entry in manifest.files.values())
     _say(
         f"warm: stored {len(manifest.files)} files ({total / 1e6:.2f} MB) for torch {manifest.env['torch']}, "
