@@ -158,13 +158,18 @@ def test_symlink_out_of_the_artifact_dir(tmp_path, monkeypatch, env_here, cache)
     assert_skipped(package, cache, "inductor/ab/cabkernel.main.so is a symlink")
 
 
-def test_existing_entries_are_never_overwritten(tmp_path, monkeypatch, env_here, cache):
-    package, _ = ship(tmp_path, monkeypatch, env_here)
+def assert_foreign_entry_kept(package, cache):
+    """An entry that is already in the cache dir stays as it is; the rest of the set is installed."""
     (cache / "ab").mkdir(parents=True)
     (cache / "ab" / "cabkernel.main.so").write_bytes(b"somebody else's entry")
     result = loader.load(package)
     assert result.loaded and (result.installed, result.present) == (len(FILES) - 1, 1)
     assert (cache / "ab" / "cabkernel.main.so").read_bytes() == b"somebody else's entry"
+
+
+def test_existing_entries_are_never_overwritten(tmp_path, monkeypatch, env_here, cache):
+    package, _ = ship(tmp_path, monkeypatch, env_here)
+    assert_foreign_entry_kept(package, cache)
 
 
 def test_planted_symlink_in_the_cache_dir_is_not_followed(tmp_path, monkeypatch, env_here, cache):
@@ -335,11 +340,7 @@ def test_without_hard_links_an_entry_is_still_never_replaced(tmp_path, monkeypat
     if not rename_noreplace:
         monkeypatch.setattr(install, "_renameat2", lambda: None)
     package, _ = ship(tmp_path, monkeypatch, env_here)
-    (cache / "ab").mkdir(parents=True)
-    (cache / "ab" / "cabkernel.main.so").write_bytes(b"somebody else's entry")
-    result = loader.load(package)
-    assert result.loaded and (result.installed, result.present) == (len(FILES) - 1, 1)
-    assert (cache / "ab" / "cabkernel.main.so").read_bytes() == b"somebody else's entry"
+    assert_foreign_entry_kept(package, cache)
     assert (cache / "aotautograd" / "akey" / "entry").read_bytes() == FILES["inductor/aotautograd/akey/entry"]
     assert not [p for p in files_in(cache) if p.name.endswith(".tmp")]
 
