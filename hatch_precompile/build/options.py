@@ -54,7 +54,9 @@ class Options:
         return None
 
 
-KNOWN = ("cpu-capabilities", "device", "enable", "graph-breaks", "on-failure", "package", "recompiles", "timeout", "workload")
+KNOWN = (
+    "cpu-capabilities", "device", "enable", "graph-breaks", "on-failure", "package", "recompiles", "timeout", "workload",
+)
 CHECKS = ("off", "warn", "error")
 CAPABILITY = re.compile(r"[a-z][a-z0-9_]*")  # what ATEN_CPU_CAPABILITY takes: default, avx2, avx512, ...
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from hatch_precompile.run import gpu
 
+
 def cxx_command() -> str:
     """The compiler Inductor will call (mirrors ``torch._inductor.config.cpp.cxx``)."""
     return os.environ.get("CXX") or ("clang++" if sys.platform == "darwin" else "g++")
