@@ -77,10 +77,13 @@ def package_switch(name: str) -> str:
 
 # -- the environment key ---------------------------------------------------------------------------
 
-# Order matters: the first differing field is the one a skip message names. ``python_abi`` is the
-# interpreter's SOABI: free-threaded (3.13t) and debug builds have another C-API than the default.
+# Fields compared exactly. Order matters: the first differing field is the one a skip message
+# names. ``python_abi`` is the interpreter's SOABI: free-threaded (3.13t) and debug builds have
+# another C-API than the default. The C++ compiler is not among them: any compiler of the same
+# family stands in for the build's (Manifest.compiler); what the kernels need of the CPU and of
+# the system's libraries is checked as a subset (Manifest.cpu_features, Manifest.libraries).
 ENV_FIELDS = (
-    "python", "python_abi", "torch", "system", "machine", "cpu_capability", "cxx", "cuda", "triton", "gpu",
+    "python", "python_abi", "torch", "system", "machine", "cpu_capability", "cuda", "triton", "gpu",
     "gpu_capability",
 )
 
@@ -157,7 +160,18 @@ def file_kind(path: str) -> str:
 
 # -- the manifest ----------------------------------------------------------------------------------
 
-FORMAT = 2  # 2: the environment key has python_abi; sets of artifacts share content-addressed blobs
+# 2: the environment key has python_abi; sets of artifacts share content-addressed blobs.
+# 3: the compiler left the exact key (it stands in, by family); the kernels' CPU features, the
+# system libraries they need and the Inductor settings they were built under are recorded.
+FORMAT = 3
+
+# Where kernels may run: "portable" sets are built without -march=native, for every CPU with the
+# ISA Inductor picked; "native" ones for CPUs with every feature of the build machine's.
+CPU_TARGETS = ("portable", "native")
+# Inductor settings a set may ask load() to apply (a manifest may never set anything else).
+SETTINGS = {"cpp.dynamic_threads": bool}
+_FEATURE = re.compile(r"[A-Za-z0-9_.:?-]{1,64}")
+_SONAME = re.compile(r"[A-Za-z0-9_.+-]{1,128}")
 
 
 class ManifestError(Exception):
@@ -248,6 +262,22 @@ class Manifest:
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
     cache_files_copied: int | None = None
     warmed: dict[str, Any] | None = None  # set by `hatch-precompile warm`
+    # What the kernels need of the machine (see run/machine.py): CPU feature names as Linux's
+    # /proc/cpuinfo spells them, each of which the CPU must have; for each system library, one
+    # symbol per symbol version the kernels link against.
+    cpu_target: str | None = None
+    cpu_features: list[str] = dataclasses.field(default_factory=list)
+    libraries: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+    # The build's compiler: Inductor's `cpp.cxx` setting, the command it resolved to, its family
+    # ("gcc", "clang", ...) and --version line. Another compiler of the same family stands in.
+    compiler: dict[str, Any] | None = None
+    settings: dict[str, Any] = dataclasses.field(default_factory=dict)  # Inductor settings (SETTINGS)
+    # Inductor's ISA probes that passed at build: arch flags -> the CPU features they enable
+    # (run/speedups.py answers them where this CPU has those features).
+    probes: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    # The most compatible platform tag the kernels allow ({"tag": "manylinux_2_24_x86_64" or None,
+    # "why": ...}); the wheel takes the least compatible of its sets' (build/elf.py).
+    platform: dict[str, Any] | None = None
     format: int = FORMAT
 
     @classmethod
@@ -279,6 +309,13 @@ class Manifest:
             timings=dict(data.get("timings") or {}),
             cache_files_copied=data.get("cache_files_copied"),
             warmed=data.get("warmed"),
+            cpu_target=data.get("cpu_target"),
+            cpu_features=list(data.get("cpu_features") or []),
+            libraries={k: dict(v) for k, v in (data.get("libraries") or {}).items()},
+            compiler=data.get("compiler"),
+            settings=dict(data.get("settings") or {}),
+            platform=data.get("platform"),
+            probes={k: list(v) for k, v in (data.get("probes") or {}).items()},
             format=data.get("format", FORMAT),
         )
 
@@ -317,7 +354,8 @@ def validate(data: Any) -> None:
     if not isinstance(data, dict):
         raise ManifestError("manifest.json is not an object")
     if data.get("format") != FORMAT:
-        older = " (written by an older hatch-precompile: rebuild the wheel)" if data.get("format") == 1 else ""
+        older = (" (written by an older hatch-precompile: rebuild the wheel)"
+                 if isinstance(data.get("format"), int) and 0 < data["format"] < FORMAT else "")
         raise ManifestError(f"manifest format {data.get('format')!r} is not the supported format {FORMAT}{older}")
     if not isinstance(data.get("env"), dict):
         raise ManifestError("manifest has no environment key")
@@ -344,6 +382,39 @@ def validate(data: Any) -> None:
     torchscript = data.get("torchscript") or {}
     if not isinstance(torchscript, dict) or not all(p in files for p in torchscript.values()):
         raise ManifestError("manifest names a TorchScript module that is not in its file list")
+    _validate_machine(data)
+
+
+def _validate_machine(data: dict[str, Any]) -> None:
+    """What the set needs of the machine must be well-formed: it decides whether native code runs."""
+    if data.get("cpu_target") not in (None, *CPU_TARGETS):
+        raise ManifestError(f"manifest has an unknown cpu_target {data.get('cpu_target')!r}")
+    features = data.get("cpu_features", [])
+    if not (isinstance(features, list) and all(isinstance(f, str) and _FEATURE.fullmatch(f) for f in features)):
+        raise ManifestError("manifest cpu_features is not a list of feature names")
+    libraries = data.get("libraries", {})
+    if not (isinstance(libraries, dict) and all(
+        isinstance(name, str) and _SONAME.fullmatch(name) and isinstance(versions, dict)
+        and all(isinstance(v, str) and isinstance(sym, str) for v, sym in versions.items())
+        for name, versions in libraries.items()
+    )):
+        raise ManifestError("manifest libraries is not a map of library names to symbol versions")
+    settings = data.get("settings", {})
+    if not isinstance(settings, dict):
+        raise ManifestError("manifest settings is not a map")
+    for name, value in settings.items():
+        if name not in SETTINGS or not isinstance(value, SETTINGS[name]):
+            raise ManifestError(f"manifest asks for the Inductor setting {name}={value!r}, which load() never applies")
+    compiler = data.get("compiler")
+    if compiler is not None and not isinstance(compiler, dict):
+        raise ManifestError("manifest compiler is not a map")
+    probes = data.get("probes", {})
+    if not (isinstance(probes, dict) and all(
+        isinstance(flags, str) and isinstance(features, list)
+        and all(isinstance(f, str) and _FEATURE.fullmatch(f) for f in features)
+        for flags, features in probes.items()
+    )):
+        raise ManifestError("manifest probes is not a map of arch flags to CPU features")
 
 
 # -- the declaration -------------------------------------------------------------------------------

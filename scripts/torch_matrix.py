@@ -10,7 +10,9 @@ For each torch version (default: every minor release hatch-precompile supports, 
 2. a second venv at another path (a hard-linked copy of the first when the filesystem allows,
    else a fresh install), with the wheel installed: torch lives elsewhere than at build time;
 3. ``python -m sample_pkg --json`` there in fresh processes with empty cache dirs, cold
-   (``PRECOMPILE=0``) and from the precompiled artifacts.
+   (``PRECOMPILE=0``) and from the precompiled artifacts: as built, at 8 threads
+   (``torch.set_num_threads(8)``), at ``OMP_NUM_THREADS=1``, and with a stand-in compiler (a
+   ``g++`` at another path that answers ``--version`` as another release).
 
 Writes ``<out>/results.json`` and ``<out>/matrix.md`` (the table the docs show) and prints it.
 Standard library only. Versions above a machine's pip cap need ``PIP_CONSTRAINT=/dev/null``;
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import shutil
@@ -63,10 +66,25 @@ def clone(build: Path, run: Path, find_links: list[str], version: str) -> Path:
         return venv(run, f"torch=={version}", str(ROOT), find_links=find_links)
 
 
-def sample(python: Path, env: dict[str, str]) -> dict:
+AT_THREADS = ("import sys, runpy, torch; torch.set_num_threads({}); sys.argv = ['x', '--json']; "
+              "runpy.run_module('sample_pkg', run_name='__main__')")
+
+
+def sample(python: Path, env: dict[str, str], threads: int | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="matrix-cache-") as cache:
-        proc = sh(python, "-m", "sample_pkg", "--json", env={"TORCHINDUCTOR_CACHE_DIR": cache, **env})
+        command = ["-m", "sample_pkg", "--json"] if threads is None else ["-c", AT_THREADS.format(threads)]
+        proc = sh(python, *command, env={"TORCHINDUCTOR_CACHE_DIR": cache, **env})
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def stand_in_compiler(out: Path) -> Path:
+    """A g++ at another path, answering --version as another release: any of the family stands in."""
+    wrapper = out / "stand-in" / "g++-13"
+    wrapper.parent.mkdir(parents=True, exist_ok=True)
+    wrapper.write_text('#!/bin/sh\nif [ "$1" = "--version" ]; then echo "g++ (GCC) 13.3.0"; exit 0; fi\n'
+                       f'exec {shutil.which("g++")} "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
 
 
 def one(version: str, out: Path, find_links: list[str], keep: bool) -> dict:
@@ -91,6 +109,9 @@ def one(version: str, out: Path, find_links: list[str], keep: bool) -> dict:
         sh(python, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", wheel)
         row["cold"] = sample(python, {"PRECOMPILE": "0"})
         row["warm"] = sample(python, {})
+        row["warm_8_threads"] = sample(python, {}, threads=8)
+        row["warm_omp_1"] = sample(python, {"OMP_NUM_THREADS": "1"})
+        row["warm_stand_in"] = sample(python, {"CXX": str(stand_in_compiler(out))})
     except Exception as exc:  # a row says what went wrong; the matrix goes on
         row["error"] = str(exc)[-2000:]
     finally:
@@ -105,29 +126,47 @@ def verdict(row: dict) -> str:
         return "error: " + row["error"].strip().splitlines()[-1][:120]
     if "warm" not in row:
         return row.get("build", "?")
-    warm, cold = row["warm"], row["cold"]
+    cold = row["cold"]
+    for key in ("warm", "warm_8_threads", "warm_omp_1", "warm_stand_in"):
+        if key not in row:
+            continue
+        warm = row[key]
+        aot = warm["aot_autograd"]
+        same = warm["loss"] == cold["loss"] and warm["logits_sum"] == cold["logits_sum"] if key == "warm" else (
+            math.isclose(warm["loss"], cold["loss"], rel_tol=1e-5))  # another thread count sums in another order
+        if not (warm["precompiled"] and aot.get("autograd_cache_hit", 0) >= 2 and not aot.get("autograd_cache_miss")
+                and warm["kernels_compiled"] == 0 and same):
+            return f"**fails** ({key}): {warm['precompile_reason']}, AOTAutograd {aot}, {warm['kernels_compiled']} .so"
+    return "**works**"
+
+
+def _warm_cell(row: dict, key: str) -> str:
+    warm = row.get(key)
+    if warm is None:
+        return "-"
     aot = warm["aot_autograd"]
-    ok = (warm["precompiled"] and aot.get("autograd_cache_hit", 0) >= 2 and not aot.get("autograd_cache_miss")
-          and warm["kernels_compiled"] == 0 and warm["loss"] == cold["loss"] and warm["logits_sum"] == cold["logits_sum"])
-    return "**works**" if ok else f"**fails**: {warm['precompile_reason']}"
+    return (f"{aot.get('autograd_cache_hit', 0)} / {aot.get('autograd_cache_miss', 0)}, {warm['kernels_compiled']} .so, "
+            f"{warm['first_step_seconds']:.2f} s")
 
 
 def table(rows: list[dict]) -> str:
     lines = [
-        "| torch | build | first step cold | first step precompiled | AOTAutograd hits / misses | kernels compiled | outputs = cold | verdict |",
-        "|---|---|---|---|---|---|---|---|",
+        "| torch | build | first step cold | first step precompiled | AOTAutograd hits / misses | kernels compiled "
+        "| outputs = cold | at 8 threads | at `OMP_NUM_THREADS=1` | stand-in g++ | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         warm, cold = row.get("warm"), row.get("cold")
         if warm is None or cold is None:
-            lines.append(f"| {row['torch']} | {row.get('build_seconds', '-')} s | - | - | - | - | - | {verdict(row)} |")
+            lines.append(f"| {row['torch']} | {row.get('build_seconds', '-')} s | - | - | - | - | - | - | - | - | {verdict(row)} |")
             continue
         aot = warm["aot_autograd"]
         same = warm["loss"] == cold["loss"] and warm["logits_sum"] == cold["logits_sum"]
         lines.append(
             f"| {warm['torch']} | {row['build_seconds']} s | {cold['first_step_seconds']:.2f} s | "
             f"{warm['first_step_seconds']:.2f} s | {aot.get('autograd_cache_hit', 0)} / {aot.get('autograd_cache_miss', 0)} | "
-            f"{warm['kernels_compiled']} | {'bit for bit' if same else 'NO'} | {verdict(row)} |"
+            f"{warm['kernels_compiled']} | {'bit for bit' if same else 'NO'} | {_warm_cell(row, 'warm_8_threads')} | "
+            f"{_warm_cell(row, 'warm_omp_1')} | {_warm_cell(row, 'warm_stand_in')} | {verdict(row)} |"
         )
     return "\n".join(lines) + "\n"
 

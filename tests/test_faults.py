@@ -80,12 +80,21 @@ def test_isa_mismatch_skips_then_compiles_normally(runtime_python, site, tmp_pat
     assert result["aot_autograd"]["autograd_cache_miss"] >= 2
 
 
-def test_compiler_mismatch_skips(runtime_python, site, tmp_path):
-    wrapper = tmp_path / "g++-wrapper"
-    wrapper.write_text('#!/bin/sh\nexec g++ "$@"\n')
-    wrapper.chmod(0o755)
-    reason = assert_skipped(runtime_python, site, tmp_path, "built for cxx='g++ | ", {"CXX": str(wrapper)})
-    assert f"this environment has cxx='{wrapper} | " in reason
+def test_a_cpu_lacking_a_feature_the_kernels_may_use_is_refused(runtime_python, site, tmp_path):
+    from test_machine import a_feature_this_cpu_lacks
+
+    lacking = a_feature_this_cpu_lacks()
+    data = manifest_of(site)
+    data["cpu_features"].append(lacking)
+    write_manifest(site, data)
+    assert_skipped(runtime_python, site, tmp_path, f"its kernels may use CPU features this CPU lacks: {lacking}")
+
+
+def test_a_system_lacking_a_symbol_version_the_kernels_need_is_refused(runtime_python, site, tmp_path):
+    data = manifest_of(site)
+    data["libraries"]["libstdc++.so.6"]["GLIBCXX_99.0"] = "_ZdlPv"
+    write_manifest(site, data)
+    assert_skipped(runtime_python, site, tmp_path, "need system libraries this machine lacks: libstdc++.so.6 GLIBCXX_99.0")
 
 
 def test_skipped_load_gives_cold_compile_outputs(runtime_python, site, cold_result, tmp_path):

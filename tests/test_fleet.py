@@ -93,17 +93,20 @@ def test_each_process_gets_the_set_of_its_capability(fleet_wheel, runtime_python
 
 def test_a_process_no_set_fits_is_told_every_set(fleet_wheel, runtime_python, tmp_path):
     site = unpack(fleet_wheel[0], tmp_path / "site")
-    wrapper = tmp_path / "g++-wrapper"  # another compiler: no set fits
-    wrapper.write_text('#!/bin/sh\nexec g++ "$@"\n')
-    wrapper.chmod(0o755)
+    for manifest in (site / "sample_pkg" / "_precompiled" / "sets").glob("*/manifest.json"):
+        data = json.loads(manifest.read_text())
+        if data["env"]["cpu_capability"] == MACHINE:  # the set that would fit: made for another ABI
+            data["env"]["python_abi"] = "cpython-311t-x86_64-linux-gnu"
+            manifest.write_text(json.dumps(data))
     code = "import json, sample_pkg; s = sample_pkg.precompile_status; print(json.dumps([s.loaded, s.reason]))"
-    env = {"PYTHONPATH": str(site), "CXX": str(wrapper), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "c")}
+    env = {"PYTHONPATH": str(site), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "c")}
     loaded, reason = json.loads(run([runtime_python, "-c", code], env=env).stdout.splitlines()[-1])
     sets = sets_in(fleet_wheel[0])
     assert not loaded and reason.startswith(f"none of the {len(sets)} artifact sets fits this environment: ")
     for name in sets:  # each named with its first differing field
         assert f"{name}: built for " in reason
-    assert "built for cxx='g++ | " in reason and "built for cpu_capability='DEFAULT'" in reason
+    assert "built for python_abi='cpython-311t-x86_64-linux-gnu'" in reason
+    assert "built for cpu_capability='DEFAULT'" in reason
     assert reason.endswith("or run `hatch-precompile warm sample_pkg`")
 
 

@@ -122,8 +122,15 @@ def test_unlisted_file_is_never_installed(tmp_path, monkeypatch, env_here, cache
 @pytest.mark.parametrize(
     ("manifest", "reason"),
     [
-        ({"format": 99}, "manifest format 99 is not the supported format 2"),
-        ({"format": 1}, "manifest format 1 is not the supported format 2 (written by an older hatch-precompile: rebuild"),
+        ({"format": 99}, "manifest format 99 is not the supported format 3"),
+        ({"format": 1}, "manifest format 1 is not the supported format 3 (written by an older hatch-precompile: rebuild"),
+        ({"format": 2}, "manifest format 2 is not the supported format 3 (written by an older hatch-precompile: rebuild"),
+        ({"settings": {"cpp.threads": 4}}, "asks for the Inductor setting cpp.threads=4, which load() never applies"),
+        ({"settings": {"cpp.dynamic_threads": "yes"}}, "asks for the Inductor setting cpp.dynamic_threads='yes'"),
+        ({"cpu_features": "avx2"}, "manifest cpu_features is not a list of feature names"),
+        ({"cpu_target": "skylake"}, "manifest has an unknown cpu_target 'skylake'"),
+        ({"libraries": {"../libc.so.6": {}}}, "manifest libraries is not a map of library names"),
+        ({"probes": {"-mavx2": "avx2"}}, "manifest probes is not a map of arch flags to CPU features"),
         ({"files": {"../../../evil.so": {"size": 1, "sha256": "0" * 64}}}, "manifest names a path outside its directory"),
         ({"files": {"/etc/passwd": {"size": 1, "sha256": "0" * 64}}}, "manifest names a path outside its directory"),
         ({"files": {"inductor/../../evil": {"size": 1, "sha256": "0" * 64}}}, "outside its directory"),
@@ -143,7 +150,7 @@ def test_unparsable_manifest(tmp_path, monkeypatch, env_here, cache):
 
 
 def test_environment_mismatch_names_the_first_differing_field(tmp_path, monkeypatch, env_here, cache):
-    package, _ = ship(tmp_path, monkeypatch, dict(env_here, torch="2.7.0+cpu", cxx="other"))
+    package, _ = ship(tmp_path, monkeypatch, dict(env_here, torch="2.7.0+cpu", cpu_capability="other"))
     reason = assert_skipped(package, cache, "built for torch='2.7.0+cpu', this environment has torch=")
     assert reason.endswith(f"or run `hatch-precompile warm {package}`")
 

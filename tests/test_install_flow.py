@@ -6,8 +6,10 @@ without installing a torch into the build environment, and leave the target unto
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
 import shutil
 import sys
 import zipfile
@@ -25,7 +27,8 @@ def links(tmp_path_factory, hp_dist) -> Path:
     out = tmp_path_factory.mktemp("links")
     for wheel in hp_dist.glob("*.whl"):
         shutil.copy(wheel, out)
-    run([sys.executable, "-m", "pip", "download", "-q", "-d", out, "hatchling", "packaging", "tomlkit"])
+    # hatch-precompile's own wheel brings its dependencies (whatever they are) along.
+    run([sys.executable, "-m", "pip", "download", "-q", "-d", out, "hatchling", *out.glob("hatch_precompile-*.whl")])
     return out
 
 
@@ -56,8 +59,8 @@ def find_links(*dirs: Path) -> dict[str, str]:
 
 def build_env_section(pip_log: str) -> str:
     """What pip installed into the isolated build env, from `pip -v`'s log."""
-    return "\n".join(re.findall(r"Installing build dependencies: started\n(.*?)Installing build dependencies: finished",
-                                pip_log, re.S)) + "\n".join(re.findall(r"Installing backend dependencies.*", pip_log))
+    return "\n".join(re.findall(r"Installing (?:build|backend) dependencies: started\n(.*?)"
+                                 r"Installing (?:build|backend) dependencies: finished", pip_log, re.S))
 
 
 def assert_targets(output: str, python: Path, via: str) -> None:
@@ -77,6 +80,26 @@ def assert_warm(python: Path, tmp_path: Path, pythonpath: Path | None = None) ->
     assert result["kernels_compiled"] == 0
 
 
+def assert_fix_works(python: Path, tmp_path: Path, env: dict[str, str], expected: str) -> None:
+    """A wheel for another torch (simulated by its manifest): the skip message's fix, run as printed,
+    makes the package warm again."""
+    package_dir = Path(run([python, "-c", "import os, sample_pkg; print(os.path.dirname(sample_pkg.__file__))"],
+                           env={"PRECOMPILE": "0"}).stdout.strip().splitlines()[-1])
+    (manifest,) = (package_dir / "_precompiled" / "sets").glob("*/manifest.json")
+    data = json.loads(manifest.read_text())
+    data["env"]["torch"] = "2.0.0+elsewhere"
+    manifest.write_text(json.dumps(data))
+    code = "import json, sample_pkg; print(json.dumps(sample_pkg.precompile_status.reason))"
+    reason = json.loads(run([python, "-c", code], env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "c")}).stdout.splitlines()[-1])
+    assert "built for torch='2.0.0+elsewhere'" in reason and reason.endswith("or run `hatch-precompile warm sample_pkg`")
+    command = re.search(r"reinstall it from source, which builds for this environment: `([^`]+)`", reason)
+    assert command, reason
+    assert expected in command[1], command[1]
+    run(shlex.split(command[1]), env=env)
+    (tmp_path / "after-fix").mkdir()
+    assert_warm(python, tmp_path / "after-fix")
+
+
 def test_pip_install_builds_for_the_target_torch_and_writes_nothing_into_it(target, links, tmp_path):
     lib = Path(prefix_of(target)) / "lib"
     before = snapshot(lib)
@@ -90,6 +113,7 @@ def test_pip_install_builds_for_the_target_torch_and_writes_nothing_into_it(targ
     changed = {p for p, mtime in snapshot(lib).items() if "/torch/" in p and before.get(p) != mtime}
     assert not changed, sorted(changed)[:5]
     assert_warm(target, tmp_path)
+    assert_fix_works(target, tmp_path, find_links(links), f"-m pip install --force-reinstall --no-deps --no-cache-dir {project}")
     run([target, "-m", "pip", "uninstall", "-q", "-y", "sample-pkg"])
 
 
@@ -103,6 +127,9 @@ def test_pip_install_of_an_sdist_from_an_index(target, links, tmp_path):
     assert_targets(proc.stdout, target, "pip's interpreter")
     assert "torch" not in build_env_section(proc.stdout).lower()
     assert_warm(target, tmp_path)
+    # pip cached the wheel it built from the sdist: the fix must build again, not reuse it.
+    assert_fix_works(target, tmp_path, {"PIP_FIND_LINKS": str(index), "PIP_NO_INDEX": "1"},
+                     "--no-cache-dir --no-binary sample-pkg sample-pkg")
     run([target, "-m", "pip", "uninstall", "-q", "-y", "sample-pkg"])
 
 
@@ -136,6 +163,9 @@ def test_uv_pip_install_and_uv_build(target, links, tmp_path):
     assert_targets(proc.stdout, target, "uv's --python")
     assert not re.search(r"Adding direct dependency: torch", proc.stdout), "uv's build env asked for torch"
     assert_warm(target, tmp_path)
+    uv_env = {"PATH": f"{Path(uv).parent}:{os.environ['PATH']}", "UV_NO_INDEX": "1", "UV_FIND_LINKS": str(links), **env}
+    assert_fix_works(target, tmp_path, uv_env, f"uv pip install --python {target} --reinstall-package sample-pkg "
+                     f"--no-deps --no-cache {project}")
     run([target, "-m", "pip", "uninstall", "-q", "-y", "sample-pkg"])
 
     # Activated instead of --python; a failing workload keeps these cheap: only the choice counts.
@@ -198,3 +228,14 @@ def test_a_dependency_missing_in_the_target_is_named_and_nothing_is_left(target,
     assert snapshot(venv) == before
     with zipfile.ZipFile(wheel) as archive:
         assert not any("_precompiled" in n for n in archive.namelist())
+
+
+def test_pip_install_on_a_machine_that_cannot_compile_gets_a_plain_wheel(target, links, tmp_path):
+    """A slim container: no C++ compiler. The install works; one line says why nothing was precompiled."""
+    out = tmp_path / "out"
+    no_compiler = {"CXX": str(tmp_path / "no-g++"), **find_links(links)}
+    proc = run([target, "-m", "pip", "wheel", "-v", "--no-deps", "-w", out, copy_project(tmp_path / "sample_pkg")],
+               env=no_compiler)
+    assert proc.stdout.count("precompile: this machine cannot build C++ kernels: No working C++ compiler found") == 1
+    (wheel,) = out.glob("*.whl")
+    assert wheel.name == "sample_pkg-0.1.0-py3-none-any.whl"

@@ -19,7 +19,7 @@ from conftest import build_wheel, copy_project, read_manifest, run, run_sample, 
 
 MISBEHAVE = Path(__file__).parent / "misbehave"
 OBSERVERS = "metrics,counters,guard-failures,logs,megacache,compile-times,write-signature"
-SHORTCUTS = "write-signature,precompile-header,probe-load,torch-key"
+SHORTCUTS = "write-signature,precompile-header,check-build,probe-load,torch-key"
 
 
 def misbehaving(names: str, pythonpath: Path | None = None) -> dict[str, str]:

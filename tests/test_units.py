@@ -45,12 +45,12 @@ def test_unsafe_manifest_paths(path):
 
 
 def test_manifest_rejects_escaping_paths_and_unknown_format():
-    good = b'{"format": 2, "env": {}, "files": {"inductor/a/b": {"size": 1, "sha256": "' + b'0' * 64 + b'"}}}'
+    good = b'{"format": 3, "env": {}, "files": {"inductor/a/b": {"size": 1, "sha256": "' + b'0' * 64 + b'"}}}'
     assert Manifest.parse(good).files
     with pytest.raises(ManifestError, match="outside its directory"):
         Manifest.parse(good.replace(b"inductor/a/b", b"../../b"))
-    with pytest.raises(ManifestError, match="format 3 is not the supported format 2"):
-        Manifest.parse(good.replace(b'"format": 2', b'"format": 3'))
+    with pytest.raises(ManifestError, match="format 4 is not the supported format 3"):
+        Manifest.parse(good.replace(b'"format": 3', b'"format": 4'))
     with pytest.raises(ManifestError, match="lacks size or sha256"):
         Manifest.parse(good.replace(b'"size": 1, ', b""))
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import queue
 import shutil
 import subprocess
@@ -52,6 +53,10 @@ class Unusable(Exception):
     """This torch cannot make trustworthy artifacts (too old, or its environment key is unreadable)."""
 
 
+class CannotCompile(Unusable):
+    """This machine cannot build C++ kernels (no working compiler, no Python headers)."""
+
+
 def heartbeat_seconds(environ: dict[str, str] | None = None) -> float:
     raw = (os.environ if environ is None else environ).get(HEARTBEAT_VAR, "").strip()
     if not raw:
@@ -77,6 +82,7 @@ def capture(
     environ: dict[str, str] | None = None,
     capabilities: tuple[str, ...] = (),
     device: str = "auto",
+    cpu_target: str = "portable",
 ) -> Path | None:
     """Run ``workloads`` and build ``work_dir/_precompiled``; return it, or None if nothing compiled.
 
@@ -84,9 +90,9 @@ def capture(
     already importable, as for ``hatch-precompile warm``). ``python`` and ``environ`` are the
     child's interpreter and environment (another environment's, see target.py). Each of
     ``capabilities`` (``ATEN_CPU_CAPABILITY`` values) gets a run and an artifact set of its own;
-    none: one run as the machine is. ``device`` is the ``device`` option (protocol.DEVICES).
-    Raises WorkloadFailed on a raising, crashing or timed-out
-    workload, Unusable when this torch cannot make trustworthy artifacts.
+    none: one run as the machine is. ``device`` and ``cpu_target`` are the options of those names.
+    Raises WorkloadFailed on a raising, crashing or timed-out workload, Unusable when this torch
+    cannot make trustworthy artifacts (CannotCompile when this machine cannot build kernels).
     """
     target = work_dir / DIRNAME
     made = 0
@@ -99,7 +105,10 @@ def capture(
             env["ATEN_CPU_CAPABILITY"] = capability
         if device == "cpu":  # torch then sees no GPU, and neither does the environment key
             env["CUDA_VISIBLE_DEVICES"] = env["HIP_VISIBLE_DEVICES"] = ""
-        manifest = _capture_set(root, run_dir, target, package, workloads, timeout, say, python, env, capability, device)
+        manifest = _capture_set(
+            root, run_dir, target, package, workloads, timeout, say, python, env,
+            {"capability": capability, "device": device, "cpu_target": cpu_target},
+        )
         made += manifest is not None
     if not made:
         shutil.rmtree(target, ignore_errors=True)
@@ -109,19 +118,21 @@ def capture(
 
 def _capture_set(
     root: Path | None, run_dir: Path, target: Path, package: str, workloads: list[str], timeout: float,
-    say: Say, python: str, env: dict[str, str], capability: str | None, device: str,
+    say: Say, python: str, env: dict[str, str], options: dict[str, Any],
 ) -> Manifest | None:
-    """One run of the workloads, stored as ``target/sets/<name>``; None if it made no set."""
+    """One run of the workloads, stored as ``target/sets/<name>``; None if it made no set.
+    ``options``: the run's ``capability``, ``device`` and ``cpu_target``."""
     started = time.perf_counter()
+    capability = options["capability"]
     cache_dir, out_dir = run_dir / "inductor-cache", run_dir / "child-out"
     cache_dir.mkdir(parents=True)
     out_dir.mkdir()
     paths = [] if root is None else [str(root)] + ([str(root / "src")] if (root / "src").is_dir() else [])
     spec_path = run_dir / "spec.json"
-    spec_path.write_text(json.dumps(
-        {"workloads": workloads, "out": str(out_dir), "paths": paths, "capability": capability, "device": device}
-    ))
+    spec_path.write_text(json.dumps({"workloads": workloads, "out": str(out_dir), "paths": paths, **options}))
     result = _run_workloads(python, spec_path, out_dir, {**env, CACHE_DIR_VAR: str(cache_dir)}, timeout, say)
+    if "cannot_compile" in result:
+        raise CannotCompile(f"this machine cannot build C++ kernels: {result['cannot_compile']}")
     if "unusable" in result:
         raise Unusable(result["unusable"])
     if "no_gpu" in result:
@@ -133,9 +144,19 @@ def _capture_set(
         out_dir / TORCHSCRIPT_DIR
     ).is_dir():
         return None
+    libraries, unreadable = _native_needs(cache_dir)
+    for path, problem in unreadable.items():  # not shipped: torch compiles that kernel where it is used
+        say(f"precompile: warning: {problem}; {path.name} is not shipped")
+        path.unlink()
     files, skipped = _store_files(target, cache_dir, out_dir)
     if skipped:
         say(f"precompile: {skipped} cache file(s) with names load() would not trust are not shipped")
+    if result.get("feature_problem"):
+        say(f"precompile: warning: {result['feature_problem']}; load() will not use this set's kernels")
+    unknown = [f for f in result.get("cpu_features", []) if f.startswith("?")]
+    if unknown and not result.get("feature_problem"):
+        say(f"precompile: warning: the kernels may use CPU features hatch-precompile cannot name "
+            f"({', '.join(unknown)}); load() refuses this set on every machine (cpu-target = \"portable\" avoids them)")
     kernels, unverified = _relocatable_kernels(cache_dir, result["kernel_commands"], result["path_values"])
     if unverified:
         say(
@@ -143,6 +164,8 @@ def _capture_set(
             "only where torch is installed at the same path as in this build"
         )
     manifest = _manifest(package, result, files, kernels)
+    manifest.libraries = libraries
+    manifest.platform = _platform(libraries, result)
     manifest.timings["total_seconds"] = round(time.perf_counter() - started, 3)
     set_dir = target / SETS_DIR / set_name(manifest.env)
     set_dir.mkdir(parents=True, exist_ok=True)
@@ -166,6 +189,11 @@ def _manifest(package: str, result: dict[str, Any], files: dict[str, FileEntry],
         compile_times=result["compile_times"],
         timings={"torch_import_seconds": result["import_seconds"]},
         cache_files_copied=sum(p.startswith(f"{INDUCTOR_DIR}/") for p in files),
+        cpu_target=result.get("cpu_target"),
+        cpu_features=result.get("cpu_features") or [],
+        compiler=result.get("compiler"),
+        settings=result.get("settings") or {},
+        probes=result.get("probes") or {},
     )
 
 
@@ -184,7 +212,7 @@ def _run_workloads(
         raise WorkloadFailed(error["workload"], "\n" + error["traceback"], error.get("missing_module"), error.get("no_gpu"))
     if timed_out:  # also while torch was still importing, before the first workload started
         raise WorkloadFailed(running, f"timed out after {timeout:g} s (the `timeout` option)")
-    if code != 0 or not any(k in result for k in ("env", "unusable", "skipped", "no_gpu")):
+    if code != 0 or not any(k in result for k in ("env", "unusable", "skipped", "no_gpu", "cannot_compile")):
         raise WorkloadFailed(running, f"the child process exited with code {code}; its last output:\n{tail}")
     return result
 
@@ -278,6 +306,33 @@ def say_done(workload: dict[str, Any], say: Say) -> None:
             f"  float64 computed in a compiled graph at {item['location']} ({item['function']}): "
             f"{item['nodes']} node(s): {', '.join(item['ops'])}"
         )
+
+
+def _platform(libraries: dict[str, dict[str, str]], result: dict[str, Any]) -> dict[str, Any]:
+    """The manylinux tag the set's kernels allow (build/elf.py); None off Linux."""
+    if not sys.platform.startswith("linux"):
+        return {"tag": None, "why": f"no manylinux tag on {sys.platform}"}
+    from hatch_precompile.build import elf
+
+    tag, why = elf.platform_tag(libraries, set(result.get("torch_libraries") or []), platform.machine())
+    return {"tag": tag, "why": why}
+
+
+def _native_needs(cache_dir: Path) -> tuple[dict[str, dict[str, str]], dict[Path, str]]:
+    """What the run's native files need of the system (build/elf.py), and those that cannot be read."""
+    from hatch_precompile.build import elf
+
+    libraries: dict[str, dict[str, str]] = {}
+    unreadable = {}
+    for path in sorted(cache_dir.rglob("*")):
+        if path.is_symlink() or not path.is_file() or path.relative_to(cache_dir).parts[0] in _SKIP_DIRS:
+            continue
+        if elf.is_elf(path):
+            try:
+                elf.merge(libraries, elf.needs(path))
+            except elf.Unreadable as exc:
+                unreadable[path] = f"cannot read what {exc} needs of the system"
+    return libraries, unreadable
 
 
 def _store_files(target: Path, cache_dir: Path, out_dir: Path) -> tuple[dict[str, FileEntry], int]:

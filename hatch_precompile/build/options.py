@@ -10,7 +10,7 @@ import dataclasses
 import re
 from typing import Any
 
-from hatch_precompile.protocol import DEFAULT_TIMEOUT, DEVICES, DOTTED_NAME, WORKLOAD
+from hatch_precompile.protocol import CPU_TARGETS, DEFAULT_TIMEOUT, DEVICES, DOTTED_NAME, WORKLOAD
 
 ON_FAILURE = ("error", "warn")
 # Keys hatchling itself reads from every hook table.
@@ -43,6 +43,9 @@ class Options:
     """``recompiles``: "warn" or "error" when the workload recompiles from an unstable shape, dtype or scalar."""
     device: str = "auto"
     """``device``: "cuda" fails the build without a usable GPU; "cpu" hides the GPU from the workload."""
+    cpu_target: str = "portable"
+    """``cpu-target``: "portable" kernels run on every CPU with the vector ISA Inductor picked;
+    "native" ones (``-march=native``) only where the CPU has every feature of the build machine's."""
 
     @property
     def import_package(self) -> str | None:
@@ -55,7 +58,8 @@ class Options:
 
 
 KNOWN = (
-    "cpu-capabilities", "device", "enable", "graph-breaks", "on-failure", "package", "recompiles", "timeout", "workload",
+    "cpu-capabilities", "cpu-target", "device", "enable", "graph-breaks", "on-failure", "package", "recompiles",
+    "timeout", "workload",
 )
 CHECKS = ("off", "warn", "error")
 CAPABILITY = re.compile(r"[a-z][a-z0-9_]*")  # what ATEN_CPU_CAPABILITY takes: default, avx2, avx512, ...
@@ -107,5 +111,8 @@ def parse(table: dict[str, Any], hook: str) -> Options:
     device = table.get("device", "auto")
     if device not in DEVICES:
         raise bad("device", f"one of {', '.join(DEVICES)}", device)
+    cpu_target = table.get("cpu-target", "portable")
+    if cpu_target not in CPU_TARGETS:
+        raise bad("cpu-target", f"one of {', '.join(CPU_TARGETS)}", cpu_target)
     return Options(tuple(workloads), enable, float(timeout), on_failure, package, tuple(capabilities),
-                   checks["graph-breaks"], checks["recompiles"], device)
+                   checks["graph-breaks"], checks["recompiles"], device, cpu_target)

@@ -52,10 +52,10 @@ class PrecompileBuildHook(BuildHookInterface):
     @cached_property
     def where(self) -> Any:
         """Where the workload runs: the target environment when it has a suitable torch."""
-        from hatch_precompile.build import target
+        from hatch_precompile.build import pins, target
 
         try:
-            return target.choose(self._torch_requirement())
+            return target.choose(self._torch_requirement(), pins=pins.discover())
         except target.TargetError as exc:
             raise ValueError(f"build hook `{self.PLUGIN_NAME}`: {exc}") from None
 
@@ -74,13 +74,14 @@ class PrecompileBuildHook(BuildHookInterface):
 
     # -- hatchling interface -------------------------------------------------------------
     def dependencies(self) -> list[str]:
-        """Ask for the project's torch requirement, unless the workload runs in the target env."""
+        """Ask for the project's torch requirement, and the torch the installer was told to put into
+        the target (target.py), unless the workload runs in the target env."""
         if self.target_name != "wheel" or not self.enabled[0] or not self.options.workloads:
             return []
-        requirement = self._torch_requirement()
-        if requirement is None or self.where.target is not None:
+        if self.where.target is not None:
             return []
-        return [requirement]
+        requirement = self._torch_requirement()
+        return ([requirement] if requirement else []) + list(self.where.pins)
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         options = self.options  # a typo fails every target, not just the wheel
@@ -107,7 +108,11 @@ class PrecompileBuildHook(BuildHookInterface):
         self._check_instabilities(artifacts)
         build_data["force_include"][str(artifacts)] = f"{package.replace('.', '/')}/{DIRNAME}"
         build_data["pure_python"] = False
-        build_data["infer_tag"] = True
+        tag = self._platform_tag(artifacts)
+        if tag:
+            build_data["tag"] = tag
+        else:
+            build_data["infer_tag"] = True
 
     def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
         self._cleanup()
@@ -135,6 +140,7 @@ class PrecompileBuildHook(BuildHookInterface):
                 workloads=list(self.options.workloads), timeout=self.options.timeout,
                 say=self.app.display_info, python=where.python, environ=where.environ(os.environ),
                 capabilities=self.options.cpu_capabilities, device=self.options.device,
+                cpu_target=self.options.cpu_target,
             )
         except Unusable as exc:  # not the workload's fault: the wheel is still good without
             self.app.display_warning(f"precompile: {exc}; building the wheel without precompiled artifacts")
@@ -175,16 +181,39 @@ class PrecompileBuildHook(BuildHookInterface):
             )
             self.app.display_info(
                 f"precompile: artifacts are used only with torch {env['torch']}, Python {env['python']}, "
-                f"CPU capability {env['cpu_capability']}, compiler {env['cxx']}"
+                f"CPU capability {env['cpu_capability']}"
                 + (f", GPU {env['gpu']} (compute capability {env.get('gpu_capability')}, CUDA {env['cuda']}, "
                    f"Triton {env['triton']})" if env.get("gpu") else "")
             )
+            if manifest.cpu_target:
+                compiler = manifest.compiler or {}
+                self.app.display_info(
+                    f"precompile: kernels built {manifest.cpu_target} by {compiler.get('version')}, for "
+                    + ("any thread count" if manifest.settings.get("cpp.dynamic_threads") else "this machine's thread "
+                       "count only") + f"; they need the CPU features {', '.join(manifest.cpu_features) or '(none)'} "
+                    f"and any {compiler.get('family')} compiler"
+                )
         if len(manifests) > 1:
             separate = sum(sum(e.size for e in m.files.values()) for m in manifests)
             self.app.display_info(
                 f"precompile: {len(manifests)} artifact sets in {stored / 1e6:.2f} MB "
                 f"({separate / 1e6:.2f} MB if each stored its own copy of the files they share)"
             )
+
+    def _platform_tag(self, artifacts: Path) -> str | None:
+        """The wheel's whole tag when every set's kernels allow a manylinux one (build/elf.py)."""
+        from hatch_precompile.build import elf
+
+        manifests = [Manifest.parse(f.read_bytes()) for f in sorted((artifacts / SETS_DIR).glob(f"*/{MANIFEST_FILE}"))]
+        tag, why = elf.wheel_platform([m.platform for m in manifests])
+        if tag is None:
+            self.app.display_info(f"precompile: platform tag linux: {why}")
+            return None
+        from packaging.tags import sys_tags
+
+        here = next(t for t in sys_tags() if "manylinux" not in t.platform and "musllinux" not in t.platform)
+        self.app.display_info(f"precompile: platform tag {tag}, as auditwheel's policy allows for the kernels ({why})")
+        return f"{here.interpreter}-{here.abi}-{tag}"
 
     def _check_instabilities(self, artifacts: Path) -> None:
         """The ``graph-breaks`` and ``recompiles`` options: a package's CI catches a new one the day it appears."""

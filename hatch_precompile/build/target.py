@@ -20,9 +20,13 @@ What each frontend shows the backend of the target (measured; see the README):
 - anything else (``hatch build``): ``HATCH_PRECOMPILE_TARGET`` names the target's interpreter
   or environment dir.
 
-Where no target is found, or it has no suitable torch, the build environment's torch is used, as
-before (an installer then puts its own resolution of torch into a torch-less target too).
-Standard library and ``packaging`` only; torch is never imported here.
+When the installer was told which torch to install (``pip install torch==2.13.0 ./pkg``, a
+requirements or constraints file: pins.py) and the target does not have that torch yet, the
+build environment is given the same pins, so that it gets the torch the target will get.
+
+Where no target is found, or it has no suitable torch and nothing is pinned, the build
+environment's torch is used, as before (an installer then puts its own resolution of torch into a
+torch-less target too). Standard library and ``packaging`` only; torch is never imported here.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Mapping
 
+from hatch_precompile.build import pins as pins_module
 from hatch_precompile.protocol import TARGET_VAR
 
 # Set by frontends to point the backend at their isolated env; never meant for the target.
@@ -86,6 +91,8 @@ class Choice:
 
     target: Environment | None
     why: str  # one line for the build output: which torch the artifacts are for, and why
+    pins: tuple[str, ...] = ()  # torch requirements the build environment must get as well
+    torch_from: str = "build environment"  # "target", "pins", "build environment" (for the manifest)
 
     @property
     def python(self) -> str:
@@ -130,26 +137,34 @@ def interpreter_of(location: str) -> str:
     return str(path)
 
 
-def choose(requirement: str | None, environ: Mapping[str, str] | None = None) -> Choice:
-    """Decide where the workload runs. ``requirement``: the project's torch requirement, if any."""
+def choose(
+    requirement: str | None, environ: Mapping[str, str] | None = None, pins: pins_module.Pins | None = None
+) -> Choice:
+    """Decide where the workload runs. ``requirement``: the project's torch requirement, if any;
+    ``pins``: the installer's (pins.discover()), if any."""
     environ = os.environ if environ is None else environ
     explicit = environ.get(TARGET_VAR, "").strip()
     if explicit:
         return _explicit(explicit, requirement, environ)
     own = probe(sys.executable, environ)
     if own is not None and own.site_packages and not _visible(own):
-        return _use(own, "pip's interpreter", requirement)
+        return _use(own, "pip's interpreter", requirement, pins)
     version, directory = _this_process_torch()
-    if version is not None and _satisfies(version, requirement):
+    pinned_here = pins is None or all(_satisfies(version or "", pin) for pin in pins.requirements)
+    if version is not None and _satisfies(version, requirement) and pinned_here:
+        if pins:  # a build env given the pinned torch (or no isolation, with that torch there)
+            return _pinned(pins, "it was given the pinned torch")
         # No isolation (or a build env that was given torch): what runs the build is the target.
-        return Choice(None, f"torch {version} of the environment running the build ({directory})")
+        return Choice(None, f"torch {version} of the environment running the build ({directory})", torch_from="target")
     for find in _FINDERS:
         found = find(environ)
         if found is not None:
             location, via = found
             env = probe(interpreter_of(location), environ)
             if env is not None and not _same_env(env):
-                return _use(env, via, requirement)
+                return _use(env, via, requirement, pins)
+    if pins:
+        return _pinned(pins, "the installer names no target environment")
     return _build_env(
         "this frontend does not say which environment the wheel is for "
         f"(set {TARGET_VAR}=/path/to/its/python to build for that environment's torch)"
@@ -225,14 +240,26 @@ _FINDERS: tuple[Callable[[Mapping[str, str]], tuple[str, str] | None], ...] = (
 )
 
 
-def _use(target: Environment, via: str, requirement: str | None) -> Choice:
+def _use(target: Environment, via: str, requirement: str | None, pins: pins_module.Pins | None = None) -> Choice:
     where = f"the target environment {target.prefix} ({via})"
     problem = _unsuitable(target, requirement)
+    if problem is None and pins and not all(_satisfies(target.torch or "", pin) for pin in pins.requirements):
+        problem = f"has torch {target.torch}, and the installer was told to install {', '.join(pins.requirements)}"
     if problem is None:
-        return Choice(target, f"torch {target.torch} of {where}; the workload runs there")
+        return Choice(target, f"torch {target.torch} of {where}; the workload runs there", torch_from="target")
+    if pins:
+        return _pinned(pins, f"{where} {problem}")
     if target.torch is None:
         problem += ", so the installer puts the build's resolution there too"
     return _build_env(f"{where} {problem}")
+
+
+def _pinned(pins: pins_module.Pins, why: str) -> Choice:
+    """The build environment, given the torch the installer was told to install into the target."""
+    version, directory = _this_process_torch()
+    given = f"torch {version} of the build environment ({directory})" if version else "the build environment's torch"
+    return Choice(None, f"{given}: {why}, and {pins.frontend} was told to install {pins.describe()}", pins.requirements,
+                  "pins")
 
 
 def _explicit(location: str, requirement: str | None, environ: Mapping[str, str]) -> Choice:
@@ -272,7 +299,15 @@ def _satisfies(version: str, requirement: str | None) -> bool:
         return True
     from packaging.requirements import Requirement  # the build hook's dependency; never on load()'s path
 
-    return Requirement(requirement).specifier.contains(version, prereleases=True)
+    parsed = Requirement(requirement)
+    if parsed.url:  # a direct reference: its file name says the version (torch-2.13.0+cpu-cp311-...)
+        from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+        try:
+            return bool(version) and str(parse_wheel_filename(parsed.url.rsplit("/", 1)[-1].replace("%2B", "+"))[1]) == version
+        except InvalidWheelFilename:
+            return False
+    return bool(version) and parsed.specifier.contains(version, prereleases=True)
 
 
 def _this_process_torch() -> tuple[str | None, str | None]:

@@ -10,19 +10,24 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.build import child, observe
+from hatch_precompile.build import child, isa, observe
+from hatch_precompile.protocol import (
+    BUILDING_VAR, CACHE_DIR_VAR, EXIT_OK, EXIT_WORKLOAD_FAILED, MEGACACHE_FILE, SETTINGS, TORCHSCRIPT_DIR,
+    TORCHSCRIPT_DIR_VAR,
+)
 
 # docs/torch-versions.md: every minor release from OLDEST_TORCH to NEWEST_TESTED, end to end.
 OLDEST_TORCH = (2, 7)
 NEWEST_TESTED = (2, 15)
-from hatch_precompile.protocol import (
-    BUILDING_VAR, CACHE_DIR_VAR, EXIT_OK, EXIT_WORKLOAD_FAILED, MEGACACHE_FILE, TORCHSCRIPT_DIR, TORCHSCRIPT_DIR_VAR,
-)
+# Kernels that read the thread count when they run, not the build machine's (run/standin.py).
+DYNAMIC_THREADS_VAR = "TORCHINDUCTOR_CPP_DYNAMIC_THREADS"
 
 
 def main(argv: list[str]) -> int:
@@ -31,23 +36,23 @@ def main(argv: list[str]) -> int:
     sys.path[:0] = spec["paths"]
     os.environ[BUILDING_VAR] = "1"
     os.environ[TORCHSCRIPT_DIR_VAR] = str(out / TORCHSCRIPT_DIR)
+    os.environ.setdefault(DYNAMIC_THREADS_VAR, "1")  # an explicit choice of the builder's stays
 
     started = time.perf_counter()
     import torch
     import torch._dynamo  # noqa: F401  (torch 2.7.0 saved no Mega-Cache unless dynamo was imported first)
 
-    environment = _environment_or_refusal(torch, spec.get("capability"))
-    no_gpu = "env" in environment and spec.get("device") == "cuda" and gpu_problem(torch)
-    if no_gpu:
-        environment = {"no_gpu": no_gpu}
+    from hatch_precompile.run import speedups
+
+    speedups.apply()  # records this machine's ISA probes (the environment key runs them first)
+    environment = _environment_or_refusal(torch, spec.get("capability"), spec.get("device"))
     if "env" not in environment:  # before any workload runs: nothing trustworthy could be made
         child.write_result(out, environment)
         return EXIT_OK
 
-    from hatch_precompile.run import speedups
-
-    speedups.apply()  # records this machine's ISA probes for the installed package's first run
     kernel_commands = observe.record_kernel_commands()
+    compile_flags = isa.CompileFlags(portable=spec.get("cpu_target", "portable") == "portable")
+    compile_flags.install()
     observer = observe.Observer(os.environ.get(CACHE_DIR_VAR), logs=True)
     import_seconds = time.perf_counter() - started
 
@@ -57,6 +62,10 @@ def main(argv: list[str]) -> int:
         try:
             workloads.append(observer.measure(name, child.resolve(name)))
         except BaseException as exc:
+            cannot = _cannot_compile_cause(exc)
+            if cannot:  # the machine's, not the workload's fault: the wheel is good without
+                child.write_result(out, {"cannot_compile": cannot})
+                return EXIT_OK
             error = child.failure(name, exc)
             error["no_gpu"] = _no_gpu_cause(torch, exc)
             child.write_result(out, {"error": error})
@@ -66,6 +75,8 @@ def main(argv: list[str]) -> int:
 
     child.write_result(out, {
         **environment,
+        **_machine(compile_flags, kernel_commands),
+        "settings": _settings(),
         "import_seconds": round(import_seconds, 3),
         "workloads": workloads,
         "megacache": _save_megacache(torch, out),
@@ -75,21 +86,62 @@ def main(argv: list[str]) -> int:
     return EXIT_OK
 
 
-def _environment_or_refusal(torch: Any, capability: str | None) -> dict[str, Any]:
-    """This process's environment, or why no artifact is built here: {"unusable"} or {"skipped"}."""
+def _environment_or_refusal(torch: Any, capability: str | None, device: str | None) -> dict[str, Any]:
+    """This process's environment, or why no artifact is built here: {"unusable"}, {"skipped"},
+    {"no_gpu"} or {"cannot_compile"}."""
+    unsupported = supported_torch_problem(torch.__version__)
+    if unsupported:
+        return {"unusable": unsupported}
     try:  # without a key no artifact can be trusted
         environment = _environment(torch)
     except Exception as exc:
         return {"unusable": f"cannot compute the environment key with torch {torch.__version__}: {exc!r}"}
-    unsupported = supported_torch_problem(torch.__version__)
-    if unsupported:
-        return {"unusable": unsupported}
     if str(environment["env"].get("gpu") or "").startswith("unidentified"):
         return {"unusable": f"cannot name this machine's GPU for the environment key ({environment['env']['gpu']})"}
+    if device == "cuda":
+        no_gpu = gpu_problem(torch)
+        if no_gpu:
+            return {"no_gpu": no_gpu}
+    elif not environment["env"].get("gpu"):  # CPU work: Inductor compiles C++ kernels
+        cannot = compile_problem()
+        if cannot:
+            return {"cannot_compile": cannot}
     unrunnable = capability and capability_problem(capability, environment["env"])
     if unrunnable:
         return {"skipped": unrunnable}
     return environment
+
+
+def compile_problem() -> str | None:
+    """Why Inductor cannot build CPU kernels on this machine, or None (as far as can be told)."""
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+    except Exception:  # torch's internals moved: the workload finds out, and says so
+        return None
+    try:
+        get_cpp_compiler()
+    except Exception as exc:
+        cause = _cannot_compile_cause(exc)
+        if cause:
+            return cause
+        return None
+    include = sysconfig.get_path("include")
+    if not os.path.isfile(os.path.join(include, "Python.h")):
+        return (f"Python's C headers are missing ({include}/Python.h), which every C++ kernel includes "
+                "(install the package with Python's development headers, e.g. python3-dev)")
+    return None
+
+
+def _cannot_compile_cause(exc: BaseException | None) -> str | None:
+    """Why there is no C++ compiler, when the error is torch's InvalidCxxCompiler (or wraps it)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if type(exc).__name__ == "InvalidCxxCompiler" or "InvalidCxxCompiler" in str(exc):
+            message = str(exc).split("InvalidCxxCompiler:", 1)[-1].strip()
+            return message or "no working C++ compiler"
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def supported_torch_problem(version: str) -> str | None:
@@ -158,8 +210,71 @@ def _environment(torch: Any) -> dict[str, Any]:
         "env": envkey.current(torch),
         "python_full": sys.version.split()[0],
         "inductor_vec_isa": _vec_isa(),
-        "path_values": relocate.path_values(os.path.dirname(torch.__file__)),
+        "path_values": relocate.path_values(os.path.dirname(torch.__file__), _compiler_command() or ""),
+        # What torch itself ships: the libraries every user of this torch has (build/elf.py).
+        "torch_libraries": sorted(
+            name for name in os.listdir(os.path.join(os.path.dirname(torch.__file__), "lib")) if ".so" in name
+        ) if os.path.isdir(os.path.join(os.path.dirname(torch.__file__), "lib")) else [],
     }
+
+
+def _compiler_command() -> str | None:
+    """The compiler Inductor resolved (``cpp.cxx``: ``CXX`` or ``g++``), or None."""
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+
+        command = get_cpp_compiler()
+        return command if isinstance(command, str) else None
+    except Exception:
+        return None
+
+
+def _machine(flags: isa.CompileFlags, kernel_commands: dict[str, Any]) -> dict[str, Any]:
+    """The compiler, what the kernels it built may execute (build/isa.py), and the ISA probes
+    that passed (for load()'s probe shortcut, run/speedups.py)."""
+    from hatch_precompile.run import envkey, speedups
+
+    command = _compiler_command()
+    if command is None:
+        return {"compiler": None, "cpu_target": None, "cpu_features": []}
+    version = envkey.compiler_version(command)
+    try:
+        from torch._inductor import config
+
+        setting = config.cpp.cxx
+        setting = list(setting) if isinstance(setting, (tuple, list)) else setting
+    except Exception:
+        setting = None
+    compiler = {"config": setting, "command": command, "version": version,
+                "family": envkey.compiler_family(command, version)}
+    flag_sets = set(flags.flag_sets) if flags.applied else {
+        isa.arch_flags(extra) for _, extra in kernel_commands.values()  # the hashed lines: -march=native
+    }
+    found = {"compiler": compiler, "cpu_target": flags.target}
+    try:
+        found["cpu_features"] = isa.features(command, flag_sets) if flag_sets else []
+        found["probes"] = {p: isa.features(command, {tuple(p.split())}) for p in speedups.passed_probes()}
+    except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as exc:
+        # A feature no CPU has: load() refuses the set's kernels rather than trust them.
+        found["cpu_features"], found["probes"] = ["?unknown"], {}
+        found["feature_problem"] = f"the CPU features the kernels may use cannot be told ({exc})"
+    return found
+
+
+def _settings() -> dict[str, Any]:
+    """The Inductor settings of SETTINGS the graphs were compiled under (run/standin.py applies them)."""
+    try:
+        from torch._inductor import config
+
+        found = {}
+        for name in SETTINGS:
+            section, _, field = name.rpartition(".")
+            value = getattr(getattr(config, section) if section else config, field)
+            if value:  # only what load() turns on; off is every process's default
+                found[name] = value
+        return found
+    except Exception:
+        return {}
 
 
 def _save_megacache(torch: Any, out: Path) -> dict[str, list[str]] | None:

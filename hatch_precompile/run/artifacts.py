@@ -18,7 +18,7 @@ from typing import Any
 from hatch_precompile.protocol import (
     DIRNAME, MANIFEST_FILE, SETS_DIR, Manifest, ManifestError, blob_path, first_mismatch, sha256,
 )
-from hatch_precompile.run import usercache
+from hatch_precompile.run import machine, usercache
 
 
 class Skip(Exception):
@@ -129,8 +129,9 @@ def choose(package: str, root: Any, manifests: dict[str, bytes], warmed: bool) -
         + "; ".join(f"{name}: {problem}" for name, problem in problems.items())
     )
     if mismatched:
-        reason += (f"; rebuild the wheel for this environment (a plain `pip install` of the project's "
-                   f"source does) or run `hatch-precompile warm {package}`")
+        from hatch_precompile.run import fix  # only on this path: it reads the installed metadata
+
+        reason += f"; {fix.rebuild(package)}"
     raise Skip(reason)
 
 
@@ -143,12 +144,30 @@ def environment_key() -> dict[str, Any]:
 
 
 def env_problem(manifest: Manifest) -> str | None:
-    """Why ``manifest``'s artifacts do not fit this process (the first differing field), or None."""
+    """Why ``manifest``'s artifacts do not fit this process, or None: the first differing key
+    field, else a CPU feature or a system library the kernels need and this machine lacks."""
     mismatch = first_mismatch(manifest.env, environment_key())
-    if mismatch is None:
-        return None
-    field, built, here = mismatch
-    return f"built for {field}={built!r}, this environment has {field}={here!r}"
+    if mismatch is not None:
+        field, built, here = mismatch
+        return f"built for {field}={built!r}, this environment has {field}={here!r}"
+    return machine_problem(manifest)
+
+
+def machine_problem(manifest: Manifest) -> str | None:
+    """What the set's kernels need of this CPU and system that is missing, or None."""
+    lacking = machine.missing_features(manifest.cpu_features, machine.cpu_features())
+    if lacking is None and manifest.cpu_target != "portable":
+        # A portable set's kernels use only the ISA Inductor picked, which the capability and the
+        # kernels' own names (their hashed command lines hold the ISA flags) already pin down.
+        return (f"its kernels may use the CPU features {', '.join(manifest.cpu_features)} (built with "
+                "-march=native), and this machine's CPU features cannot be read to check them")
+    if lacking:
+        return (f"its kernels may use CPU features this CPU lacks: {', '.join(lacking)} (built "
+                f"{'with -march=native on another CPU' if manifest.cpu_target == 'native' else 'for another CPU'})")
+    unresolved = machine.missing_libraries(manifest.libraries)
+    if unresolved:
+        return f"its kernels need system libraries this machine lacks: {', '.join(unresolved)}"
+    return None
 
 
 def _through_symlink(root: Path, node: Path) -> bool:

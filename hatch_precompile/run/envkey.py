@@ -1,11 +1,15 @@
 """This process's environment key: what must match for compiled artifacts to be reused safely.
 
-The fields and their comparison are protocol.py's; every field is compared exactly. The FX graph key inside torch already covers torch's own
-source and the inputs; these fields cover what it does not: the CPU vector ISA (a mismatch makes
-torch's own recipe crash, see NOTES.md), the C++ compiler (part of every kernel's key, and its
-ABI), the CPython minor version (the pybinding kernels are built against its C-API), and the
-GPU stack when there is one: the model and compute capability of the GPU torch will call
-``cuda:0``, the CUDA version torch was built with, and Triton's version.
+The fields and their comparison are protocol.py's; every field is compared exactly. The FX graph
+key inside torch already covers torch's own source and the inputs; these fields cover what it does
+not: the CPU vector capability (a mismatch makes torch's own recipe crash: it hits the FX entry,
+then fails to build its kernel source without the ISA's defines), the CPython minor version and
+ABI (the pybinding kernels are built against its C-API), and the GPU stack when there is one: the
+model and compute capability of the GPU torch will call ``cuda:0``, the CUDA version torch was
+built with, and Triton's version.
+
+The C++ compiler is not a key field: the shipped kernels are binaries, and any compiler of the
+same family stands in for the build's (``compiler()``; see run/standin.py).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import re
 import subprocess
 import sys
 import sysconfig
@@ -28,7 +33,7 @@ def cxx_command() -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _compiler_version(command: str) -> str:
+def compiler_version(command: str) -> str:
     try:
         proc = subprocess.run(
             [command, "--version"], capture_output=True, text=True, timeout=30, check=False
@@ -39,9 +44,23 @@ def _compiler_version(command: str) -> str:
     return lines[0].strip() if proc.returncode == 0 and lines else f"unavailable (exit {proc.returncode})"
 
 
-def cxx_identity() -> str:
+def compiler_family(command: str, version_line: str = "") -> str:
+    """"gcc", "clang" or "other", as Inductor tells them apart (``cpp_builder._is_gcc`` and
+    ``_is_clang`` look at the command's name; Apple's clang answers to ``g++`` too)."""
+    if sys.platform == "darwin":
+        return "clang" if "Apple" in version_line or "clang" in command else "other"
+    if re.search(r"(clang|clang\+\+)", command):
+        return "clang"
+    if re.search(r"(gcc|g\+\+|gnu-c\+\+)", command):
+        return "gcc"
+    return "other"
+
+
+def compiler() -> dict[str, str]:
+    """The compiler Inductor will call here: its command, --version line and family."""
     command = cxx_command()
-    return f"{command} | {_compiler_version(command)}"
+    version = compiler_version(command)
+    return {"command": command, "version": version, "family": compiler_family(command, version)}
 
 
 def _dist_version(name: str) -> str | None:
@@ -71,7 +90,6 @@ def current(torch: Any) -> dict[str, str | None]:
         "system": platform.system(),
         "machine": platform.machine(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "cxx": cxx_identity(),
         "cuda": cuda or getattr(torch.version, "hip", None),
         "triton": (_dist_version("triton") or _dist_version("pytorch-triton")) if device else None,
         "gpu": device.name if device else None,

@@ -65,14 +65,14 @@ def inductor_cache_dir() -> Path:
     return Path(tempfile.gettempdir()) / ("torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
 
 
-def destinations(artifacts: ArtifactSet, torch_dir: str | None) -> dict[str, str]:
+def destinations(artifacts: ArtifactSet, torch_dir: str | None, compiler: str = "") -> dict[str, str]:
     """Manifest path -> path inside the cache dir, renaming relocatable kernels for the torch
-    installed at ``torch_dir`` (None: keep the build's names)."""
+    installed at ``torch_dir`` and the compiler command ``compiler`` (None: the build's names)."""
     prefix = INDUCTOR_DIR + "/"
     dest = {p: p[len(prefix):] for p in artifacts.manifest.files if p.startswith(prefix)}
     if torch_dir is None:
         return dest
-    values = relocate.path_values(torch_dir)
+    values = relocate.path_values(torch_dir, compiler)
     for kernel in artifacts.manifest.kernels:
         source = artifacts.read(kernel.source).decode("utf-8")
         new_key = relocate.code_key(source, relocate.render(kernel.command, values))

@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 
 from hatch_precompile.protocol import BUILDING_VAR, CACHE_DIR_VAR, NO_SPEEDUPS_VAR
-from hatch_precompile.run import artifacts, gate, install, patching
+from hatch_precompile.run import artifacts, envkey, gate, install, patching, standin
 
 log = logging.getLogger("hatch_precompile")
 
@@ -34,6 +34,7 @@ class LoadResult:
     present: int = 0  # files that were already there
     cache_dir: str | None = None
     artifact_set: str | None = None  # the set used (sets/<name>), when one was
+    notes: tuple[str, ...] = ()  # installed, but this process will still compile these (why)
 
     def __bool__(self) -> bool:
         return self.loaded
@@ -76,12 +77,15 @@ _warned: set[str] = set()
 
 def report_skip(result: LoadResult) -> None:
     """The one user-visible report of a skip: a PrecompileWarning, once per message."""
-    message = f"hatch-precompile: not using {result.package}'s precompiled caches: {result.reason}"
+    _warn_once(f"hatch-precompile: not using {result.package}'s precompiled caches: {result.reason}", 5)
+
+
+def _warn_once(message: str, stacklevel: int) -> None:
     if message in _warned:
         return
     _warned.add(message)
     log.info(message)
-    warnings.warn(message, PrecompileWarning, stacklevel=4)
+    warnings.warn(message, PrecompileWarning, stacklevel=stacklevel)
 
 
 def disabled_reason(package: str) -> str | None:
@@ -105,17 +109,20 @@ def _load(package: str) -> LoadResult:
     cache_dir = install.inductor_cache_dir()
     installed, present = _install(found, cache_dir)
     _installed[package] = (found, cache_dir)
+    notes = tuple(standin.apply(found.manifest))
+    for note in notes:  # what this process will compile anyway, said before it happens
+        _warn_once(f"hatch-precompile: {package}'s precompiled caches are installed, but {note}", 4)
     patching.after_import(patching.CODECACHE, _follow_cache_dir)
     if found.manifest.env.get("gpu"):
         from hatch_precompile.run import tuned_configs
 
         tuned_configs.apply()
     if found.manifest.kernels and not os.environ.get(NO_SPEEDUPS_VAR):
-        from hatch_precompile.run import speedups
+        from hatch_precompile.run import machine, speedups
 
-        speedups.apply()
+        speedups.apply(found.manifest, machine.cpu_features())
     reason = f"installed from {found.root} (hatch-precompile warm)" if found.warmed else "installed"
-    return LoadResult(package, True, reason, installed, present, str(cache_dir), found.name)
+    return LoadResult(package, True, reason, installed, present, str(cache_dir), found.name, notes)
 
 
 _installed: dict[str, tuple[artifacts.ArtifactSet, Path]] = {}
@@ -127,7 +134,8 @@ def _install(found: artifacts.ArtifactSet, cache_dir: Path) -> tuple[int, int]:
         import torch  # already imported by the environment check
 
         torch_dir = os.path.dirname(torch.__file__)
-    return install.install(found, install.destinations(found, torch_dir), cache_dir)
+    destinations = install.destinations(found, torch_dir, envkey.cxx_command())
+    return install.install(found, destinations, cache_dir)
 
 
 def _follow_cache_dir(codecache: object) -> None:

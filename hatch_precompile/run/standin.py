@@ -1,0 +1,126 @@
+"""Where this process differs from the build only in ways that leave compiled code the same, its
+cache keys agree with the build's.
+
+Torch's FX-graph key (and so the AOTAutograd key built on it) holds every Inductor setting. Two of
+them differ between machines without changing what the shipped graphs compute:
+
+- ``cpp.dynamic_threads``. With it off, Inductor's C++ kernels bake the thread count of the process
+  that compiled them into their code (``#pragma omp parallel num_threads(2)``), and since torch
+  2.13 the count is part of the key: a wheel built on 2 cores is cold at 1, 8 or 32 threads, and
+  before 2.13 it is warm but runs 2 threads on any machine. Builds turn it on, so the kernels read
+  the thread count when they run, and load() turns it on in this process, when Inductor's config
+  is imported, for every compile that follows (the README says so). A user's own
+  ``TORCHINDUCTOR_CPP_DYNAMIC_THREADS`` wins; load() then says the graphs will miss.
+- ``cpp.cxx`` (``CXX``): the compiler. The shipped kernels are binaries; Inductor's generated code
+  depends on the compiler's family only (gcc or clang, told apart by the command's name). When
+  ``CXX`` names another compiler of the build's family (``g++-12``, ``/usr/bin/g++``), the key is
+  computed with the build's value, and relocate.py renames the kernels for this compiler's command
+  line. The kernels that do compile here (a miss) are compiled by this process's compiler.
+
+Each patch runs at import of its torch module (patching.py), once, and fails safe: if torch's
+internals are not what we expect, the graphs miss and compile as usual.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from types import ModuleType
+from typing import Any
+
+from hatch_precompile.protocol import Manifest
+from hatch_precompile.run import envkey, patching
+
+CONFIG = "torch._inductor.config"
+DYNAMIC_THREADS_VAR = "TORCHINDUCTOR_CPP_DYNAMIC_THREADS"
+_MARK = "_hatch_precompile_patched"
+_settings: dict[str, Any] = {}
+_built_compiler: dict[str, Any] = {}
+
+
+def apply(manifest: Manifest) -> list[str]:
+    """Make this process's keys agree with ``manifest``'s build; what will still differ, as notes."""
+    notes = []
+    for name, value in manifest.settings.items():
+        if name == "cpp.dynamic_threads" and value and os.environ.get(DYNAMIC_THREADS_VAR, "").strip():
+            if os.environ[DYNAMIC_THREADS_VAR].strip() != "1":
+                notes.append(f"{DYNAMIC_THREADS_VAR}={os.environ[DYNAMIC_THREADS_VAR]} here, and the graphs "
+                             "were compiled with dynamic threads: they will compile again")
+            continue
+        _settings.setdefault(name, value)
+    if _settings:
+        patching.after_import(CONFIG, _apply_settings)
+    built = manifest.compiler or {}
+    if built.get("config") is not None:
+        notes.extend(_compiler_notes(built))
+    return notes
+
+
+def _apply_settings(config: ModuleType) -> None:
+    for name, value in _settings.items():
+        section, _, field = name.rpartition(".")
+        target = getattr(config, section) if section else config
+        if hasattr(target, field):  # a setting this torch does not have is left alone
+            setattr(target, field, value)
+
+
+def _compiler_notes(built: dict[str, Any]) -> list[str]:
+    here = envkey.compiler()
+    if here["version"].startswith("unavailable"):
+        return [f"no working C++ compiler here ({here['command']}: {here['version']}): torch needs one, of the "
+                f"{built.get('family')} family, even to load the shipped kernels"]
+    if here["family"] != built.get("family"):
+        # Its name is part of the graphs' key; the rest of its command line, of the kernels'.
+        what = "their kernels compile" if here["command"] == built.get("command") else "the graphs compile"
+        return [f"the C++ compiler here ({here['command']}) is not of the build's family ({built.get('family')}, "
+                f"{built.get('command')}): {what} again"]
+    _built_compiler.setdefault("config", built["config"])
+    _built_compiler.setdefault("family", built["family"])
+    patching.after_import(patching.CODECACHE, _patch_hash_details)
+    return []
+
+
+def _patch_hash_details(codecache: ModuleType) -> None:
+    details = codecache.FxGraphHashDetails
+    original = details.__init__
+    if getattr(original, _MARK, False):
+        return
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        try:
+            agree_compiler(self.inductor_config)
+        except Exception:  # the key stays as torch made it: a miss, never a wrong hit
+            pass
+
+    setattr(__init__, _MARK, True)
+    details.__init__ = __init__
+
+
+def agree_compiler(inductor_config: dict[str, Any]) -> None:
+    """Put the build's ``cpp.cxx`` into this key when this process's compiler stands in for it."""
+    here, built = inductor_config.get("cpp.cxx"), _built_compiler.get("config")
+    if built is None or _same(here, built) or not stands_in():
+        return
+    inductor_config["cpp.cxx"] = type(here)(built) if isinstance(here, (tuple, list)) else built
+
+
+def _same(here: Any, built: Any) -> bool:
+    as_list = list(here) if isinstance(here, (tuple, list)) else [here]
+    return as_list == (list(built) if isinstance(built, (tuple, list)) else [built])
+
+
+@functools.lru_cache(maxsize=None)
+def _family_of_resolved(command: str) -> str:
+    return envkey.compiler_family(command, envkey.compiler_version(command))
+
+
+def stands_in() -> bool:
+    """Whether the compiler Inductor resolved in this process is of the build's family."""
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+
+        command = get_cpp_compiler()  # raises when no compiler works: then nothing stands in
+    except Exception:
+        return False
+    return isinstance(command, str) and _family_of_resolved(command) == _built_compiler.get("family")
