@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from conftest import run, run_sample
+from conftest import run, run_sample, unpack
 
 
 def so_files(cache):
@@ -88,18 +88,37 @@ print(json.dumps(len(probes)))
 """
 
 
-def test_isa_probes_run_once_per_machine(runtime_python, tmp_path):
-    """Inductor dlopens an ISA probe library in a child Python per candidate ISA, every process;
-    a successful probe of the same library on the same machine is remembered in the user cache."""
-    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
+def probe_counts(python, tmp_path, pythonpath=None) -> list[int]:
+    """ISA probe children of two fresh processes that share a user cache (empty at first: a new machine)."""
+    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg"), **({"PYTHONPATH": str(pythonpath)} if pythonpath else {})}
     counts = []
     for name in ("first", "second"):
         cache = tmp_path / name
         cache.mkdir()
-        proc = run([runtime_python, "-c", COUNT_PROBES], env={**env, "TORCHINDUCTOR_CACHE_DIR": str(cache)})
+        proc = run([python, "-c", COUNT_PROBES], env={**env, "TORCHINDUCTOR_CACHE_DIR": str(cache)})
         lines = proc.stdout.strip().splitlines()
         assert json.loads(lines[-2])["kernels_compiled"] == 0
         counts.append(json.loads(lines[-1]))
+    return counts
+
+
+def test_a_new_machine_runs_no_isa_probe_the_shipped_set_vouches_for(runtime_python, tmp_path):
+    """Inductor compiles and dlopens an ISA probe library in a child Python per candidate ISA. The
+    set's build passed those probes, and this CPU has their features: none runs, not even in the
+    first process of an empty home (a fresh container)."""
+    assert probe_counts(runtime_python, tmp_path) == [0, 0]
+    assert not (tmp_path / "xdg" / "hatch-precompile" / ".isa-probes").exists()
+
+
+def test_isa_probes_no_set_vouches_for_run_once_per_machine(runtime_python, precompiled_wheel, tmp_path):
+    """A set that recorded no probes (an older build): a successful probe of the same library on the
+    same machine is remembered in the user cache."""
+    site = unpack(precompiled_wheel[0], tmp_path / "site")
+    (manifest,) = (site / "sample_pkg" / "_precompiled" / "sets").glob("*/manifest.json")
+    data = json.loads(manifest.read_text())
+    data["probes"] = {}
+    manifest.write_text(json.dumps(data))
+    counts = probe_counts(runtime_python, tmp_path, pythonpath=site)
     assert counts[0] > 0, "the first process on this machine probes"
     assert counts[1] == 0, "the second does not"
     assert len(list((tmp_path / "xdg" / "hatch-precompile" / ".isa-probes").iterdir())) == counts[0]

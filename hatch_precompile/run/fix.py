@@ -35,6 +35,8 @@ def reinstall_command(package: str) -> str | None:
         return None
     name = dist.metadata["Name"]
     installer = (dist.read_text("INSTALLER") or "").strip()
+    if not installer:
+        return None  # not put there by an installer (an unpacked wheel): no way to tell its source
     try:
         direct = json.loads(dist.read_text("direct_url.json") or "null")
     except ValueError:
