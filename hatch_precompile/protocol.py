@@ -42,7 +42,8 @@ GLOBAL_SWITCH = "PRECOMPILE"  # and PRECOMPILE_<NAME> per package (package_switc
 PREFERENCES_VAR = "HATCH_PRECOMPILE_PREFERENCES"
 TARGET_VAR = "HATCH_PRECOMPILE_TARGET"
 HEARTBEAT_VAR = "HATCH_PRECOMPILE_HEARTBEAT"
-NO_SPEEDUPS_VAR = "HATCH_PRECOMPILE_NO_SPEEDUPS"
+NO_PATCHES_VAR = "HATCH_PRECOMPILE_NO_PATCHES"  # torch untouched: run/touchpoints.py
+NO_SPEEDUPS_VAR = "HATCH_PRECOMPILE_NO_SPEEDUPS"  # its older name
 BUILDING_VAR = "HATCH_PRECOMPILE_BUILDING"  # set in a build's child: load() stays off there
 TORCHSCRIPT_DIR_VAR = "HATCH_PRECOMPILE_TORCHSCRIPT_DIR"  # where save_torchscript() writes
 CACHE_DIR_VAR = "TORCHINDUCTOR_CACHE_DIR"  # torch's
@@ -415,6 +416,60 @@ def _validate_machine(data: dict[str, Any]) -> None:
         for flags, features in probes.items()
     )):
         raise ManifestError("manifest probes is not a map of arch flags to CPU features")
+
+
+# -- a child process's result ------------------------------------------------------------------
+
+CHILD_FORMAT = 1
+# "ok": the job ran; "failed": a workload raised (``failure``); the others: nothing was run, and
+# ``detail`` says why: this torch cannot make trustworthy artifacts ("unusable"), this machine
+# cannot run the asked CPU capability ("skipped"), has no usable GPU ("no_gpu") or cannot build
+# C++ kernels ("cannot_compile").
+CHILD_STATUSES = ("ok", "failed", "unusable", "skipped", "no_gpu", "cannot_compile")
+
+
+class ChildResultError(Exception):
+    """A child's result.json is missing, unreadable or of another format."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    """A workload that raised, in the child."""
+
+    workload: str
+    traceback: str
+    missing_module: str | None = None  # the module a failed import did not find
+    no_gpu: str | None = None  # why the machine has no usable GPU, when the workload needed one
+
+
+@dataclasses.dataclass
+class ChildResult:
+    """``result.json``: what a build's, ``verify``'s or ``snoop``'s child process reports."""
+
+    status: str
+    detail: str | None = None
+    failure: Failure | None = None
+    workloads: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # in order, as measured
+    data: dict[str, Any] = dataclasses.field(default_factory=dict)  # the job's own report
+    format: int = CHILD_FORMAT
+
+    def dumps(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def parse(cls, text: str) -> "ChildResult":
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise ChildResultError(f"result.json does not parse: {exc}") from None
+        if not isinstance(data, dict) or data.get("format") != CHILD_FORMAT or data.get("status") not in CHILD_STATUSES:
+            raise ChildResultError("result.json is not a result of this hatch-precompile")
+        failure = data.get("failure")
+        return cls(
+            status=data["status"], detail=data.get("detail"),
+            failure=_known(Failure, failure) if isinstance(failure, dict) else None,
+            workloads=list(data.get("workloads") or []), data=dict(data.get("data") or {}),
+        )
 
 
 # -- the declaration -------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -22,12 +23,46 @@ TEST_USER_CACHE = tempfile.mkdtemp(prefix="hatch-precompile-tests-user-cache-")
 TORCH_REQUIREMENT = f"torch=={metadata.version('torch').split('+')[0]}"
 
 
+# The slow tier: a test that builds a wheel or a venv, or runs torch in fresh processes. These
+# fixtures do; whole modules that do say so with `pytestmark`. `pytest -m "not slow"` runs the rest.
+SLOW_FIXTURES = frozenset({
+    "hp_dist", "precompiled_wheel", "runtime_python", "notorch_python", "cold_result", "eager_result", "links",
+    "target", "torch_wheels", "fleet_wheel", "single_wheels", "graph_break_build", "gpu_site",
+})
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
+GPUS_VISIBLE = False  # test_gpu.py turns it on for its own processes
+
+
+@functools.lru_cache(maxsize=None)
+def has_cuda() -> bool:
+    """Whether the torch that runs the tests sees a GPU (in a child: this process never inits CUDA)."""
+    code = "import torch; print(torch.cuda.is_available())"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    return proc.stdout.strip() == "True"
+
+
+@pytest.fixture
+def no_gpu() -> None:
+    """For a test of what a machine without a GPU does: skipped on one (test_gpu.py runs there)."""
+    if has_cuda():
+        pytest.skip("shows what a machine without a GPU does")
+
+
 def run(cmd, *, env=None, cwd=None, check=True, timeout=1200) -> subprocess.CompletedProcess:
     """Run ``cmd``; stdout and stderr together in ``.stdout``; fail loudly with the output."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("PRECOMPILE", "HATCH_BUILD"))}
     for name in ("TORCHINDUCTOR_CACHE_DIR", "VIRTUAL_ENV", "HATCH_PRECOMPILE_TARGET"):
         full_env.pop(name, None)  # each test says which environment a build is for
     full_env["XDG_CACHE_HOME"] = TEST_USER_CACHE  # keep the machine's ~/.cache out of it
+    if not GPUS_VISIBLE:  # the CPU path, on any machine: a GPU's tests are test_gpu.py's
+        full_env["CUDA_VISIBLE_DEVICES"] = full_env["HIP_VISIBLE_DEVICES"] = ""
     full_env.update(env or {})
     proc = subprocess.run(
         [str(c) for c in cmd],

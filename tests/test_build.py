@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import hashlib
 import json
 import re
@@ -11,6 +13,8 @@ import zipfile
 from importlib import metadata
 
 from conftest import SAMPLE, TORCH_REQUIREMENT, build_wheel, copy_project, read_manifest, run, run_sample, unpack
+
+pytestmark = pytest.mark.slow  # builds wheels or venvs, or runs torch in fresh processes
 
 PREFIX = "sample_pkg/_precompiled/"
 

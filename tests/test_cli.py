@@ -116,6 +116,7 @@ def test_report_on_a_wheel_lists_graph_breaks_recompiles_and_float64(graph_break
     assert artifacts["summary"]["kernel_binaries"] == sum(p.endswith(".so") for p in artifacts["manifest"]["files"])
 
 
+@pytest.mark.slow
 def test_report_on_a_project_dir_builds_it(tmp_path):
     table = '[tool.hatch.build.hooks.precompile]\nworkload = "sample_pkg.precompile:float64_workload"\n'
     project = project_with(tmp_path, table, "import torch\n" + FLOAT64_SOURCE)
@@ -414,6 +415,7 @@ def timed_lines(cmd, env):
     return lines
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("frontend", ["pip -v", "python -m build"])
 def test_progress_lines_stream_during_the_build(tmp_path, frontend):
     project = project_with(tmp_path, WORKLOAD_TABLE, SLEEPING_WORKLOAD)
@@ -432,6 +434,7 @@ def test_progress_lines_stream_during_the_build(tmp_path, frontend):
     assert start < beats[0] < done and done - beats[0] > 1.5, "progress lines arrived late, all at once"
 
 
+@pytest.mark.slow
 def test_bad_heartbeat_value_fails_the_build_naming_the_variable(tmp_path):
     project = project_with(tmp_path, WORKLOAD_TABLE, SLEEPING_WORKLOAD)
     proc, wheel = build_wheel(project, tmp_path / "out", env={protocol.HEARTBEAT_VAR: "soon"}, check=False)

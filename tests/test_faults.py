@@ -16,6 +16,8 @@ import pytest
 
 from conftest import TEST_USER_CACHE, blob, run, run_sample, set_manifest, unpack
 
+pytestmark = pytest.mark.slow  # builds wheels or venvs, or runs torch in fresh processes
+
 STATUS = (
     "import json, sample_pkg; s = sample_pkg.precompile_status; "
     "print(json.dumps([s.loaded, s.reason, s.installed]))"

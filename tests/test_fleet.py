@@ -17,6 +17,8 @@ import pytest
 from conftest import build_wheel, copy_project, run, run_sample, unpack
 from test_build_errors import WORKLOAD_TABLE, project_with
 
+pytestmark = pytest.mark.slow  # builds wheels or venvs, or runs torch in fresh processes
+
 MACHINE = run([sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"]).stdout.split()[-1]
 if MACHINE not in ("AVX2", "AVX512"):
     pytest.skip(f"these tests need an x86 machine with AVX2 (this one: {MACHINE})", allow_module_level=True)

@@ -14,18 +14,21 @@ import sys
 
 import pytest
 
-from conftest import ROOT, build_wheel, copy_project, run, unpack
+from conftest import ROOT, build_wheel, copy_project, has_cuda, run, unpack
 
 COUNTER = ROOT / "bench" / "gpu_count"  # sitecustomize.py: counts Triton compiles and autotune benchmarks
 
-
-def _has_cuda() -> bool:
-    code = "import torch; print(torch.cuda.is_available())"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    return proc.stdout.strip() == "True"
+pytestmark = [pytest.mark.slow, pytest.mark.cuda, pytest.mark.skipif(not has_cuda(), reason="needs a CUDA GPU (CI has none)")]
 
 
-pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not _has_cuda(), reason="needs a CUDA GPU (CI has none)")]
+@pytest.fixture(scope="module", autouse=True)
+def gpus_visible():
+    """Every other test runs its processes with the GPUs hidden; these need them (from the build on)."""
+    import conftest
+
+    conftest.GPUS_VISIBLE = True
+    yield
+    conftest.GPUS_VISIBLE = False
 
 FIRST_STEP = r"""
 import json, torch

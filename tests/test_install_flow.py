@@ -20,6 +20,8 @@ import pytest
 from conftest import TORCH_REQUIREMENT, copy_project, make_venv, run, run_sample, unpack
 from test_build_errors import WORKLOAD_TABLE, project_with
 
+pytestmark = pytest.mark.slow  # builds wheels or venvs, or runs torch in fresh processes
+
 @pytest.fixture(scope="module")
 def links(tmp_path_factory, hp_dist) -> Path:
     """A find-links dir with all an isolated build needs but torch, so no frontend goes online:

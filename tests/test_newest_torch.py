@@ -16,6 +16,8 @@ import pytest
 
 from conftest import copy_project, make_venv, run, run_sample
 
+pytestmark = pytest.mark.slow  # builds wheels or venvs, or runs torch in fresh processes
+
 REQUIREMENT = os.environ.get("HATCH_PRECOMPILE_TEST_TORCH", "torch==2.14.1")
 
 

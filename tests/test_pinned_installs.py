@@ -17,6 +17,8 @@ import pytest
 from conftest import TORCH_REQUIREMENT, copy_project, make_venv, run
 from test_install_flow import assert_warm, build_env_section, find_links, links, torch_of  # noqa: F401  (fixture)
 
+pytestmark = pytest.mark.slow  # builds wheels or venvs, or runs torch in fresh processes
+
 TORCH_VERSION = TORCH_REQUIREMENT.split("==")[1]
 
 

@@ -17,6 +17,8 @@ import pytest
 
 from conftest import build_wheel, copy_project, read_manifest, run, run_sample, unpack
 
+pytestmark = pytest.mark.slow  # builds wheels or venvs, or runs torch in fresh processes
+
 # A fresh process's first compiled step of the sample, after a thread setting: torch.set_num_threads
 # (an 8-core or 128-core machine), or OMP_NUM_THREADS (capped at this machine's cores by torch).
 STEP_AT = (

@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
 from conftest import run, run_sample, unpack
+
+pytestmark = pytest.mark.slow  # builds wheels or venvs, or runs torch in fresh processes
 
 
 def so_files(cache):

@@ -9,6 +9,8 @@ import pytest
 
 from conftest import run
 
+pytestmark = pytest.mark.slow  # builds wheels or venvs, or runs torch in fresh processes
+
 WORKLOAD_SHAPES = """
 import sample_pkg
 trainer = sample_pkg.Trainer(sample_pkg.make_model())

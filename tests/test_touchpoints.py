@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -17,9 +18,11 @@ import pytest
 
 from conftest import build_wheel, copy_project, read_manifest, run, run_sample, unpack
 
+pytestmark = pytest.mark.slow  # builds wheels or venvs, or runs torch in fresh processes
+
 MISBEHAVE = Path(__file__).parent / "misbehave"
-OBSERVERS = "metrics,counters,guard-failures,logs,megacache,compile-times,write-signature"
-SHORTCUTS = "write-signature,precompile-header,check-build,probe-load,torch-key"
+OBSERVERS = "metrics,counters,guard-failures,logs,megacache,compile-times,write-signature,dynamo-compile,compile-command"
+SHORTCUTS = "write-signature,precompile-header,check-build,probe-load,torch-key,hash-details,autotune-recheck"
 
 
 def misbehaving(names: str, pythonpath: Path | None = None) -> dict[str, str]:
@@ -47,6 +50,8 @@ def test_build_with_every_observer_broken_still_ships_working_artifacts(tmp_path
     assert workload["graph_breaks"] == [] and workload["float64"] is None
     assert manifest["megacache"] is None and manifest["compile_times"] is None
     assert manifest["kernels"] == []
+    # The compile command could not be read: built as torch made it, and said so.
+    assert manifest["cpu_target"] == "native" and manifest["cpu_features"]
     # The artifacts themselves are whole: where the build ran (no relocation needed), all hits.
     cache = tmp_path / "cache"
     cache.mkdir()
@@ -63,6 +68,18 @@ def test_warm_start_with_every_wrapped_internal_changed_is_still_warm_and_correc
     assert result["precompiled"] and result["kernels_compiled"] == 0, result
     assert result["aot_autograd"]["autograd_cache_hit"] >= 2 and not result["aot_autograd"].get("autograd_cache_miss")
     assert result["loss"] == cold_result["loss"] and result["logits_sum"] == cold_result["logits_sum"]
+
+
+def test_a_stand_in_compiler_with_the_key_internals_changed_is_still_warm(runtime_python, cold_result, tmp_path):
+    wrapper = tmp_path / "bin" / "g++-standin"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\nexec {shutil.which("g++")} "$@"\n')
+    wrapper.chmod(0o755)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    result = run_sample(runtime_python, cache, env={**misbehaving("hash-details"), "CXX": str(wrapper)})
+    assert result["precompiled"] and result["kernels_compiled"] == 0, result
+    assert result["aot_autograd"]["autograd_cache_hit"] >= 2 and not result["aot_autograd"].get("autograd_cache_miss")
 
 
 def test_an_unreadable_environment_key_builds_a_plain_wheel_and_skips_at_load(runtime_python, tmp_path):

@@ -6,29 +6,22 @@ progress, and copies files. Backend-neutral, so that ``warm`` runs exactly what 
 
 from __future__ import annotations
 
-import json
 import os
 import platform
-import queue
 import shutil
-import subprocess
 import sys
-import threading
 import time
-from collections import deque
 from pathlib import Path
 from typing import Any, Callable
 
 from hatch_precompile import __version__
-from hatch_precompile.build import child
+from hatch_precompile.child import runner
 from hatch_precompile.protocol import (
-    CACHE_DIR_VAR, DIRNAME, EXIT_WORKLOAD_FAILED, HEARTBEAT_VAR, INDUCTOR_DIR, MANIFEST_FILE, MEGACACHE_FILE, SETS_DIR,
-    TORCHSCRIPT_DIR, FileEntry, Kernel, Manifest, Workload, blob_path, is_safe_relpath, set_name, sha256,
+    CACHE_DIR_VAR, DIRNAME, INDUCTOR_DIR, MANIFEST_FILE, MEGACACHE_FILE, SETS_DIR, TORCHSCRIPT_DIR,
+    ChildResult, FileEntry, Kernel, Manifest, Workload, blob_path, is_safe_relpath, set_name, sha256,
 )
-from hatch_precompile.run import relocate
+from hatch_precompile.run import relocate, variables
 
-# A workload that runs for minutes must not look hung: one line every this many seconds.
-HEARTBEAT_SECONDS = 30.0
 # Not shipped: Inductor's lock files; and Triton's own cache, whose group files hold absolute
 # paths (moved, it silently misses) and whose kernels already travel inside the FX-graph
 # entries (Inductor's TritonBundler rewrites the paths when it writes them out at a hit).
@@ -57,19 +50,6 @@ class CannotCompile(Unusable):
     """This machine cannot build C++ kernels (no working compiler, no Python headers)."""
 
 
-def heartbeat_seconds(environ: dict[str, str] | None = None) -> float:
-    raw = (os.environ if environ is None else environ).get(HEARTBEAT_VAR, "").strip()
-    if not raw:
-        return HEARTBEAT_SECONDS
-    try:
-        value = float(raw)
-    except ValueError:
-        value = 0.0
-    if not value > 0 or value == float("inf"):
-        raise ValueError(f"{HEARTBEAT_VAR}={raw!r} must be a positive number of seconds")
-    return value
-
-
 def capture(
     *,
     root: Path | None,
@@ -83,6 +63,7 @@ def capture(
     capabilities: tuple[str, ...] = (),
     device: str = "auto",
     cpu_target: str = "portable",
+    heartbeat: float | None = None,
 ) -> Path | None:
     """Run ``workloads`` and build ``work_dir/_precompiled``; return it, or None if nothing compiled.
 
@@ -90,7 +71,8 @@ def capture(
     already importable, as for ``hatch-precompile warm``). ``python`` and ``environ`` are the
     child's interpreter and environment (another environment's, see target.py). Each of
     ``capabilities`` (``ATEN_CPU_CAPABILITY`` values) gets a run and an artifact set of its own;
-    none: one run as the machine is. ``device`` and ``cpu_target`` are the options of those names.
+    none: one run as the machine is. ``device`` and ``cpu_target`` are the options of those names;
+    ``heartbeat``, the seconds between a long workload's lines (None: the variable's, or 30).
     Raises WorkloadFailed on a raising, crashing or timed-out workload, Unusable when this torch
     cannot make trustworthy artifacts (CannotCompile when this machine cannot build kernels).
     """
@@ -106,7 +88,7 @@ def capture(
         if device == "cpu":  # torch then sees no GPU, and neither does the environment key
             env["CUDA_VISIBLE_DEVICES"] = env["HIP_VISIBLE_DEVICES"] = ""
         manifest = _capture_set(
-            root, run_dir, target, package, workloads, timeout, say, python, env,
+            root, run_dir, target, package, workloads, (timeout, heartbeat), say, python, env,
             {"capability": capability, "device": device, "cpu_target": cpu_target},
         )
         made += manifest is not None
@@ -117,29 +99,28 @@ def capture(
 
 
 def _capture_set(
-    root: Path | None, run_dir: Path, target: Path, package: str, workloads: list[str], timeout: float,
-    say: Say, python: str, env: dict[str, str], options: dict[str, Any],
+    root: Path | None, run_dir: Path, target: Path, package: str, workloads: list[str],
+    limits: tuple[float, float | None], say: Say, python: str, env: dict[str, str], options: dict[str, Any],
 ) -> Manifest | None:
     """One run of the workloads, stored as ``target/sets/<name>``; None if it made no set.
     ``options``: the run's ``capability``, ``device`` and ``cpu_target``."""
     started = time.perf_counter()
     capability = options["capability"]
-    cache_dir, out_dir = run_dir / "inductor-cache", run_dir / "child-out"
+    cache_dir, out_dir = run_dir / "inductor-cache", run_dir / "out"
     cache_dir.mkdir(parents=True)
-    out_dir.mkdir()
     paths = [] if root is None else [str(root)] + ([str(root / "src")] if (root / "src").is_dir() else [])
-    spec_path = run_dir / "spec.json"
-    spec_path.write_text(json.dumps({"workloads": workloads, "out": str(out_dir), "paths": paths, **options}))
-    result = _run_workloads(python, spec_path, out_dir, {**env, CACHE_DIR_VAR: str(cache_dir)}, timeout, say)
-    if "cannot_compile" in result:
-        raise CannotCompile(f"this machine cannot build C++ kernels: {result['cannot_compile']}")
-    if "unusable" in result:
-        raise Unusable(result["unusable"])
-    if "no_gpu" in result:
-        raise WorkloadFailed(", ".join(workloads), 'not run: `device = "cuda"` asks for a GPU', no_gpu=result["no_gpu"])
-    if "skipped" in result:
-        say(f"precompile: warning: {result['skipped']}; no artifact set for {capability}")
+    spec = {"workloads": workloads, "paths": paths, **options}
+    child = _run_workloads(python, run_dir, spec, {**env, CACHE_DIR_VAR: str(cache_dir)}, limits, say)
+    if child.status == "cannot_compile":
+        raise CannotCompile(f"this machine cannot build C++ kernels: {child.detail}")
+    if child.status == "unusable":
+        raise Unusable(child.detail)
+    if child.status == "no_gpu":
+        raise WorkloadFailed(", ".join(workloads), 'not run: `device = "cuda"` asks for a GPU', no_gpu=child.detail)
+    if child.status == "skipped":
+        say(f"precompile: warning: {child.detail}; no artifact set for {capability}")
         return None
+    result = {**child.data, "workloads": child.workloads}
     if not any((cache_dir / kind).is_dir() for kind in ("aotautograd", "fxgraph")) and not (
         out_dir / TORCHSCRIPT_DIR
     ).is_dir():
@@ -198,114 +179,21 @@ def _manifest(package: str, result: dict[str, Any], files: dict[str, FileEntry],
 
 
 def _run_workloads(
-    python: str, spec_path: Path, out_dir: Path, env: dict[str, str], timeout: float, say: Say
-) -> dict[str, Any]:
+    python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str], limits: tuple[float, float | None], say: Say
+) -> ChildResult:
     """The child's result; raises WorkloadFailed if it did not finish them all."""
-    code, running, tail, timed_out = _Watch(say, heartbeat_seconds(env)).run(
-        child.start(python, "hatch_precompile.build.worker", spec_path, env,
-                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"),
-        timeout,
-    )
-    result = child.read_result(out_dir)
-    if code == EXIT_WORKLOAD_FAILED and "error" in result:
-        error = result["error"]
-        raise WorkloadFailed(error["workload"], "\n" + error["traceback"], error.get("missing_module"), error.get("no_gpu"))
-    if timed_out:  # also while torch was still importing, before the first workload started
-        raise WorkloadFailed(running, f"timed out after {timeout:g} s (the `timeout` option)")
-    if code != 0 or not any(k in result for k in ("env", "unusable", "skipped", "no_gpu", "cannot_compile")):
-        raise WorkloadFailed(running, f"the child process exited with code {code}; its last output:\n{tail}")
+    timeout, heartbeat = limits
+    job = runner.Job("hatch_precompile.build.worker", spec, "precompile", say, relay=lambda line: say(f"  | {line}"),
+                     timeout=timeout, heartbeat=variables.heartbeat() if heartbeat is None else heartbeat)
+    try:
+        result = runner.run(job, run_dir, python, env)
+    except runner.ChildError as exc:
+        detail = (f"{exc.detail} (the `timeout` option)" if exc.detail.startswith("timed out") else exc.detail)
+        raise WorkloadFailed(exc.workload, detail) from None
+    if result.status == "failed" and result.failure is not None:
+        failure = result.failure
+        raise WorkloadFailed(failure.workload, "\n" + failure.traceback, failure.missing_module, failure.no_gpu)
     return result
-
-
-class _Watch:
-    """Relays a child's output and progress events as build lines, with a heartbeat."""
-
-    def __init__(self, say: Say, heartbeat: float) -> None:
-        self.say = say
-        self.heartbeat = heartbeat
-        self.running: str | None = None
-        self.workload_started = time.monotonic()
-        self.tail: deque[str] = deque(maxlen=40)
-
-    def run(self, proc: subprocess.Popen, timeout: float) -> tuple[int, str | None, str, bool]:
-        """(exit code, workload running at the end, last output lines, timed out)."""
-        lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=_pump, args=(proc, lines), daemon=True).start()
-        started = time.monotonic()
-        next_beat = started + self.heartbeat
-        try:
-            while True:
-                now = time.monotonic()
-                if now - started > timeout:
-                    child.kill_group(proc)
-                    self.tail.append(f"killed after the {timeout:g} s timeout")
-                    return proc.returncode, self.running, "\n".join(self.tail), True
-                try:
-                    line = lines.get(timeout=min(1.0, max(0.05, next_beat - now)))
-                except queue.Empty:
-                    if time.monotonic() >= next_beat and self.running:
-                        seconds = time.monotonic() - self.workload_started
-                        self.say(f"precompile: workload {self.running} still running ({seconds:.0f} s)")
-                        next_beat = time.monotonic() + self.heartbeat
-                    continue
-                if line is None:
-                    return proc.wait(), self.running, "\n".join(self.tail), False
-                if self._event(line):
-                    next_beat = time.monotonic() + self.heartbeat
-        finally:
-            if proc.poll() is None:
-                child.kill_group(proc)
-
-    def _event(self, line: str) -> bool:
-        """Show one line of the child's; True when a workload started (the heartbeat restarts)."""
-        event = child.parse_event(line)
-        if event is None:
-            self.tail.append(line)
-            self.say(f"  | {line}")
-            return False
-        if event["event"] == "start":
-            self.running = event["workload"]
-            self.workload_started = time.monotonic()
-            of = f" ({event['index']}/{event['total']})" if event.get("total", 1) > 1 else ""
-            self.say(f"precompile: running workload {self.running}{of}")
-            return True
-        if event["event"] == "done":
-            say_done(event, self.say)
-            self.running = None
-        elif event["event"] == "note":
-            self.say(f"precompile: {event['text']}")
-        return False
-
-
-def _pump(proc: subprocess.Popen, lines: queue.Queue) -> None:
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        lines.put(line.rstrip("\n"))
-    lines.put(None)
-
-
-def say_done(workload: dict[str, Any], say: Say) -> None:
-    """A finished workload in build lines: the summary, then each graph break, recompile, float64."""
-    breaks, recompiled = workload.get("graph_breaks", []), workload["recompiles"]
-    graphs = workload["counters"].get("stats", {}).get("unique_graphs", 0)
-    float64 = sum(item["nodes"] for item in workload.get("float64", []))
-    say(
-        f"precompile: workload {workload['name']} finished in {workload['seconds']:.1f} s: "
-        f"{graphs} graph(s), {len(breaks)} graph break(s), "
-        f"{sum(len(r['reasons']) for r in recompiled)} recompile(s), "
-        f"{workload.get('kernels', 0)} kernel(s), {workload.get('cache_bytes', 0) / 1e6:.2f} MB"
-        + (f", {float64} float64 node(s)" if float64 else "")
-    )
-    for item in breaks:
-        say(f"  graph break at {item['location']}: {item['reason']}")
-    for item in recompiled:
-        for reason in item["reasons"]:
-            say(f"  recompiled {item['function']} ({item['location']}): {reason}")
-    for item in workload.get("float64", []):
-        say(
-            f"  float64 computed in a compiled graph at {item['location']} ({item['function']}): "
-            f"{item['nodes']} node(s): {', '.join(item['ops'])}"
-        )
 
 
 def _platform(libraries: dict[str, dict[str, str]], result: dict[str, Any]) -> dict[str, Any]:

@@ -25,14 +25,11 @@ import platform
 import re
 import shlex
 import subprocess
-from types import ModuleType
 from typing import Any
 
-from hatch_precompile.run import patching
+from hatch_precompile.run import touchpoints
 
-CPP_BUILDER = "torch._inductor.cpp_builder"
 NATIVE = re.compile(r"(?<!\S)-m(arch|cpu|tune)=native(?!\S)")
-_MARK = "_hatch_precompile_patched"
 # Every CPU of the architecture has these: what a feature macro is measured against.
 BASELINE = {"x86_64": ["-march=x86-64"], "AMD64": ["-march=x86-64"], "aarch64": ["-march=armv8-a"],
             "arm64": ["-march=armv8-a"]}
@@ -80,27 +77,24 @@ class CompileFlags:
 
     def __init__(self, portable: bool) -> None:
         self.portable = portable
-        self.applied = False  # the wrapper is in place: every compile went through it
+        self.failed = False  # a compile ran as torch made it (its command could not be read)
         self.flag_sets: set[tuple[str, ...]] = set()
 
     def install(self) -> None:
-        patching.after_import(CPP_BUILDER, self._wrap)
+        touchpoints.wrap(touchpoints.CPP_BUILDER, "run_compile_cmd", before=self._before_compile)
 
-    def _wrap(self, cpp_builder: ModuleType) -> None:
-        original = cpp_builder.run_compile_cmd
-        if getattr(original, _MARK, False):
-            return
+    @property
+    def applied(self) -> bool:
+        """Every compile went through the wrapper (it saw some, and read each): its flag sets are
+        what the binaries were built with."""
+        return bool(self.flag_sets) and not self.failed
 
-        def run_compile_cmd(cmd_line: Any, *args: Any, **kwargs: Any) -> Any:
-            try:
-                cmd_line = self.seen(cmd_line)
-            except Exception:  # the command runs as torch made it; features() then says native
-                self.applied = False
-            return original(cmd_line, *args, **kwargs)
-
-        setattr(run_compile_cmd, _MARK, True)
-        cpp_builder.run_compile_cmd = run_compile_cmd
-        self.applied = True
+    def _before_compile(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return {"cmd_line": self.seen(arguments["cmd_line"])}
+        except Exception:  # the command runs as torch made it; features() then says native
+            self.failed = True
+            raise
 
     def seen(self, cmd_line: Any) -> Any:
         """``cmd_line`` as it is to run (without -march=native for a portable set), its flags noted."""

@@ -1,18 +1,22 @@
 """The hook's table (``[tool.hatch.build.hooks.precompile]``) as typed, checked options.
 
-Backend-neutral: a dict in, Options out, or an OptionError whose message names the option and
-says what was expected and what was found.
+One dataclass says everything about an option: its name in the table, its type and default, its
+check and its documentation (each field's metadata); the list of known names, the parser and the
+README's table all derive from it. Backend-neutral: a dict in, Options out, or an OptionError
+whose message names the option and says what was expected and what was found.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any
+from typing import Any, Callable
 
 from hatch_precompile.protocol import CPU_TARGETS, DEFAULT_TIMEOUT, DEVICES, DOTTED_NAME, WORKLOAD
 
 ON_FAILURE = ("error", "warn")
+CHECKS = ("off", "warn", "error")
+CAPABILITY = re.compile(r"[a-z][a-z0-9_]*")  # what ATEN_CPU_CAPABILITY takes: default, avx2, avx512, ...
 # Keys hatchling itself reads from every hook table.
 RESERVED = frozenset(
     {"dependencies", "require-runtime-dependencies", "require-runtime-features", "enable-by-default"}
@@ -23,29 +27,103 @@ class OptionError(ValueError):
     """An option of the table is wrong; the message names it."""
 
 
+Check = Callable[[Any, "Bad"], Any]  # (the value as written, a way to reject it) -> the typed value
+
+
+class Bad:
+    """Rejects one option's value: ``raise bad("a boolean")``."""
+
+    def __init__(self, option: str, hook: str, value: Any) -> None:
+        self.option, self.hook, self.value = option, hook, value
+
+    def __call__(self, expected: str) -> OptionError:
+        return OptionError(f"Option `{self.option}` for build hook `{self.hook}` must be {expected}, got {self.value!r}")
+
+    def entry(self, entry: Any, expected: str) -> OptionError:
+        return OptionError(f"Option `{self.option}` for build hook `{self.hook}`: entry {entry!r} must {expected}")
+
+
+def _option(name: str, default: Any, check: Check, doc: str) -> Any:
+    return dataclasses.field(default=default, metadata={"option": name, "check": check, "doc": doc})
+
+
+def _workloads(value: Any, bad: Bad) -> tuple[str, ...]:
+    value = [value] if isinstance(value, str) else value
+    if not isinstance(value, list) or not all(isinstance(w, str) for w in value):
+        raise bad("a string or an array of strings")
+    for workload in value:
+        if not WORKLOAD.fullmatch(workload):
+            raise bad.entry(workload, "look like 'package.module:function'")
+    return tuple(value)
+
+
+def _boolean(value: Any, bad: Bad) -> bool:
+    if not isinstance(value, bool):
+        raise bad("a boolean")
+    return value
+
+
+def _seconds(value: Any, bad: Bad) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise bad("a positive number of seconds")
+    return float(value)
+
+
+def _one_of(choices: tuple[str, ...]) -> Check:
+    def check(value: Any, bad: Bad) -> str:
+        if value not in choices:
+            raise bad(f"one of {', '.join(choices)}")
+        return value
+
+    return check
+
+
+def _package(value: Any, bad: Bad) -> str:
+    if not (isinstance(value, str) and DOTTED_NAME.fullmatch(value)):
+        raise bad("an importable package name")
+    return value
+
+
+def _capabilities(value: Any, bad: Bad) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(c, str) and CAPABILITY.fullmatch(c.lower()) for c in value):
+        raise bad('an array of ATEN_CPU_CAPABILITY names (e.g. ["default", "avx2"])')
+    return tuple(dict.fromkeys(c.lower() for c in value))
+
+
 @dataclasses.dataclass(frozen=True)
 class Options:
-    workloads: tuple[str, ...] = ()
-    """``workload``: "module:callable" strings, run in order in one child process."""
-    enable: bool = True
-    """``enable``: the default; ``PRECOMPILE*`` variables and the preferences file override it."""
-    timeout: float = DEFAULT_TIMEOUT
-    """``timeout``: seconds for all workloads together."""
-    on_failure: str = "error"
-    """``on-failure``: "warn" builds a plain wheel when a workload fails."""
-    package: str | None = None
-    """``package``: the import package that ships ``_precompiled/``; default: the workload's."""
-    cpu_capabilities: tuple[str, ...] = ()
-    """``cpu-capabilities``: one artifact set per ``ATEN_CPU_CAPABILITY`` value; default: the machine's."""
-    graph_breaks: str = "off"
-    """``graph-breaks``: "warn" or "error" when the workload shows a graph break."""
-    recompiles: str = "off"
-    """``recompiles``: "warn" or "error" when the workload recompiles from an unstable shape, dtype or scalar."""
-    device: str = "auto"
-    """``device``: "cuda" fails the build without a usable GPU; "cpu" hides the GPU from the workload."""
-    cpu_target: str = "portable"
-    """``cpu-target``: "portable" kernels run on every CPU with the vector ISA Inductor picked;
-    "native" ones (``-march=native``) only where the CPU has every feature of the build machine's."""
+    workloads: tuple[str, ...] = _option(
+        "workload", (), _workloads,
+        '`"module:callable"` or a list of them, run in order in one child process')
+    enable: bool = _option(
+        "enable", True, _boolean, "the default; `PRECOMPILE*` variables and the preferences file override it")
+    timeout: float = _option(
+        "timeout", DEFAULT_TIMEOUT, _seconds,
+        "seconds for all workloads together; the child and everything it started is killed after")
+    on_failure: str = _option(
+        "on-failure", "error", _one_of(ON_FAILURE),
+        '`"warn"`: a failing or timed-out workload builds a plain wheel instead of failing the build')
+    package: str | None = _option(
+        "package", None, _package, "the import package that ships `_precompiled/` and calls `load()`; by default "
+        "the workload's top-level package")
+    cpu_capabilities: tuple[str, ...] = _option(
+        "cpu-capabilities", (), _capabilities,
+        'one artifact set per `ATEN_CPU_CAPABILITY` value (e.g. `["default", "avx2", "avx512"]`) the build '
+        "machine can run; default: the machine's")
+    graph_breaks: str = _option(
+        "graph-breaks", "off", _one_of(CHECKS),
+        '`"warn"` or `"error"` when the workload shows a graph break, each listed with its `file:line` and fix')
+    recompiles: str = _option(
+        "recompiles", "off", _one_of(CHECKS),
+        '`"warn"` or `"error"` when the workload recompiles from an unstable shape, dtype or Python scalar '
+        "(the training-then-inference grad-mode recompile is expected and passes)")
+    device: str = _option(
+        "device", "auto", _one_of(DEVICES),
+        '`"cuda"` fails the build without a usable GPU; `"cpu"` hides the GPUs from the workload')
+    cpu_target: str = _option(
+        "cpu-target", "portable", _one_of(CPU_TARGETS),
+        '`"portable"`: kernels for every CPU with the vector ISA Inductor picks; `"native"` '
+        "(`-march=native`): only where the CPU has every feature of the build machine's")
 
     @property
     def import_package(self) -> str | None:
@@ -57,62 +135,39 @@ class Options:
         return None
 
 
-KNOWN = (
-    "cpu-capabilities", "cpu-target", "device", "enable", "graph-breaks", "on-failure", "package", "recompiles",
-    "timeout", "workload",
-)
-CHECKS = ("off", "warn", "error")
-CAPABILITY = re.compile(r"[a-z][a-z0-9_]*")  # what ATEN_CPU_CAPABILITY takes: default, avx2, avx512, ...
+FIELDS = {f.metadata["option"]: f for f in dataclasses.fields(Options)}
+KNOWN = tuple(sorted(FIELDS))
 
 
 def parse(table: dict[str, Any], hook: str) -> Options:
     """Options from the hook's table; raises OptionError naming the first bad option."""
-    def bad(option: str, expected: str, found: Any) -> OptionError:
-        return OptionError(f"Option `{option}` for build hook `{hook}` must be {expected}, got {found!r}")
-
     unknown = sorted(set(table) - set(KNOWN) - RESERVED)
     if unknown:
         raise OptionError(
             f"Unknown option(s) {', '.join(f'`{u}`' for u in unknown)} for build hook `{hook}`; "
             f"known options: {', '.join(KNOWN)}"
         )
-    enable = table.get("enable", True)
-    if not isinstance(enable, bool):
-        raise bad("enable", "a boolean", enable)
-    workloads = table.get("workload", [])
-    if isinstance(workloads, str):
-        workloads = [workloads]
-    if not isinstance(workloads, list) or not all(isinstance(w, str) for w in workloads):
-        raise bad("workload", "a string or an array of strings", workloads)
-    for workload in workloads:
-        if not WORKLOAD.fullmatch(workload):
-            raise OptionError(
-                f"Option `workload` for build hook `{hook}`: entry {workload!r} must look like "
-                "'package.module:function'"
-            )
-    timeout = table.get("timeout", DEFAULT_TIMEOUT)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise bad("timeout", "a positive number of seconds", timeout)
-    on_failure = table.get("on-failure", "error")
-    if on_failure not in ON_FAILURE:
-        raise bad("on-failure", f"one of {', '.join(ON_FAILURE)}", on_failure)
-    package = table.get("package")
-    if package is not None and not (isinstance(package, str) and DOTTED_NAME.fullmatch(package)):
-        raise bad("package", "an importable package name", package)
-    capabilities = table.get("cpu-capabilities", [])
-    if not isinstance(capabilities, list) or not all(isinstance(c, str) and CAPABILITY.fullmatch(c.lower()) for c in capabilities):
-        raise bad("cpu-capabilities", 'an array of ATEN_CPU_CAPABILITY names (e.g. ["default", "avx2"])', capabilities)
-    capabilities = list(dict.fromkeys(c.lower() for c in capabilities))
-    checks = {}
-    for option in ("graph-breaks", "recompiles"):
-        checks[option] = table.get(option, "off")
-        if checks[option] not in CHECKS:
-            raise bad(option, f"one of {', '.join(CHECKS)}", checks[option])
-    device = table.get("device", "auto")
-    if device not in DEVICES:
-        raise bad("device", f"one of {', '.join(DEVICES)}", device)
-    cpu_target = table.get("cpu-target", "portable")
-    if cpu_target not in CPU_TARGETS:
-        raise bad("cpu-target", f"one of {', '.join(CPU_TARGETS)}", cpu_target)
-    return Options(tuple(workloads), enable, float(timeout), on_failure, package, tuple(capabilities),
-                   checks["graph-breaks"], checks["recompiles"], device, cpu_target)
+    values = {}
+    for name, field in FIELDS.items():
+        if name in table:
+            values[field.name] = field.metadata["check"](table[name], Bad(name, hook, table[name]))
+    return Options(**values)
+
+
+def documentation() -> str:
+    """The README's table of options, from the dataclass."""
+    rows = ["| option | default | meaning |", "|---|---|---|"]
+    special = {"workload": "required", "package": "the workload's", "cpu-capabilities": "the machine's"}
+    for name, field in FIELDS.items():
+        rows.append(f"| `{name}` | {special.get(name) or f'`{_toml(field.default)}`'} | {field.metadata['doc']} |")
+    return "\n".join(rows) + "\n"
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)

@@ -18,10 +18,10 @@ from typing import Any
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 from hatch_precompile.build import options as options_module
+from hatch_precompile.build import settings as settings_module
 from hatch_precompile.protocol import (
     BLOBS_DIR, DECLARATION_FILE, DIRNAME, MANIFEST_FILE, SETS_DIR, Declaration, Manifest,
 )
-from hatch_precompile.run import gate
 
 
 class PrecompileBuildHook(BuildHookInterface):
@@ -33,21 +33,24 @@ class PrecompileBuildHook(BuildHookInterface):
 
     @cached_property
     def options(self) -> options_module.Options:
+        """The table alone: what every target checks (a typo fails the sdist too)."""
         try:
             return options_module.parse(self.config, self.PLUGIN_NAME)
         except options_module.OptionError as exc:
             raise ValueError(str(exc)) from None
 
     @cached_property
+    def settings(self) -> settings_module.Settings:
+        """The table, the environment and the preferences file, merged (build/settings.py)."""
+        try:
+            return settings_module.load(self.config, self.PLUGIN_NAME, self.metadata.name)
+        except options_module.OptionError as exc:
+            raise ValueError(str(exc)) from None
+
+    @property
     def enabled(self) -> tuple[bool, str]:
         """(on, why). The preferences file may name the project or its import package."""
-        package = self.options.import_package
-        try:
-            return gate.decide(
-                self.metadata.name, self.options.enable, aliases=[package] if package else [], build=True
-            )
-        except gate.GateValueError as exc:
-            raise ValueError(f"build hook `{self.PLUGIN_NAME}`: {exc}") from None
+        return self.settings.enabled, self.settings.why
 
     @cached_property
     def where(self) -> Any:
@@ -140,7 +143,7 @@ class PrecompileBuildHook(BuildHookInterface):
                 workloads=list(self.options.workloads), timeout=self.options.timeout,
                 say=self.app.display_info, python=where.python, environ=where.environ(os.environ),
                 capabilities=self.options.cpu_capabilities, device=self.options.device,
-                cpu_target=self.options.cpu_target,
+                cpu_target=self.options.cpu_target, heartbeat=self.settings.heartbeat,
             )
         except Unusable as exc:  # not the workload's fault: the wheel is still good without
             self.app.display_warning(f"precompile: {exc}; building the wheel without precompiled artifacts")
@@ -217,7 +220,7 @@ class PrecompileBuildHook(BuildHookInterface):
 
     def _check_instabilities(self, artifacts: Path) -> None:
         """The ``graph-breaks`` and ``recompiles`` options: a package's CI catches a new one the day it appears."""
-        from hatch_precompile.build import pitfalls
+        from hatch_precompile.child import pitfalls
 
         found: dict[str, list[str]] = {"graph-breaks": [], "recompiles": []}
         for manifest_file in sorted((artifacts / SETS_DIR).glob(f"*/{MANIFEST_FILE}")):

@@ -43,6 +43,7 @@ from typing import Callable, Mapping
 
 from hatch_precompile.build import pins as pins_module
 from hatch_precompile.protocol import TARGET_VAR
+from hatch_precompile.run import variables
 
 # Set by frontends to point the backend at their isolated env; never meant for the target.
 BUILD_ENV_VARS = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONSAFEPATH", "__PYVENV_LAUNCHER__")
@@ -143,7 +144,7 @@ def choose(
     """Decide where the workload runs. ``requirement``: the project's torch requirement, if any;
     ``pins``: the installer's (pins.discover()), if any."""
     environ = os.environ if environ is None else environ
-    explicit = environ.get(TARGET_VAR, "").strip()
+    explicit = variables.target(environ)
     if explicit:
         return _explicit(explicit, requirement, environ)
     own = probe(sys.executable, environ)

@@ -1,12 +1,13 @@
 """The build's child process: run the workloads, then save what compiling produced.
 
-Started by capture.py (through child.py) with a fresh, private ``TORCHINDUCTOR_CACHE_DIR``.
-Writes into the spec's ``out`` dir: ``result.json``, ``megacache.bin`` and ``torchscript/``;
-the parent copies the cache dir itself. Progress goes to stdout as marked events (child.emit).
+Started by capture.py (through child/runner.py) with a fresh, private ``TORCHINDUCTOR_CACHE_DIR``.
+Writes into the spec's ``out`` dir: the ChildResult, ``megacache.bin`` and ``torchscript/``; the
+parent copies the cache dir itself.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -17,10 +18,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.build import child, isa, observe
+from hatch_precompile.build import isa
+from hatch_precompile.child import observe, work
 from hatch_precompile.protocol import (
     BUILDING_VAR, CACHE_DIR_VAR, EXIT_OK, EXIT_WORKLOAD_FAILED, MEGACACHE_FILE, SETTINGS, TORCHSCRIPT_DIR,
-    TORCHSCRIPT_DIR_VAR,
+    TORCHSCRIPT_DIR_VAR, ChildResult, Failure,
 )
 
 # docs/torch-versions.md: every minor release from OLDEST_TORCH to NEWEST_TESTED, end to end.
@@ -45,9 +47,9 @@ def main(argv: list[str]) -> int:
     from hatch_precompile.run import speedups
 
     speedups.apply()  # records this machine's ISA probes (the environment key runs them first)
-    environment = _environment_or_refusal(torch, spec.get("capability"), spec.get("device"))
-    if "env" not in environment:  # before any workload runs: nothing trustworthy could be made
-        child.write_result(out, environment)
+    environment, refused = _environment_or_refusal(torch, spec.get("capability"), spec.get("device"))
+    if refused is not None:  # before any workload runs: nothing trustworthy could be made
+        work.write_result(out, refused)
         return EXIT_OK
 
     kernel_commands = observe.record_kernel_commands()
@@ -56,60 +58,60 @@ def main(argv: list[str]) -> int:
     observer = observe.Observer(os.environ.get(CACHE_DIR_VAR), logs=True)
     import_seconds = time.perf_counter() - started
 
-    workloads = []
-    for index, name in enumerate(spec["workloads"], 1):
-        child.emit("start", workload=name, index=index, total=len(spec["workloads"]))
-        try:
-            workloads.append(observer.measure(name, child.resolve(name)))
-        except BaseException as exc:
-            cannot = _cannot_compile_cause(exc)
-            if cannot:  # the machine's, not the workload's fault: the wheel is good without
-                child.write_result(out, {"cannot_compile": cannot})
-                return EXIT_OK
-            error = child.failure(name, exc)
-            error["no_gpu"] = _no_gpu_cause(torch, exc)
-            child.write_result(out, {"error": error})
-            child.emit("failed", workload=name)
-            return EXIT_WORKLOAD_FAILED
-        child.emit("done", **workloads[-1])
+    def stopped(name: str, exc: BaseException) -> ChildResult | Failure:
+        cannot = _cannot_compile_cause(exc)
+        if cannot:  # the machine's, not the workload's fault: the wheel is good without
+            return ChildResult("cannot_compile", cannot)
+        return dataclasses.replace(work.failure(name, exc), no_gpu=_no_gpu_cause(torch, exc))
 
-    child.write_result(out, {
+    workloads, stop = work.run_workloads(spec["workloads"], observer.measure, stopped)
+    if isinstance(stop, ChildResult):
+        work.write_result(out, stop)
+        return EXIT_OK
+    if stop is not None:
+        work.write_result(out, ChildResult("failed", failure=stop, workloads=workloads))
+        return EXIT_WORKLOAD_FAILED
+
+    work.write_result(out, ChildResult("ok", workloads=workloads, data={
         **environment,
         **_machine(compile_flags, kernel_commands),
         "settings": _settings(),
         "import_seconds": round(import_seconds, 3),
-        "workloads": workloads,
         "megacache": _save_megacache(torch, out),
         "compile_times": _compile_times(),
         "kernel_commands": kernel_commands,
-    })
+    }))
     return EXIT_OK
 
 
-def _environment_or_refusal(torch: Any, capability: str | None, device: str | None) -> dict[str, Any]:
-    """This process's environment, or why no artifact is built here: {"unusable"}, {"skipped"},
-    {"no_gpu"} or {"cannot_compile"}."""
+def _environment_or_refusal(
+    torch: Any, capability: str | None, device: str | None
+) -> tuple[dict[str, Any], ChildResult | None]:
+    """This process's environment, and why no artifact is built here (or None): this torch cannot
+    make trustworthy artifacts, the machine cannot run the capability, has no usable GPU, or
+    cannot build C++ kernels."""
     unsupported = supported_torch_problem(torch.__version__)
     if unsupported:
-        return {"unusable": unsupported}
+        return {}, ChildResult("unusable", unsupported)
     try:  # without a key no artifact can be trusted
         environment = _environment(torch)
     except Exception as exc:
-        return {"unusable": f"cannot compute the environment key with torch {torch.__version__}: {exc!r}"}
-    if str(environment["env"].get("gpu") or "").startswith("unidentified"):
-        return {"unusable": f"cannot name this machine's GPU for the environment key ({environment['env']['gpu']})"}
+        return {}, ChildResult("unusable", f"cannot compute the environment key with torch {torch.__version__}: {exc!r}")
+    env = environment["env"]
+    if str(env.get("gpu") or "").startswith("unidentified"):
+        return environment, ChildResult("unusable", f"cannot name this machine's GPU for the environment key ({env['gpu']})")
     if device == "cuda":
         no_gpu = gpu_problem(torch)
         if no_gpu:
-            return {"no_gpu": no_gpu}
-    elif not environment["env"].get("gpu"):  # CPU work: Inductor compiles C++ kernels
+            return environment, ChildResult("no_gpu", no_gpu)
+    elif not env.get("gpu"):  # CPU work: Inductor compiles C++ kernels
         cannot = compile_problem()
         if cannot:
-            return {"cannot_compile": cannot}
-    unrunnable = capability and capability_problem(capability, environment["env"])
+            return environment, ChildResult("cannot_compile", cannot)
+    unrunnable = capability and capability_problem(capability, env)
     if unrunnable:
-        return {"skipped": unrunnable}
-    return environment
+        return environment, ChildResult("skipped", unrunnable)
+    return environment, None
 
 
 def compile_problem() -> str | None:
@@ -134,13 +136,9 @@ def compile_problem() -> str | None:
 
 def _cannot_compile_cause(exc: BaseException | None) -> str | None:
     """Why there is no C++ compiler, when the error is torch's InvalidCxxCompiler (or wraps it)."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if type(exc).__name__ == "InvalidCxxCompiler" or "InvalidCxxCompiler" in str(exc):
-            message = str(exc).split("InvalidCxxCompiler:", 1)[-1].strip()
-            return message or "no working C++ compiler"
-        exc = exc.__cause__ or exc.__context__
+    for link in work.causes(exc):
+        if type(link).__name__ == "InvalidCxxCompiler" or "InvalidCxxCompiler" in str(link):
+            return str(link).split("InvalidCxxCompiler:", 1)[-1].strip() or "no working C++ compiler"
     return None
 
 
@@ -150,7 +148,7 @@ def supported_torch_problem(version: str) -> str | None:
     if found and (int(found[1]), int(found[2])) < OLDEST_TORCH:
         return f"torch {version} is older than {OLDEST_TORCH[0]}.{OLDEST_TORCH[1]}, the oldest hatch-precompile supports"
     if found and (int(found[1]), int(found[2])) > NEWEST_TESTED:
-        child.emit("note", text=(
+        work.emit("note", text=(
             f"torch {version} is newer than {NEWEST_TESTED[0]}.{NEWEST_TESTED[1]}, the newest tested: what "
             "hatch-precompile reads of torch is feature-detected, and load() checks the artifacts as always"
         ))
@@ -172,13 +170,10 @@ def gpu_problem(torch: Any) -> str | None:
 
 def _no_gpu_cause(torch: Any, exc: BaseException | None) -> str | None:
     """Why there is no GPU, when a workload failed for want of one (its error speaks of CUDA)."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        text = str(exc).lower()
+    for link in work.causes(exc):
+        text = str(link).lower()
         if "cuda" in text or "nvidia" in text:
             return gpu_problem(torch)
-        exc = exc.__cause__ or exc.__context__
     return None
 
 

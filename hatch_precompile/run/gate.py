@@ -11,8 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 
-from hatch_precompile.protocol import GLOBAL_SWITCH, package_switch
-from hatch_precompile.run import preferences
+from hatch_precompile.run import preferences, variables
 
 OFF_VALUES = frozenset({"0", "false", "no", "off"})
 ON_VALUES = frozenset({"1", "true", "yes", "on"})
@@ -37,10 +36,7 @@ def decide(
     lookup follow ``VIRTUAL_ENV`` out of an isolated build env (see preferences.candidates).
     """
     env = os.environ if environ is None else environ
-    for var in (package_switch(name), GLOBAL_SWITCH):
-        raw = env.get(var, "").strip()
-        if not raw:
-            continue
+    for var, raw in variables.switches(name, env):
         value = raw.lower()
         if value in OFF_VALUES:
             return False, f"{var}={raw}"

@@ -15,8 +15,8 @@ import warnings
 
 from pathlib import Path
 
-from hatch_precompile.protocol import BUILDING_VAR, CACHE_DIR_VAR, NO_SPEEDUPS_VAR
-from hatch_precompile.run import artifacts, envkey, gate, install, patching, standin
+from hatch_precompile.protocol import CACHE_DIR_VAR
+from hatch_precompile.run import artifacts, envkey, gate, install, standin, touchpoints, variables
 
 log = logging.getLogger("hatch_precompile")
 
@@ -90,7 +90,7 @@ def _warn_once(message: str, stacklevel: int) -> None:
 
 def disabled_reason(package: str) -> str | None:
     """Why loading is off for ``package`` (a quiet skip), or None."""
-    if os.environ.get(BUILDING_VAR):
+    if variables.building():
         return "a precompile workload is running"
     try:
         enabled, why = gate.decide(package, default=True)
@@ -112,12 +112,12 @@ def _load(package: str) -> LoadResult:
     notes = tuple(standin.apply(found.manifest))
     for note in notes:  # what this process will compile anyway, said before it happens
         _warn_once(f"hatch-precompile: {package}'s precompiled caches are installed, but {note}", 4)
-    patching.after_import(patching.CODECACHE, _follow_cache_dir)
+    touchpoints.after_import(touchpoints.CODECACHE, _follow_cache_dir)
     if found.manifest.env.get("gpu"):
         from hatch_precompile.run import tuned_configs
 
         tuned_configs.apply()
-    if found.manifest.kernels and not os.environ.get(NO_SPEEDUPS_VAR):
+    if found.manifest.kernels:
         from hatch_precompile.run import machine, speedups
 
         speedups.apply(found.manifest, machine.cpu_features())

@@ -30,7 +30,8 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from hatch_precompile.protocol import PREFERENCES_VAR, canonical_name
+from hatch_precompile.protocol import canonical_name
+from hatch_precompile.run import variables
 
 FILENAME = "hatch-precompile.toml"
 KEY = "enable"
@@ -42,17 +43,15 @@ class PreferencesError(ValueError):
 
 def path(environ: Mapping[str, str] | None = None) -> Path:
     """The file of this environment: the one the CLI edits."""
-    env = os.environ if environ is None else environ
-    explicit = env.get(PREFERENCES_VAR, "").strip()
+    explicit = variables.preferences_file(environ)
     return Path(explicit) if explicit else Path(sys.prefix) / FILENAME
 
 
 def candidates(environ: Mapping[str, str] | None = None, build: bool = False) -> list[Path]:
     """Files to look at, in order; the first that exists is the one used."""
-    env = os.environ if environ is None else environ
-    found = [path(env)]
-    venv = env.get("VIRTUAL_ENV", "").strip()
-    if build and not env.get(PREFERENCES_VAR, "").strip() and venv:
+    found = [path(environ)]
+    venv = variables.virtual_env(environ)
+    if build and not variables.preferences_file(environ) and venv:
         # `python -m build` runs the backend in its own venv; the user's is still VIRTUAL_ENV.
         if os.path.realpath(venv) != os.path.realpath(sys.prefix):
             found.append(Path(venv) / FILENAME)

@@ -24,9 +24,9 @@ accepts the flags (asked with an empty translation unit, ~10 ms, unless it is th
 compiler). Torch's library side of the probe (its Sleef symbols) is proven by the build, which
 ran the same torch. Any other probe runs as usual; so does every probe when no set was loaded.
 
-All are patched lazily through patching.py, when the Inductor module is first imported, so
-that `import package` does not pay for importing Inductor; if torch's internals are not what we
-expect, nothing is patched and torch behaves as usual (only slower).
+Each hooks into a touchpoint of run/touchpoints.py, when the Inductor module is first imported,
+so that `import package` does not pay for importing Inductor; if torch's internals are not what
+we expect, nothing is hooked and torch behaves as usual (only slower).
 """
 
 from __future__ import annotations
@@ -40,14 +40,11 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from hatch_precompile.protocol import Manifest
-from hatch_precompile.run import envkey, patching, usercache
+from hatch_precompile.run import envkey, touchpoints, usercache
 
-VEC_ISA = "torch._inductor.cpu_vec_isa"
-_MARK = "_hatch_precompile_patched"
 _pending = threading.local()
 # Probes loaded sets vouch for: flags (as a set of words) -> the build compilers' --version lines.
 _vouched: dict[frozenset[str], set[str]] = {}
@@ -61,9 +58,13 @@ def apply(manifest: Manifest | None = None, cpu: frozenset[str] | None = None) -
         for flags, features in manifest.probes.items():
             if all(f.lower() in cpu for f in features):
                 _vouched.setdefault(frozenset(flags.split()), set()).add(str((manifest.compiler or {}).get("version")))
-    patching.on_codecache_write(_note_built_kernel)
-    patching.after_import(patching.CODECACHE, _patch_codecache)
-    patching.after_import(VEC_ISA, _patch_vec_isa)
+    touchpoints.wrap(touchpoints.CODECACHE, "write", after=_note_built_kernel)
+    touchpoints.wrap(touchpoints.CODECACHE, "_precompile_header", instead=_skip_header_when_built)
+    # Inductor hashes torch's whole source tree (torch_key, 0.3-0.7 s here) before the first
+    # cache lookup; torch offers to start that in a background thread (hashlib drops the GIL).
+    touchpoints.call(touchpoints.CODECACHE, "torch_key.prefetch")
+    touchpoints.wrap(touchpoints.VEC_ISA, "VecISA.check_build", instead=_vouched_probe, after=_note_probe)
+    touchpoints.wrap(touchpoints.VEC_ISA, "VecISA._probe_load", instead=_remembered_probe, after=_remember_probe)
 
 
 def passed_probes() -> list[str]:
@@ -78,53 +79,21 @@ def _note_built_kernel(arguments: dict[str, Any], result: Any) -> None:
         _pending.binary_exists = isinstance(path, str) and os.path.exists(path[: -len("cpp")] + "so")
 
 
-def _patch_codecache(codecache: ModuleType) -> None:
-    precompile_header = getattr(codecache, "_precompile_header", None)
-    if not callable(precompile_header) or getattr(precompile_header, _MARK, False):
-        return
-
-    def precompile_header_unless_built(*args: Any, **kwargs: Any) -> Any:
-        if getattr(_pending, "binary_exists", False):
-            _pending.binary_exists = False
-            return None  # no `-include <pch>`: nothing will be compiled with it
-        return precompile_header(*args, **kwargs)
-
-    # Inductor hashes torch's whole source tree (torch_key, 0.3-0.7 s here) before the first
-    # cache lookup; torch offers to start that in a background thread (hashlib drops the GIL).
-    prefetch = getattr(getattr(codecache, "torch_key", None), "prefetch", None)
-    if callable(prefetch):
-        prefetch()
-
-    setattr(precompile_header_unless_built, _MARK, True)
-    codecache._precompile_header = precompile_header_unless_built
+def _skip_header_when_built(arguments: dict[str, Any]) -> Any:
+    if getattr(_pending, "binary_exists", False):
+        _pending.binary_exists = False
+        return None  # no `-include <pch>`: nothing will be compiled with it
+    return touchpoints.PASS
 
 
-def _patch_vec_isa(cpu_vec_isa: ModuleType) -> None:
-    _patch_check_build(cpu_vec_isa)
-    _patch_probe_load(cpu_vec_isa)
+def _vouched_probe(arguments: dict[str, Any]) -> Any:
+    return True if vouches(arguments["self"].build_arch_flags()) else touchpoints.PASS
 
 
-def _patch_check_build(cpu_vec_isa: ModuleType) -> None:
-    vec_isa = cpu_vec_isa.VecISA
-    check_build = vec_isa.check_build
-    if getattr(check_build, _MARK, False):
-        return
-
-    def check_build_unless_vouched(self: Any, *args: Any, **kwargs: Any) -> Any:
-        flags = None
-        try:
-            flags = self.build_arch_flags()
-            if vouches(flags):
-                return True
-        except Exception:  # never let the shortcut fail the probe it shortcuts
-            pass
-        passed = check_build(self, *args, **kwargs)
-        if isinstance(flags, str):
-            _probed[flags] = passed is True
-        return passed
-
-    setattr(check_build_unless_vouched, _MARK, True)
-    vec_isa.check_build = check_build_unless_vouched
+def _note_probe(arguments: dict[str, Any], passed: Any) -> None:
+    flags = arguments["self"].build_arch_flags()
+    if isinstance(flags, str):
+        _probed[flags] = passed is True
 
 
 def vouches(arch_flags: Any) -> bool:
@@ -152,31 +121,22 @@ def _accepts(compiler: str, flags: tuple[str, ...]) -> bool:
     return proc.returncode == 0
 
 
-def _patch_probe_load(cpu_vec_isa: ModuleType) -> None:
-    vec_isa = getattr(cpu_vec_isa, "VecISA", None)
-    probe = getattr(vec_isa, "_probe_load", None)
-    if not callable(probe) or getattr(probe, _MARK, False):
-        return
+def _probe_library(arguments: dict[str, Any]) -> Any:
+    return arguments.get("output_path", next((v for k, v in arguments.items() if k != "self"), None))
 
-    def probe_once(self: Any, *args: Any, **kwargs: Any) -> Any:
-        library = args[0] if args else kwargs.get("output_path")
-        try:
-            marker = _probe_marker(library) if isinstance(library, str) else None
-        except Exception:  # never let the shortcut fail the probe it shortcuts
-            marker = None
-        if marker is not None and marker.is_file():
-            return True
-        ok = probe(self, *args, **kwargs)
-        if ok is True and marker is not None:
-            try:
-                marker.parent.mkdir(parents=True, exist_ok=True)
-                marker.touch()
-            except OSError:
-                pass
-        return ok
 
-    setattr(probe_once, _MARK, True)
-    vec_isa._probe_load = probe_once
+def _remembered_probe(arguments: dict[str, Any]) -> Any:
+    library = _probe_library(arguments)
+    marker = _probe_marker(library) if isinstance(library, str) else None
+    return True if marker is not None and marker.is_file() else touchpoints.PASS
+
+
+def _remember_probe(arguments: dict[str, Any], ok: Any) -> None:
+    library = _probe_library(arguments)
+    marker = _probe_marker(library) if ok is True and isinstance(library, str) else None
+    if marker is not None:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
 
 
 def _probe_marker(library: str) -> Path | None:

@@ -17,24 +17,20 @@ them differ between machines without changing what the shipped graphs compute:
   computed with the build's value, and relocate.py renames the kernels for this compiler's command
   line. The kernels that do compile here (a miss) are compiled by this process's compiler.
 
-Each patch runs at import of its torch module (patching.py), once, and fails safe: if torch's
-internals are not what we expect, the graphs miss and compile as usual.
+Both go through run/touchpoints.py, at import of their torch module, once, failing safe: if
+torch's internals are not what we expect, the graphs miss and compile as usual.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from types import ModuleType
 from typing import Any
 
 from hatch_precompile.protocol import Manifest
-from hatch_precompile.run import envkey, patching
+from hatch_precompile.run import envkey, touchpoints
 
-CONFIG = "torch._inductor.config"
 DYNAMIC_THREADS_VAR = "TORCHINDUCTOR_CPP_DYNAMIC_THREADS"
-_MARK = "_hatch_precompile_patched"
-_settings: dict[str, Any] = {}
 _built_compiler: dict[str, Any] = {}
 
 
@@ -47,21 +43,11 @@ def apply(manifest: Manifest) -> list[str]:
                 notes.append(f"{DYNAMIC_THREADS_VAR}={os.environ[DYNAMIC_THREADS_VAR]} here, and the graphs "
                              "were compiled with dynamic threads: they will compile again")
             continue
-        _settings.setdefault(name, value)
-    if _settings:
-        patching.after_import(CONFIG, _apply_settings)
+        touchpoints.set_config(touchpoints.CONFIG, name, value)
     built = manifest.compiler or {}
     if built.get("config") is not None:
         notes.extend(_compiler_notes(built))
     return notes
-
-
-def _apply_settings(config: ModuleType) -> None:
-    for name, value in _settings.items():
-        section, _, field = name.rpartition(".")
-        target = getattr(config, section) if section else config
-        if hasattr(target, field):  # a setting this torch does not have is left alone
-            setattr(target, field, value)
 
 
 def _compiler_notes(built: dict[str, Any]) -> list[str]:
@@ -76,25 +62,10 @@ def _compiler_notes(built: dict[str, Any]) -> list[str]:
                 f"{built.get('command')}): {what} again"]
     _built_compiler.setdefault("config", built["config"])
     _built_compiler.setdefault("family", built["family"])
-    patching.after_import(patching.CODECACHE, _patch_hash_details)
+    # After torch made the key's details: a hook that raises leaves them as torch made them.
+    touchpoints.wrap(touchpoints.CODECACHE, "FxGraphHashDetails.__init__",
+                     after=lambda arguments, _: agree_compiler(arguments["self"].inductor_config))
     return []
-
-
-def _patch_hash_details(codecache: ModuleType) -> None:
-    details = codecache.FxGraphHashDetails
-    original = details.__init__
-    if getattr(original, _MARK, False):
-        return
-
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        try:
-            agree_compiler(self.inductor_config)
-        except Exception:  # the key stays as torch made it: a miss, never a wrong hit
-            pass
-
-    setattr(__init__, _MARK, True)
-    details.__init__ = __init__
 
 
 def agree_compiler(inductor_config: dict[str, Any]) -> None:

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import io
-import os
 import re
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.protocol import TORCHSCRIPT_DIR_VAR
-from hatch_precompile.run import artifacts, loader
+from hatch_precompile.run import artifacts, loader, variables
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
@@ -28,7 +26,7 @@ def save_torchscript(name: str, module: Any) -> Path | None:
     returns None, so workloads can call it unconditionally.
     """
     _check_name(name)
-    directory = os.environ.get(TORCHSCRIPT_DIR_VAR)
+    directory = variables.torchscript_dir()
     if not directory:
         return None
     import torch

@@ -6,23 +6,20 @@ its source had at build time. On a hit, Inductor looks for the kernel's tuned co
 multi-config kernel would be benchmarked again in the first process (Mega-Cache has the same
 miss). The ``.best_config`` files are shipped in this cache dir's layout (``<cache>/<xx>/``);
 pointing the kernel at that dir, where its own source is written at the hit, makes the tuned
-config found. Patched lazily, failing safe: if torch's internals differ, the kernel is tuned again.
+config found. Hooked in through run/touchpoints.py, failing safe: if torch's internals differ,
+the kernel is tuned again.
 """
 
 from __future__ import annotations
 
 import os
-from types import ModuleType
 from typing import Any
 
-from hatch_precompile.run import patching
-
-TRITON_HEURISTICS = "torch._inductor.runtime.triton_heuristics"
-_MARK = "_hatch_precompile_patched"
+from hatch_precompile.run import touchpoints
 
 
 def apply() -> None:
-    patching.after_import(TRITON_HEURISTICS, _patch)
+    touchpoints.wrap(touchpoints.TRITON_HEURISTICS, "CachingAutotuner.recheck_autotune_cache", before=_in_cache_dir)
 
 
 def in_cache_dir(filename: Any, cache_dir: str) -> Any:
@@ -33,20 +30,8 @@ def in_cache_dir(filename: Any, cache_dir: str) -> Any:
     return os.path.join(cache_dir, os.path.basename(subdir), name)
 
 
-def _patch(module: ModuleType) -> None:
-    autotuner = module.CachingAutotuner
-    original = autotuner.recheck_autotune_cache
-    if getattr(original, _MARK, False):
-        return
+def _in_cache_dir(arguments: dict[str, Any]) -> None:
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
 
-    def recheck_autotune_cache(self: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            from torch._inductor.runtime.cache_dir_utils import cache_dir
-
-            self.filename = in_cache_dir(self.filename, cache_dir())
-        except Exception:  # the kernel keeps its recorded path and is tuned again
-            pass
-        return original(self, *args, **kwargs)
-
-    setattr(recheck_autotune_cache, _MARK, True)
-    autotuner.recheck_autotune_cache = recheck_autotune_cache
+    autotuner = arguments["self"]
+    autotuner.filename = in_cache_dir(autotuner.filename, cache_dir())

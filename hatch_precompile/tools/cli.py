@@ -24,9 +24,9 @@ from typing import Any
 
 from hatch_precompile import __version__
 from hatch_precompile.protocol import (
-    DEFAULT_TIMEOUT, EXIT_FOUND, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, GLOBAL_SWITCH, PREFERENCES_VAR, WORKLOAD,
+    DEFAULT_TIMEOUT, EXIT_FOUND, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PREFERENCES_VAR, WORKLOAD,
 )
-from hatch_precompile.run import gate, preferences, usercache
+from hatch_precompile.run import gate, preferences, usercache, variables
 from hatch_precompile.tools import switches, targets
 
 
@@ -282,7 +282,7 @@ def cmd_switch(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     file = preferences.path()
-    source = f"from {PREFERENCES_VAR}" if os.environ.get(PREFERENCES_VAR, "").strip() else "sys.prefix"
+    source = f"from {PREFERENCES_VAR}" if variables.preferences_file() else "sys.prefix"
     _say(f"preferences file: {file} ({source}; {'exists' if file.is_file() else 'does not exist'})")
     if file.is_file():
         try:
@@ -293,8 +293,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             _say(f"  [{key}] enable = {'true' if value else 'false'}")
         if not entries:
             _say("  (no package switches)")
-    variables = sorted(k for k in os.environ if k == GLOBAL_SWITCH or k.startswith(GLOBAL_SWITCH + "_"))
-    _say("environment switches: " + (", ".join(f"{k}={os.environ[k]}" for k in variables) or "none"))
+    switches_set = variables.all_switches()
+    _say("environment switches: " + (", ".join(f"{k}={v}" for k, v in switches_set.items()) or "none"))
     base = usercache.base_dir()
     _say(f"per-user cache (hatch-precompile warm): {base}")
     if base is not None and base.is_dir():

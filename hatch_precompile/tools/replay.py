@@ -2,8 +2,8 @@
 
 Started with an empty, private ``TORCHINDUCTOR_CACHE_DIR`` and without
 ``HATCH_PRECOMPILE_BUILDING`` (which would turn ``load()`` into a no-op): the process a user of
-the package gets. Measures each workload as the build does (build/observe.py) and writes
-``result.json`` into the spec's ``out`` dir.
+the package gets. Measures each workload as the build does (child/observe.py) and writes its
+ChildResult into the spec's ``out`` dir.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import json
 import os
 from pathlib import Path
 
-from hatch_precompile.build import child, observe
-from hatch_precompile.protocol import CACHE_DIR_VAR, EXIT_OK, EXIT_WORKLOAD_FAILED
+from hatch_precompile.child import observe, work
+from hatch_precompile.protocol import CACHE_DIR_VAR, EXIT_OK, EXIT_WORKLOAD_FAILED, ChildResult
 
 
 def main(argv: list[str]) -> int:
@@ -33,24 +33,20 @@ def main(argv: list[str]) -> int:
         # package through importlib.resources, which imports it.
         importlib.import_module(package)
     except BaseException as exc:
-        child.write_result(out, {"error": child.failure(f"import {package}", exc)})
+        work.write_result(out, ChildResult("failed", failure=work.failure(f"import {package}", exc)))
         return EXIT_WORKLOAD_FAILED
     status = loader.load(package)
     kernels_installed, _ = observe.cache_usage(cache_dir)
 
-    workloads = []
-    for name in spec["workloads"]:
-        try:
-            record = observer.measure(name, child.resolve(name))
-        except BaseException as exc:
-            child.write_result(out, {"error": child.failure(name, exc)})
-            return EXIT_WORKLOAD_FAILED
+    workloads, failed = work.run_workloads(spec["workloads"], observer.measure)
+    for record in workloads:
         record["kernels_compiled"] = record.pop("kernels")
-        workloads.append(record)
-    child.write_result(out, {
+    if failed is not None:
+        work.write_result(out, ChildResult("failed", failure=failed, workloads=workloads))
+        return EXIT_WORKLOAD_FAILED
+    work.write_result(out, ChildResult("ok", workloads=workloads, data={
         "load": {"loaded": status.loaded, "reason": status.reason, "installed": status.installed,
                  "present": status.present},
         "kernels_installed": kernels_installed,
-        "workloads": workloads,
-    })
+    }))
     return EXIT_OK

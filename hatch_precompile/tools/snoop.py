@@ -20,7 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
-from hatch_precompile.build import child, pitfalls
+from hatch_precompile.child import pitfalls, runner
 from hatch_precompile.protocol import BUILDING_VAR, CACHE_DIR_VAR, TORCHSCRIPT_DIR_VAR
 
 PROGRAM = "(program)"
@@ -60,27 +60,24 @@ def parse_command(command: list[str]) -> tuple[str, dict[str, Any]]:
 
 
 def run(command: list[str], cache_dir: str | None, say: Callable[[str], None]) -> dict[str, Any]:
-    """Run the program observed; the child's raw result."""
+    """Run the program observed; what the child reported."""
     python, target = parse_command(command)
     with tempfile.TemporaryDirectory(prefix="hatch-precompile-snoop-") as tmp:
-        work = Path(tmp)
-        (work / "out").mkdir()
-        spec = work / "spec.json"
-        spec.write_text(json.dumps({"target": target, "out": str(work / "out")}))
         env = {k: v for k, v in os.environ.items() if k not in (BUILDING_VAR, TORCHSCRIPT_DIR_VAR)}
-        env[CACHE_DIR_VAR] = cache_dir or str(work / "cache")
+        env[CACHE_DIR_VAR] = cache_dir or str(Path(tmp) / "cache")
         say(f"snoop: running {' '.join(command)} with "
             + (f"the cache dir {cache_dir}" if cache_dir else "an empty Inductor cache dir"))
-        # The program's own output goes to stderr, so that stdout stays the report (--json).
-        proc = child.start(python, "hatch_precompile.tools.snoop_child", spec, env, stdout=2, stderr=None)
+        # The program's own output goes to stderr, so that stdout stays the report (--json). A
+        # program runs as long as it runs: no timeout (an interrupt stops it and all it started).
+        job = runner.Job("hatch_precompile.tools.snoop_child", {"target": target}, "snoop", say,
+                         relay=lambda line: print(line, file=sys.stderr, flush=True))
         try:
-            proc.wait()
-        except KeyboardInterrupt:
-            child.kill_group(proc)
-            raise
-        result = child.read_result(work / "out")
-    if "graphs" not in result:
-        raise SnoopError(f"the snoop process exited with code {proc.returncode} before reporting")
+            child = runner.run(job, Path(tmp), python, env)
+        except runner.ChildError as exc:
+            raise SnoopError(f"the snoop process stopped before reporting: {exc.detail}") from None
+    if child.status != "ok" or len(child.workloads) != 1:
+        raise SnoopError(f"the snoop process reported {child.status}: {child.detail}")
+    result = {**child.data, **child.workloads[0]}
     result["command"] = command
     result["fresh_cache"] = cache_dir is None
     return result

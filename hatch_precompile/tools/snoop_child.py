@@ -2,7 +2,7 @@
 
 Started with a private, empty ``TORCHINDUCTOR_CACHE_DIR`` (unless ``--cache-dir``), so that a
 graph served from a cache can only have come from a package's precompiled artifacts. Installs the
-build's observers (build/observe.py) and the signature recorder, runs the program as Python would
+build's observers (child/observe.py) and the signature recorder, runs the program as Python would
 (a script, ``-m module``, ``-c code`` or a console script) and, however it ends, writes what it
 compiled into the spec's ``out`` dir.
 """
@@ -18,8 +18,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.build import child, observe
-from hatch_precompile.protocol import CACHE_DIR_VAR, EXIT_OK
+from hatch_precompile.child import observe, work
+from hatch_precompile.protocol import CACHE_DIR_VAR, EXIT_OK, ChildResult
 
 
 def main(argv: list[str]) -> int:
@@ -44,7 +44,7 @@ def main(argv: list[str]) -> int:
     owners = _owners()
     for graph in record["graphs"]:
         graph["distribution"] = owners(graph.get("location"))
-    child.write_result(out, {**ended, **record, "loads": _loads(owners)})
+    work.write_result(out, ChildResult("ok", workloads=[record], data={**ended, "loads": _loads(owners)}))
     return EXIT_OK
 
 

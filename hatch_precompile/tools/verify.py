@@ -8,16 +8,14 @@ misses and bypasses, and new kernel binaries (each one a g++ run). Any miss fail
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from hatch_precompile.build import child
-from hatch_precompile.protocol import BUILDING_VAR, CACHE_DIR_VAR, EXIT_WORKLOAD_FAILED, TORCHSCRIPT_DIR_VAR
+from hatch_precompile.child import runner
+from hatch_precompile.protocol import BUILDING_VAR, CACHE_DIR_VAR, TORCHSCRIPT_DIR_VAR
 
 
 class VerifyError(Exception):
@@ -25,30 +23,28 @@ class VerifyError(Exception):
 
 
 def run(package: str, workloads: list[str], timeout: float, say: Callable[[str], None]) -> dict[str, Any]:
-    """The child's result.json, plus ``misses``: one line per thing that was compiled here."""
+    """What the child measured (load(), workloads), plus ``misses``: one line per thing compiled here."""
     with tempfile.TemporaryDirectory(prefix="hatch-precompile-verify-") as tmp:
         work = Path(tmp)
         (work / "cache").mkdir()
-        (work / "out").mkdir()
-        spec = work / "spec.json"
-        spec.write_text(json.dumps({"package": package, "workloads": workloads, "out": str(work / "out")}))
         env = {k: v for k, v in os.environ.items() if k not in (BUILDING_VAR, TORCHSCRIPT_DIR_VAR)}
         env[CACHE_DIR_VAR] = str(work / "cache")
         say(f"verify {package}: load(), then {len(workloads)} workload(s) in a fresh process "
             "with an empty Inductor cache dir")
         # The workloads' own output goes to stderr, so that stdout stays the report (--json).
-        proc = child.start(sys.executable, "hatch_precompile.tools.replay", spec, env, stdout=2, stderr=None)
+        job = runner.Job("hatch_precompile.tools.replay", {"package": package, "workloads": workloads}, "verify",
+                         say, relay=lambda line: print(line, file=sys.stderr, flush=True), timeout=timeout)
         try:
-            returncode = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            child.kill_group(proc)
-            raise VerifyError(f"the workloads did not finish within {timeout:g} s (--timeout)") from None
-        result = child.read_result(work / "out")
-    if returncode == EXIT_WORKLOAD_FAILED and "error" in result:
-        error = result["error"]
-        raise VerifyError(f"{error['workload']} failed:\n{error['traceback']}")
-    if returncode != 0 or "load" not in result:
-        raise VerifyError(f"the verify process exited with code {returncode}")
+            child = runner.run(job, work, env=env)
+        except runner.ChildError as exc:
+            if exc.detail.startswith("timed out"):
+                raise VerifyError(f"the workloads did not finish within {timeout:g} s (--timeout)") from None
+            raise VerifyError(f"the verify process stopped: {exc.detail}") from None
+    if child.status == "failed" and child.failure is not None:
+        raise VerifyError(f"{child.failure.workload} failed:\n{child.failure.traceback}")
+    result = {**child.data, "workloads": child.workloads}
+    if child.status != "ok" or "load" not in result:
+        raise VerifyError(f"the verify process reported {child.status}: {child.detail}")
     result["misses"] = misses(package, result)
     result["unknown"] = unknown(result)
     return result

@@ -41,6 +41,7 @@ class _NoSignature:
 
 
 def _codecache(module):
+    _codecache_hash_details(module)
     if "write-signature" in BROKEN:
         module.write = _NoSignature(module.write)
     if "precompile-header" in BROKEN and hasattr(module, "_precompile_header"):
@@ -69,6 +70,42 @@ def _vec_isa(module):
             return original(self, *args, **kwargs)
 
         module.VecISA._probe_load = _probe_load
+
+
+def _convert_frame(module):
+    if "dynamo-compile" in BROKEN:
+        original = module._compile
+
+        def _compile(*args, hook_free=True, **kwargs):  # another signature than observe reads
+            return original(*args, **kwargs)
+
+        module._compile = _compile
+
+
+def _cpp_builder(module):
+    if "compile-command" in BROKEN:
+        original = module.run_compile_cmd
+
+        def run_compile_cmd(cmd, cwd):  # the command under another name
+            return original(cmd, cwd)
+
+        module.run_compile_cmd = run_compile_cmd
+
+
+def _codecache_hash_details(module):
+    if "hash-details" in BROKEN:
+        details = module.FxGraphHashDetails
+        original = details.__init__
+
+        def __init__(self, *args, salt=None, **kwargs):  # another signature than standin reads
+            original(self, *args, **kwargs)
+
+        details.__init__ = __init__
+
+
+def _triton_heuristics(module):
+    if "autotune-recheck" in BROKEN and hasattr(module, "CachingAutotuner"):
+        module.CachingAutotuner.recheck_autotune_cache = _raise
 
 
 def _dynamo_utils(module):
@@ -101,6 +138,9 @@ def _backends_cpu(module):
 
 PATCHES = {
     "torch._inductor.codecache": _codecache,
+    "torch._dynamo.convert_frame": _convert_frame,
+    "torch._inductor.cpp_builder": _cpp_builder,
+    "torch._inductor.runtime.triton_heuristics": _triton_heuristics,
     "torch._inductor.cpu_vec_isa": _vec_isa,
     "torch._dynamo.utils": _dynamo_utils,
     "torch._logging": _torch_logging,

@@ -1,6 +1,7 @@
 """What a workload compiled, observed from inside the process that runs it.
 
-Shared by the build's child (worker.py) and ``verify``'s (tools/replay.py): per workload,
+Shared by the build's child (build/worker.py), ``verify``'s (tools/replay.py) and ``snoop``'s
+(tools/snoop_child.py): per workload,
 torch's counters, each graph compiled with its seconds and source location (compilation
 metrics), recompiles, kernels built and bytes of cache; in the build also graph breaks and
 float64 nodes, read from torch's logs, and each CPU kernel's compiler command (for relocation).
@@ -10,14 +11,13 @@ All of it is observation only: an observer that breaks records less, never fails
 from __future__ import annotations
 
 import ast
-import inspect
 import logging
 import os
 import re
 import time
 from typing import Any, Callable
 
-from hatch_precompile.run import patching
+from hatch_precompile.run import touchpoints
 
 
 class Observer:
@@ -95,7 +95,7 @@ def record_kernel_commands() -> dict[str, tuple[str, str]]:
         ):
             recorded[result[0]] = (extension, extra)
 
-    patching.on_codecache_write(note)
+    touchpoints.wrap(touchpoints.CODECACHE, "write", after=note)
     return recorded
 
 
@@ -220,23 +220,7 @@ class Signatures:
 
     def __init__(self) -> None:
         self.by_id: dict[str, dict[str, Any]] = {}
-        patching.after_import("torch._dynamo.convert_frame", self._wrap)
-
-    def _wrap(self, convert_frame: Any) -> None:
-        original = getattr(convert_frame, "_compile", None)
-        if not callable(original) or getattr(original, "_hatch_precompile_patched", False):
-            return
-        signature = inspect.signature(original)
-
-        def _compile(*args: Any, **kwargs: Any) -> Any:
-            try:
-                self._note(signature.bind(*args, **kwargs).arguments)
-            except Exception:  # an observer never breaks a compile
-                pass
-            return original(*args, **kwargs)
-
-        _compile._hatch_precompile_patched = True  # type: ignore[attr-defined]
-        convert_frame._compile = _compile
+        touchpoints.wrap(touchpoints.CONVERT_FRAME, "_compile", before=self._note)
 
     def _note(self, arguments: dict[str, Any]) -> None:
         import torch

@@ -1,6 +1,6 @@
 """Performance pitfalls in what a workload or program compiled, each with a one-line fix.
 
-Lux's pitfalls page in torch terms, read from what build/observe.py records: float64 where the
+Lux's pitfalls page in torch terms, read from what child/observe.py records: float64 where the
 model is float32 (spurious type promotion), graph breaks from ``.item()``, ``.tolist()``,
 ``print`` or data-dependent control flow (the scalar-indexing trap), and recompiles from changing
 shapes, dtypes or Python scalars (type instabilities). Used by ``snoop`` and by the build's

@@ -1,0 +1,221 @@
+"""Every place hatch-precompile touches torch's internals, owned here: lazily, once, failing safe.
+
+A touchpoint is a function or method of torch's that is wrapped, or a setting that is set, right
+after its module is first imported (so that ``import pkg`` does not pay for importing Inductor).
+The features hook into them; this module is the only one that replaces anything of torch's:
+
+=======================  ===============================================  ==============================
+touchpoint               torch's                                          who hooks in, and why
+=======================  ===============================================  ==============================
+``write``                ``_inductor.codecache.write``                    build: each kernel's command
+                                                                          line (child/observe.py);
+                                                                          load: which kernels are built
+                                                                          (run/speedups.py)
+``precompile-header``    ``_inductor.codecache._precompile_header``       skip the header for a built
+                                                                          kernel (speedups)
+``torch-key``            ``_inductor.codecache.torch_key.prefetch``       hash torch's sources in the
+                                                                          background (speedups)
+``check-build``          ``_inductor.cpu_vec_isa.VecISA.check_build``     answer ISA probes a shipped
+                                                                          set proved (speedups)
+``probe-load``           ``_inductor.cpu_vec_isa.VecISA._probe_load``     remember passed probes (speedups)
+``autotune-recheck``     ``..triton_heuristics.CachingAutotuner``         find shipped tuned configs
+                         ``.recheck_autotune_cache``                      (run/tuned_configs.py)
+``hash-details``         ``_inductor.codecache.FxGraphHashDetails``       a stand-in compiler's key
+                         ``.__init__``                                    (run/standin.py)
+``inductor-config``      ``_inductor.config`` (``cpp.dynamic_threads``)   the set's settings (standin)
+``compile-command``      ``_inductor.cpp_builder.run_compile_cmd``        build: portable kernels, their
+                                                                          flags (build/isa.py)
+``dynamo-compile``       ``_dynamo.convert_frame._compile``               build, verify, snoop: each
+                                                                          graph's call (child/observe.py)
+=======================  ===============================================  ==============================
+
+A wrapper takes any signature and passes every call through; a hook sees the call's arguments by
+name (defaults filled in; none when the signature cannot be read) and may, before the call,
+replace some (``before``), answer it in place of torch (``instead``, returning anything but
+``PASS``), or look at the result (``after``). A hook that raises is as if it had not run: it can
+slow torch down, never break a compile. What is not where we expect it is left alone.
+``HATCH_PRECOMPILE_NO_PATCHES=1`` (or its older name ``HATCH_PRECOMPILE_NO_SPEEDUPS``) turns every
+touchpoint off: torch then runs untouched, only slower, and the shipped graphs built with dynamic
+threads compile again.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import inspect
+import sys
+from types import ModuleType
+from typing import Any, Callable
+
+from hatch_precompile.run import variables
+
+CODECACHE = "torch._inductor.codecache"
+VEC_ISA = "torch._inductor.cpu_vec_isa"
+TRITON_HEURISTICS = "torch._inductor.runtime.triton_heuristics"
+CONFIG = "torch._inductor.config"
+CPP_BUILDER = "torch._inductor.cpp_builder"
+CONVERT_FRAME = "torch._dynamo.convert_frame"
+
+MARK = "_hatch_precompile_patched"
+PASS = object()  # what an ``instead`` hook returns to let torch answer
+
+Hook = Callable[[dict[str, Any]], Any]
+After = Callable[[dict[str, Any], Any], None]
+
+
+class _Hooks:
+    def __init__(self) -> None:
+        self.before: list[Hook] = []
+        self.instead: list[Hook] = []
+        self.after: list[After] = []
+
+
+_hooks: dict[tuple[str, str], _Hooks] = {}
+
+
+def enabled() -> bool:
+    return not variables.no_patches()
+
+
+def wrap(module: str, qualname: str, *, before: Hook | None = None, instead: Hook | None = None,
+         after: After | None = None) -> None:
+    """Hook into ``module.qualname`` (``"VecISA.check_build"``) once ``module`` is imported."""
+    if not enabled():
+        return
+    hooks = _hooks.setdefault((module, qualname), _Hooks())
+    for kind, hook in (("before", before), ("instead", instead), ("after", after)):
+        if hook is not None and hook not in getattr(hooks, kind):
+            getattr(hooks, kind).append(hook)
+    after_import(module, lambda loaded: _install(loaded, qualname, hooks))
+
+
+def set_config(module: str, name: str, value: Any) -> None:
+    """Set ``module``'s ``name`` (``"cpp.dynamic_threads"``) once it is imported, if it has it."""
+    if enabled():
+        after_import(module, lambda loaded: _set(loaded, name, value))
+
+
+def call(module: str, qualname: str) -> None:
+    """Call ``module.qualname()`` once ``module`` is imported (``torch_key.prefetch``), if it exists."""
+    if enabled():
+        after_import(module, lambda loaded: _resolve(loaded, qualname)[1]())
+
+
+def after_import(name: str, patch: Callable[[ModuleType], None]) -> None:
+    """Run ``patch(module)`` once ``name`` is imported (now, if it already is); a patch that raises
+    is simply not applied."""
+    module = sys.modules.get(name)
+    if module is not None:
+        _guarded(patch)(module)
+    elif not any(isinstance(f, _AfterImport) and f.name == name and f.patch is patch for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport(name, patch))
+
+
+def _install(module: ModuleType, qualname: str, hooks: _Hooks) -> None:
+    owner, original = _resolve(module, qualname)
+    if not callable(original) or getattr(original, MARK, False):
+        return
+    try:
+        signature: inspect.Signature | None = inspect.signature(original)
+    except (TypeError, ValueError):
+        signature = None
+    static = isinstance(inspect.getattr_static(owner, qualname.rsplit(".", 1)[-1], None), staticmethod)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        bound = _bind(signature, args, kwargs)
+        arguments = dict(bound.arguments) if bound is not None else {}
+        for hook in list(hooks.before):
+            try:
+                changes = hook(arguments)
+                if changes and bound is not None:
+                    bound.arguments.update(changes)
+                    arguments.update(changes)
+            except Exception:
+                pass
+        if bound is not None:
+            args, kwargs = bound.args, bound.kwargs
+        for hook in list(hooks.instead):
+            try:
+                answer = hook(arguments)
+            except Exception:
+                answer = PASS
+            if answer is not PASS:
+                return answer
+        result = original(*args, **kwargs)
+        for hook in list(hooks.after):
+            try:
+                hook(arguments, result)
+            except Exception:  # an observer or a shortcut must never break a compile
+                pass
+        return result
+
+    setattr(wrapper, MARK, True)
+    wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+    setattr(owner, qualname.rsplit(".", 1)[-1], staticmethod(wrapper) if static else wrapper)
+
+
+def _resolve(module: ModuleType, qualname: str) -> tuple[Any, Any]:
+    """(the object that holds it, the attribute) of a dotted name inside ``module``."""
+    owner: Any = module
+    *path, name = qualname.split(".")
+    for part in path:
+        owner = getattr(owner, part)
+    return owner, getattr(owner, name)
+
+
+def _set(module: ModuleType, name: str, value: Any) -> None:
+    owner, _ = _resolve(module, name)  # AttributeError (a torch without it): left alone
+    setattr(owner, name.rsplit(".", 1)[-1], value)
+
+
+def _bind(signature: inspect.Signature | None, args: tuple, kwargs: dict) -> inspect.BoundArguments | None:
+    if signature is None:
+        return None
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError:
+        return None
+    bound.apply_defaults()
+    return bound
+
+
+def _guarded(patch: Callable[[ModuleType], None]) -> Callable[[ModuleType], None]:
+    def run(module: ModuleType) -> None:
+        try:
+            patch(module)
+        except Exception:  # torch's internals are not what we expect: leave them as they are
+            pass
+
+    return run
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``patch(module)`` right after ``name`` is first imported."""
+
+    def __init__(self, name: str, patch: Callable[[ModuleType], None]) -> None:
+        self.name = name
+        self.patch = patch
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        loader = getattr(spec, "loader", None)
+        exec_module = getattr(loader, "exec_module", None)
+        if exec_module is None:
+            return spec
+        patch = _guarded(self.patch)
+        others = [f for f in sys.meta_path if isinstance(f, _AfterImport) and f.name == fullname]
+        for other in others:  # several patches of one module: all run after its one import
+            sys.meta_path.remove(other)
+
+        def exec_then_patch(module: ModuleType) -> None:
+            exec_module(module)
+            patch(module)
+            for other in others:
+                _guarded(other.patch)(module)
+
+        loader.exec_module = exec_then_patch
+        return spec

@@ -1,0 +1,82 @@
+"""Every environment variable of hatch-precompile's own, read in one place (names: protocol.py).
+
+Both sides read their variables here, when they need them (``os.environ`` by default, or the
+mapping given): the switches (``PRECOMPILE``, ``PRECOMPILE_<NAME>``), the preferences file, the
+build's target and heartbeat, and what a build's child sets for the code it runs. Torch's and the
+system's variables (``TORCHINDUCTOR_CACHE_DIR``, ``CXX``, ``CUDA_VISIBLE_DEVICES``) are read where
+they are used, as torch reads them. Standard library only: ``load()`` reads some of these.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from hatch_precompile.protocol import (
+    BUILDING_VAR, GLOBAL_SWITCH, HEARTBEAT_VAR, NO_PATCHES_VAR, NO_SPEEDUPS_VAR, PREFERENCES_VAR, TARGET_VAR,
+    TORCHSCRIPT_DIR_VAR,
+    package_switch,
+)
+
+HEARTBEAT_SECONDS = 30.0  # a workload that runs for minutes must not look hung: one line this often
+
+
+def _env(environ: Mapping[str, str] | None) -> Mapping[str, str]:
+    return os.environ if environ is None else environ
+
+
+def _text(name: str, environ: Mapping[str, str] | None) -> str:
+    return _env(environ).get(name, "").strip()
+
+
+def switches(name: str, environ: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """(variable, value) of ``PRECOMPILE_<NAME>`` and ``PRECOMPILE`` that are set, in precedence order."""
+    return [(var, _text(var, environ)) for var in (package_switch(name), GLOBAL_SWITCH) if _text(var, environ)]
+
+
+def all_switches(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Every ``PRECOMPILE`` and ``PRECOMPILE_<NAME>`` set here, by name (for ``status``)."""
+    env = _env(environ)
+    return {k: env[k] for k in sorted(env) if k == GLOBAL_SWITCH or k.startswith(GLOBAL_SWITCH + "_")}
+
+
+def preferences_file(environ: Mapping[str, str] | None = None) -> str | None:
+    return _text(PREFERENCES_VAR, environ) or None
+
+
+def virtual_env(environ: Mapping[str, str] | None = None) -> str | None:
+    return _text("VIRTUAL_ENV", environ) or None
+
+
+def target(environ: Mapping[str, str] | None = None) -> str | None:
+    """``HATCH_PRECOMPILE_TARGET``: the environment a build is for, where the frontend does not say."""
+    return _text(TARGET_VAR, environ) or None
+
+
+def heartbeat(environ: Mapping[str, str] | None = None) -> float:
+    """Seconds between a long workload's progress lines; ValueError naming the variable."""
+    raw = _text(HEARTBEAT_VAR, environ)
+    if not raw:
+        return HEARTBEAT_SECONDS
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"{HEARTBEAT_VAR}={raw!r} must be a positive number of seconds")
+    return value
+
+
+def building(environ: Mapping[str, str] | None = None) -> bool:
+    """Set in a build's child: load() stays off while the workload runs."""
+    return bool(_text(BUILDING_VAR, environ))
+
+
+def torchscript_dir(environ: Mapping[str, str] | None = None) -> str | None:
+    """Set in a build's child: where save_torchscript() writes."""
+    return _text(TORCHSCRIPT_DIR_VAR, environ) or None
+
+
+def no_patches(environ: Mapping[str, str] | None = None) -> bool:
+    """``HATCH_PRECOMPILE_NO_PATCHES`` (or ``..._NO_SPEEDUPS``): leave torch's internals as they are."""
+    return bool(_text(NO_PATCHES_VAR, environ) or _text(NO_SPEEDUPS_VAR, environ))

@@ -1,0 +1,170 @@
+"""run/touchpoints.py in this process, on stand-ins for torch's modules: every hook kind, and every
+way a touchpoint can fail safe. (The same against a misbehaving torch: test_touchpoints.py.)"""
+
+from __future__ import annotations
+
+import sys
+import types
+from itertools import count
+
+import pytest
+
+from hatch_precompile.build import isa
+from hatch_precompile.run import standin, touchpoints, tuned_configs
+
+_names = count()
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """A module of torch's, made up, registered as imported: (its name, the module)."""
+
+    def make(**attributes):
+        name = f"fake_torch_module_{next(_names)}"
+        module = types.ModuleType(name)
+        module.__dict__.update(attributes)
+        monkeypatch.setitem(sys.modules, name, module)
+        return name, module
+
+    monkeypatch.delenv("HATCH_PRECOMPILE_NO_PATCHES", raising=False)
+    monkeypatch.delenv("HATCH_PRECOMPILE_NO_SPEEDUPS", raising=False)
+    return make
+
+
+def test_every_hook_kind_and_any_signature(fake):
+    calls = []
+
+    def compile_file(cmd_line, cwd="/tmp", *, verbose=False):
+        calls.append((cmd_line, cwd, verbose))
+        return len(cmd_line)
+
+    name, module = fake(compile_file=compile_file)
+    seen = []
+    touchpoints.wrap(name, "compile_file", before=lambda a: {"cmd_line": a["cmd_line"] + " -O2"},
+                     after=lambda a, result: seen.append((a["cwd"], result)))
+    assert module.compile_file("g++", verbose=True) == len("g++ -O2")
+    assert calls == [("g++ -O2", "/tmp", True)] and seen == [("/tmp", 7)]
+    touchpoints.wrap(name, "compile_file", instead=lambda a: 0 if a["cmd_line"].startswith("skip") else touchpoints.PASS)
+    assert module.compile_file("skip me") == 0 and len(calls) == 1  # answered in torch's place
+    assert getattr(module.compile_file, touchpoints.MARK) and module.compile_file.__wrapped__ is compile_file
+
+
+def test_a_raising_hook_is_as_if_it_had_not_run(fake):
+    def boom(*args):
+        raise RuntimeError("a hook with a bug")
+
+    name, module = fake(write=lambda content, extension="py": (content, extension))
+    touchpoints.wrap(name, "write", before=boom, instead=boom, after=boom)
+    assert module.write("x", extension="cpp") == ("x", "cpp")
+
+
+def test_a_signature_that_cannot_be_read_passes_through_untouched(fake):
+    class NoSignature:
+        __signature__ = property(lambda self: (_ for _ in ()).throw(ValueError("no")))
+
+        def __call__(self, *args, **kwargs):
+            return args, kwargs
+
+    name, module = fake(write=NoSignature())
+    arguments = []
+    touchpoints.wrap(name, "write", after=lambda a, _: arguments.append(a))
+    assert module.write(1, b=2) == ((1,), {"b": 2}) and arguments == [{}]
+
+
+def test_methods_static_methods_and_missing_attributes(fake):
+    class VecISA:
+        def check_build(self, code):
+            return f"built {code}"
+
+        @staticmethod
+        def flags():
+            return "-mavx2"
+
+    name, module = fake(VecISA=VecISA)
+    touchpoints.wrap(name, "VecISA.check_build", instead=lambda a: True if a["code"] == "vouched" else touchpoints.PASS)
+    touchpoints.wrap(name, "VecISA.flags", after=lambda a, r: None)
+    assert VecISA().check_build("vouched") is True and VecISA().check_build("x") == "built x"
+    assert VecISA.flags() == "-mavx2"
+    touchpoints.wrap(name, "VecISA.no_such_method", after=lambda a, r: None)  # another torch: left alone
+    touchpoints.wrap(name, "NoSuchClass.method", after=lambda a, r: None)
+    touchpoints.set_config(name, "cpp.dynamic_threads", True)  # no `cpp` here: nothing set
+    touchpoints.call(name, "torch_key.prefetch")
+    assert not hasattr(module, "cpp")
+
+
+def test_wrapped_once_whoever_asks_and_hooks_added_later_are_seen(fake):
+    name, module = fake(write=lambda content: content)
+    first, second = [], []
+    touchpoints.wrap(name, "write", after=lambda a, r: first.append(r))
+    wrapper = module.write
+    touchpoints.wrap(name, "write", after=lambda a, r: second.append(r))
+    assert module.write is wrapper
+    module.write("x")
+    assert first == second == ["x"]
+
+
+def test_the_switch_leaves_torch_untouched(fake, monkeypatch):
+    name, module = fake(write=lambda content: content, cpp=types.SimpleNamespace(dynamic_threads=False))
+    original = module.write
+    for variable in ("HATCH_PRECOMPILE_NO_PATCHES", "HATCH_PRECOMPILE_NO_SPEEDUPS"):
+        monkeypatch.setenv(variable, "1")
+        touchpoints.wrap(name, "write", after=lambda a, r: None)
+        touchpoints.set_config(name, "cpp.dynamic_threads", True)
+        assert module.write is original and module.cpp.dynamic_threads is False
+        monkeypatch.delenv(variable)
+
+
+def test_a_module_not_yet_imported_is_patched_right_after_its_import(tmp_path, monkeypatch):
+    (tmp_path / "late_torch_module.py").write_text("def write(content):\n    return content\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "late_torch_module", raising=False)
+    seen = []
+    touchpoints.wrap("late_torch_module", "write", after=lambda a, r: seen.append(r))
+    import late_torch_module
+
+    assert late_torch_module.write("x") == "x" and seen == ["x"]
+
+
+# -- each feature's hook, against torch internals of another shape ----------------------------------
+
+
+def test_the_compile_command_hook_passes_a_command_it_cannot_read_through(fake):
+    seen = []
+    name, module = fake(run_compile_cmd=lambda cmd_line, cwd: seen.append(cmd_line))
+    flags = isa.CompileFlags(portable=True)
+    hook = flags._before_compile
+    touchpoints.wrap(name, "run_compile_cmd", before=hook)
+    module.run_compile_cmd("g++ -march=native -mavx2 -o o.so", "/tmp")
+    assert seen == ["g++  -mavx2 -o o.so"] and flags.target == "portable"
+    module.run_compile_cmd(["g++", "-march=native"], "/tmp")  # another shape: run as torch made it
+    assert seen[-1] == ["g++", "-march=native"] and flags.target == "native"
+
+
+def test_the_key_hook_leaves_a_key_it_cannot_read_as_torch_made_it(fake, monkeypatch):
+    class FxGraphHashDetails:
+        def __init__(self, config):
+            self.inductor_config = config
+
+    name, _ = fake(FxGraphHashDetails=FxGraphHashDetails)
+    monkeypatch.setattr(standin, "_built_compiler", {"config": [None, "g++"], "family": "gcc"})
+    monkeypatch.setattr(standin, "stands_in", lambda: True)
+    touchpoints.wrap(name, "FxGraphHashDetails.__init__",
+                     after=lambda arguments, _: standin.agree_compiler(arguments["self"].inductor_config))
+    assert FxGraphHashDetails("not a dict").inductor_config == "not a dict"
+    assert FxGraphHashDetails({"cpp.cxx": (None, "g++-12")}).inductor_config == {"cpp.cxx": (None, "g++")}
+
+
+def test_tuned_configs_are_looked_up_in_this_cache_dir_or_left_alone(fake):
+    moved = tuned_configs.in_cache_dir("/tmp/hatch-precompile-x/run-native/inductor-cache/ab/cabc123.py", "/home/u/cache")
+    assert moved == "/home/u/cache/ab/cabc123.py"
+    assert tuned_configs.in_cache_dir(None, "/home/u/cache") is None
+
+    class CachingAutotuner:
+        filename = None  # no filename yet: the hook fails, the call goes on
+
+        def recheck_autotune_cache(self, *args):
+            return "checked"
+
+    name, _ = fake(CachingAutotuner=CachingAutotuner)
+    touchpoints.wrap(name, "CachingAutotuner.recheck_autotune_cache", before=tuned_configs._in_cache_dir)
+    assert CachingAutotuner().recheck_autotune_cache() == "checked"
