@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -82,7 +83,16 @@ def main() -> None:
     cold, warm = results["plain"], results["precompiled"]
     print(f"\nfirst training step: {cold['first_step_seconds'] / warm['first_step_seconds']:.1f}x faster "
           f"precompiled; same loss: {cold['loss']:.6f} vs {warm['loss']:.6f}")
+    print(f"measured with torch {warm['torch']}, Python {platform.python_version()}, {os.cpu_count()} cores, {_cpu()}")
     (out / "results.json").write_text(json.dumps(results, indent=1))
+
+
+def _cpu() -> str:
+    try:
+        return next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":

@@ -12,7 +12,10 @@ For each torch version (default: every minor release hatch-precompile supports, 
 3. ``python -m sample_pkg --json`` there in fresh processes with empty cache dirs, cold
    (``PRECOMPILE=0``) and from the precompiled artifacts: as built, at 8 threads
    (``torch.set_num_threads(8)``), at ``OMP_NUM_THREADS=1``, and with a stand-in compiler (a
-   ``g++`` at another path that answers ``--version`` as another release).
+   ``g++`` at another path that answers ``--version`` as another release);
+4. the speed: the precompiled first step and the compile-off floor (``TORCH_COMPILE_DISABLE=1``),
+   medians of fresh processes; a torch whose precompiled step is more than 1.3x its floor times
+   the best torch's ratio is named in the table.
 
 Writes ``<out>/results.json`` and ``<out>/matrix.md`` (the table the docs show) and prints it.
 Standard library only. Versions above a machine's pip cap need ``PIP_CONSTRAINT=/dev/null``;
@@ -27,6 +30,7 @@ import math
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,7 +38,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SUPPORTED = ("2.7.1", "2.8.0", "2.9.1", "2.10.0", "2.11.0", "2.12.1", "2.13.0", "2.14.1", "2.15.0")
+# Each minor release's newest patch; 2.13.0 both as this machine's CPU build and as PyPI's default
+# (CUDA) build, the one `pip install torch` gives Linux users.
+SUPPORTED = ("2.7.1", "2.8.0", "2.9.1", "2.10.0", "2.11.0", "2.12.1", "2.13.0", "2.13.0:pypi", "2.14.1", "2.15.0")
+RUNS = 3  # fresh processes per speed figure; the table shows their median
+SLOWER = 1.3  # a torch whose warm step over its floor is this much the best one's is a failure
 
 
 def sh(*cmd, env=None, check=True) -> subprocess.CompletedProcess:
@@ -49,10 +57,14 @@ def sh(*cmd, env=None, check=True) -> subprocess.CompletedProcess:
 
 
 def venv(path: Path, *packages: str, find_links: list[str]) -> Path:
+    """A venv with ``packages``; ``torch==X:pypi`` takes PyPI's build of X (its CUDA one on Linux),
+    whatever this machine's pip configuration offers first."""
     sh(sys.executable, "-m", "venv", "--clear", path)
     python = path / "bin" / "python"
     links = [arg for d in find_links for arg in ("--find-links", d)]
-    sh(python, "-m", "pip", "install", "-q", *links, *packages)
+    pypi = any(p.endswith(":pypi") for p in packages)
+    packages = tuple(p.removesuffix(":pypi") for p in packages)
+    sh(python, "-m", "pip", *(["--isolated"] if pypi else []), "install", "-q", *([] if pypi else links), *packages)
     return python
 
 
@@ -89,26 +101,32 @@ def stand_in_compiler(out: Path) -> Path:
 
 def one(version: str, out: Path, find_links: list[str], keep: bool) -> dict:
     row: dict = {"torch": version}
-    build_venv, run_venv = out / f"build-{version}", out / f"run-{version}"
+    label = version.replace(":", "-")
+    build_venv, run_venv = out / f"build-{label}", out / f"run-{label}"
     try:
         started = time.perf_counter()
         python = venv(build_venv, f"torch=={version}", "build", "hatchling", str(ROOT), find_links=find_links)
         row["venv_seconds"] = round(time.perf_counter() - started, 1)
         started = time.perf_counter()
-        proc = sh(python, "-m", "build", "--wheel", "--no-isolation", "-o", out / f"dist-{version}",
+        proc = sh(python, "-m", "build", "--wheel", "--no-isolation", "-o", out / f"dist-{label}",
                   ROOT / "sample_pkg", check=False)
         row["build_seconds"] = round(time.perf_counter() - started, 1)
         row["build_lines"] = [line for line in proc.stdout.splitlines() if "precompile:" in line]
-        (out / f"build-{version}.log").write_text(proc.stdout)
+        (out / f"build-{label}.log").write_text(proc.stdout)
         if proc.returncode != 0:
-            row["build"] = f"failed (exit {proc.returncode}); see build-{version}.log"
+            row["build"] = f"failed (exit {proc.returncode}); see build-{label}.log"
             return row
-        wheel = next((out / f"dist-{version}").glob("*.whl"))
+        wheel = next((out / f"dist-{label}").glob("*.whl"))
         row["wheel"] = wheel.name
         python = clone(build_venv, run_venv, find_links, version)
         sh(python, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", wheel)
         row["cold"] = sample(python, {"PRECOMPILE": "0"})
         row["warm"] = sample(python, {})
+        # Speed: medians of fresh processes, each against this torch's own compile-off floor.
+        row["warm_runs"] = [row["warm"]["first_step_seconds"]] + [
+            sample(python, {})["first_step_seconds"] for _ in range(RUNS - 1)]
+        row["floor_runs"] = [sample(python, {"PRECOMPILE": "0", "TORCH_COMPILE_DISABLE": "1"})["first_step_seconds"]
+                             for _ in range(RUNS)]
         row["warm_8_threads"] = sample(python, {}, threads=8)
         row["warm_omp_1"] = sample(python, {"OMP_NUM_THREADS": "1"})
         row["warm_stand_in"] = sample(python, {"CXX": str(stand_in_compiler(out))})
@@ -147,6 +165,33 @@ def _warm_cell(row: dict, key: str) -> str:
     aot = warm["aot_autograd"]
     return (f"{aot.get('autograd_cache_hit', 0)} / {aot.get('autograd_cache_miss', 0)}, {warm['kernels_compiled']} .so, "
             f"{warm['first_step_seconds']:.2f} s")
+
+
+def speed(row: dict) -> tuple[float, float, float] | None:
+    """(warm median, compile-off floor median, their ratio) of a row, or None."""
+    if not row.get("warm_runs") or not row.get("floor_runs"):
+        return None
+    warm, floor = statistics.median(row["warm_runs"]), statistics.median(row["floor_runs"])
+    return warm, floor, warm / floor
+
+
+def speed_table(rows: list[dict]) -> str:
+    """Each torch's warm first step against its own compile-off floor; one too far from the best is named."""
+    measured = {row["warm"]["torch"]: speed(row) for row in rows if speed(row)}
+    if not measured:
+        return ""
+    best = min(ratio for _, _, ratio in measured.values())
+    lines = ["| torch | first step cold | precompiled (median) | compile-off floor (median) | precompiled / floor | "
+             "against the best |", "|---|---|---|---|---|---|"]
+    for row in rows:
+        found = speed(row)
+        if not found:
+            continue
+        warm, floor, ratio = found
+        verdict_ = "ok" if ratio <= SLOWER * best else f"**slow: {ratio / best:.2f}x the best's ratio**"
+        lines.append(f"| {row['warm']['torch']} | {row['cold']['first_step_seconds']:.2f} s | {warm:.2f} s | "
+                     f"{floor:.2f} s | {ratio:.2f} | {verdict_} |")
+    return "\n".join(lines) + "\n"
 
 
 def table(rows: list[dict]) -> str:
@@ -188,8 +233,9 @@ def main() -> None:
         (out / "results.json").write_text(json.dumps(rows, indent=1))
     header = (f"Measured {time.strftime('%Y-%m-%d')} by `scripts/torch_matrix.py` on {platform.machine()}, "
               f"Python {platform.python_version()}, {os.cpu_count()} cores:\n\n")
-    (out / "matrix.md").write_text(header + table(rows))
-    print("\n" + header + table(rows))
+    text = header + table(rows) + "\n" + speed_table(rows)
+    (out / "matrix.md").write_text(text)
+    print("\n" + text)
 
 
 if __name__ == "__main__":

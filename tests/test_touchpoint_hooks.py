@@ -88,7 +88,7 @@ def test_methods_static_methods_and_missing_attributes(fake):
     touchpoints.wrap(name, "VecISA.no_such_method", after=lambda a, r: None)  # another torch: left alone
     touchpoints.wrap(name, "NoSuchClass.method", after=lambda a, r: None)
     touchpoints.set_config(name, "cpp.dynamic_threads", True)  # no `cpp` here: nothing set
-    touchpoints.call(name, "torch_key.prefetch")
+    touchpoints.prefetch(name, "torch_key")
     assert not hasattr(module, "cpp")
 
 
@@ -168,3 +168,25 @@ def test_tuned_configs_are_looked_up_in_this_cache_dir_or_left_alone(fake):
     name, _ = fake(CachingAutotuner=CachingAutotuner)
     touchpoints.wrap(name, "CachingAutotuner.recheck_autotune_cache", before=tuned_configs._in_cache_dir)
     assert CachingAutotuner().recheck_autotune_cache() == "checked"
+
+
+def test_prefetch_uses_torchs_own_or_a_thread(fake):
+    import threading
+
+    prefetched = []
+
+    def torch_key():
+        prefetched.append("computed")
+        return b"key"
+
+    torch_key.prefetch = lambda: prefetched.append("torch's prefetch")
+    name, _ = fake(torch_key=torch_key)
+    touchpoints.prefetch(name, "torch_key")
+    assert prefetched == ["torch's prefetch"]  # 2.13+: torch starts it
+
+    done = threading.Event()
+    name, _ = fake(triton_key=lambda: done.set())  # an older torch: no .prefetch
+    touchpoints.prefetch(name, "triton_key")
+    assert done.wait(10)
+    name, _ = fake(other=None)
+    touchpoints.prefetch(name, "triton_key")  # absent: nothing

@@ -60,9 +60,11 @@ def apply(manifest: Manifest | None = None, cpu: frozenset[str] | None = None) -
                 _vouched.setdefault(frozenset(flags.split()), set()).add(str((manifest.compiler or {}).get("version")))
     touchpoints.wrap(touchpoints.CODECACHE, "write", after=_note_built_kernel)
     touchpoints.wrap(touchpoints.CODECACHE, "_precompile_header", instead=_skip_header_when_built)
-    # Inductor hashes torch's whole source tree (torch_key, 0.3-0.7 s here) before the first
-    # cache lookup; torch offers to start that in a background thread (hashlib drops the GIL).
-    touchpoints.call(touchpoints.CODECACHE, "torch_key.prefetch")
+    # Inductor hashes torch's whole source tree (torch_key, 0.3-0.7 s here), and where Triton is
+    # installed (a CUDA build, on a GPU or not) Triton's too, before the first cache lookup: both
+    # start in the background (hashlib drops the GIL), computed by torch as always, never stored.
+    touchpoints.prefetch(touchpoints.CODECACHE, "torch_key")
+    touchpoints.prefetch(touchpoints.CODECACHE, "triton_key")
     touchpoints.wrap(touchpoints.VEC_ISA, "VecISA.check_build", instead=_vouched_probe, after=_note_probe)
     touchpoints.wrap(touchpoints.VEC_ISA, "VecISA._probe_load", instead=_remembered_probe, after=_remember_probe)
 

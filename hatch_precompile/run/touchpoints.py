@@ -13,8 +13,9 @@ touchpoint               torch's                                          who ho
                                                                           (run/speedups.py)
 ``precompile-header``    ``_inductor.codecache._precompile_header``       skip the header for a built
                                                                           kernel (speedups)
-``torch-key``            ``_inductor.codecache.torch_key.prefetch``       hash torch's sources in the
+``torch-key``            ``_inductor.codecache.torch_key``                hash torch's sources in the
                                                                           background (speedups)
+``triton-key``           ``_inductor.codecache.triton_key`` (2.13+)       hash Triton's too (speedups)
 ``check-build``          ``_inductor.cpu_vec_isa.VecISA.check_build``     answer ISA probes a shipped
                                                                           set proved (speedups)
 ``probe-load``           ``_inductor.cpu_vec_isa.VecISA._probe_load``     remember passed probes (speedups)
@@ -45,6 +46,7 @@ import importlib.abc
 import importlib.util
 import inspect
 import sys
+import threading
 from types import ModuleType
 from typing import Any, Callable
 
@@ -96,10 +98,28 @@ def set_config(module: str, name: str, value: Any) -> None:
         after_import(module, lambda loaded: _set(loaded, name, value))
 
 
-def call(module: str, qualname: str) -> None:
-    """Call ``module.qualname()`` once ``module`` is imported (``torch_key.prefetch``), if it exists."""
-    if enabled():
-        after_import(module, lambda loaded: _resolve(loaded, qualname)[1]())
+def prefetch(module: str, qualname: str) -> None:
+    """Start ``module.qualname()`` (a cached computation: ``torch_key``) in the background once
+    ``module`` is imported: torch's own ``.prefetch()`` where it has one (2.13+), else a thread."""
+    if not enabled():
+        return
+
+    def start(loaded: ModuleType) -> None:
+        function = _resolve(loaded, qualname)[1]
+        if callable(getattr(function, "prefetch", None)):
+            function.prefetch()
+        elif callable(function):
+            threading.Thread(target=_guarded_call, args=(function,), name=f"hatch-precompile {qualname}",
+                             daemon=True).start()
+
+    after_import(module, start)
+
+
+def _guarded_call(function: Callable[[], Any]) -> None:
+    try:
+        function()
+    except Exception:  # the caller computes it again, and sees the error there
+        pass
 
 
 def after_import(name: str, patch: Callable[[ModuleType], None]) -> None:
