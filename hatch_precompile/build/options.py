@@ -96,7 +96,7 @@ class Options:
         "workload", (), _workloads,
         '`"module:callable"` or a list of them, run in order in one child process')
     enable: bool = _option(
-        "enable", True, _boolean, "the default; `PRECOMPILE*` variables and the preferences file override it")
+        "enable", True, _boolean, "the default; the environment switches below override it")
     timeout: float = _option(
         "timeout", DEFAULT_TIMEOUT, _seconds,
         "seconds for all workloads together; the child and everything it started is killed after")
@@ -104,26 +104,30 @@ class Options:
         "on-failure", "error", _one_of(ON_FAILURE),
         '`"warn"`: a failing or timed-out workload builds a plain wheel instead of failing the build')
     package: str | None = _option(
-        "package", None, _package, "the import package that ships `_precompiled/` and calls `load()`; by default "
-        "the workload's top-level package")
+        "package", None, _package, "the package that ships `_precompiled/` and calls `load()`")
     cpu_capabilities: tuple[str, ...] = _option(
         "cpu-capabilities", (), _capabilities,
-        'one artifact set per `ATEN_CPU_CAPABILITY` value (e.g. `["default", "avx2", "avx512"]`) the build '
-        "machine can run; default: the machine's")
+        'e.g. `["default", "avx2", "avx512"]`: one artifact set per `ATEN_CPU_CAPABILITY` the build machine can '
+        "run, all in one wheel; `load()` picks the process's (see [Fleets](#fleets-one-wheel-several-kinds-of-machine))")
     graph_breaks: str = _option(
         "graph-breaks", "off", _one_of(CHECKS),
-        '`"warn"` or `"error"` when the workload shows a graph break, each listed with its `file:line` and fix')
+        '`"warn"` or `"error"`: the build warns or fails when the workload shows a graph break, each listed with '
+        "its `file:line` and fix -- a package's CI catches a new one the day it appears")
     recompiles: str = _option(
         "recompiles", "off", _one_of(CHECKS),
-        '`"warn"` or `"error"` when the workload recompiles from an unstable shape, dtype or Python scalar '
-        "(the training-then-inference grad-mode recompile is expected and passes)")
+        "likewise for recompiles from unstable shapes, dtypes or Python scalars (the training-then-inference "
+        "grad-mode recompile is expected and passes)")
     device: str = _option(
         "device", "auto", _one_of(DEVICES),
-        '`"cuda"` fails the build without a usable GPU; `"cpu"` hides the GPUs from the workload')
+        '`"cuda"`: the workloads need a GPU; without a usable one the build says why before running them, then '
+        '`on-failure` applies. `"cpu"`: the GPUs are hidden from the workloads (`CUDA_VISIBLE_DEVICES=""`), for a '
+        'wheel with CPU artifacts built on a GPU machine. `"auto"`: as the machine is, and a workload failing for '
+        "want of CUDA gets the same explanation")
     cpu_target: str = _option(
         "cpu-target", "portable", _one_of(CPU_TARGETS),
-        '`"portable"`: kernels for every CPU with the vector ISA Inductor picks; `"native"` '
-        "(`-march=native`): only where the CPU has every feature of the build machine's")
+        '`"portable"`: kernels built without `-march=native`, for every CPU with the vector ISA Inductor picks; '
+        '`"native"`: with it, for CPUs that have every feature of the build machine\'s (see [On the user\'s '
+        "machine](#on-the-users-machine-any-thread-count-any-compiler-of-the-family-exactly-its-cpu))")
 
     @property
     def import_package(self) -> str | None:
@@ -157,7 +161,7 @@ def parse(table: dict[str, Any], hook: str) -> Options:
 def documentation() -> str:
     """The README's table of options, from the dataclass."""
     rows = ["| option | default | meaning |", "|---|---|---|"]
-    special = {"workload": "required", "package": "the workload's", "cpu-capabilities": "the machine's"}
+    special = {"workload": "required", "package": "the workload's top-level package", "cpu-capabilities": "the machine's"}
     for name, field in FIELDS.items():
         rows.append(f"| `{name}` | {special.get(name) or f'`{_toml(field.default)}`'} | {field.metadata['doc']} |")
     return "\n".join(rows) + "\n"
