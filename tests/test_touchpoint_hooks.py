@@ -103,14 +103,16 @@ def test_wrapped_once_whoever_asks_and_hooks_added_later_are_seen(fake):
     assert first == second == ["x"]
 
 
-def test_the_switch_leaves_torch_untouched(fake, monkeypatch):
+def test_the_switch_leaves_torch_code_untouched_and_still_applies_settings(fake, monkeypatch):
     name, module = fake(write=lambda content: content, cpp=types.SimpleNamespace(dynamic_threads=False))
     original = module.write
     for variable in ("HATCH_PRECOMPILE_NO_PATCHES", "HATCH_PRECOMPILE_NO_SPEEDUPS"):
         monkeypatch.setenv(variable, "1")
         touchpoints.wrap(name, "write", after=lambda a, r: None)
         touchpoints.set_config(name, "cpp.dynamic_threads", True)
-        assert module.write is original and module.cpp.dynamic_threads is False
+        # The setting is torch's own knob, not a patch: without it every shipped graph misses.
+        assert module.write is original and module.cpp.dynamic_threads is True
+        module.cpp.dynamic_threads = False
         monkeypatch.delenv(variable)
 
 

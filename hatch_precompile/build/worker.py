@@ -245,6 +245,10 @@ def _machine(flags: isa.CompileFlags, kernel_commands: dict[str, Any]) -> dict[s
     flag_sets = set(flags.flag_sets) if flags.applied else {
         isa.arch_flags(extra) for _, extra in kernel_commands.values()  # the hashed lines: -march=native
     }
+    if not flag_sets and _built_binaries():
+        # Neither the commands nor their hashed lines could be read: assume torch's x86 default, so
+        # the set needs every feature of this CPU rather than none.
+        flag_sets = {("-march=native",)}
     found = {"compiler": compiler, "cpu_target": flags.target}
     try:
         found["cpu_features"] = isa.features(command, flag_sets) if flag_sets else []
@@ -254,6 +258,12 @@ def _machine(flags: isa.CompileFlags, kernel_commands: dict[str, Any]) -> dict[s
         found["cpu_features"], found["probes"] = ["?unknown"], {}
         found["feature_problem"] = f"the CPU features the kernels may use cannot be told ({exc})"
     return found
+
+
+def _built_binaries() -> bool:
+    """Whether the cache dir holds a compiled kernel or module (a ``.so``)."""
+    cache = os.environ.get(CACHE_DIR_VAR)
+    return bool(cache) and any(Path(cache).rglob("*.so"))
 
 
 def _settings() -> dict[str, Any]:

@@ -36,8 +36,9 @@ replace some (``before``), answer it in place of torch (``instead``, returning a
 ``PASS``), or look at the result (``after``). A hook that raises is as if it had not run: it can
 slow torch down, never break a compile. What is not where we expect it is left alone.
 ``HATCH_PRECOMPILE_NO_PATCHES=1`` (or its older name ``HATCH_PRECOMPILE_NO_SPEEDUPS``) turns every
-touchpoint off: torch then runs untouched, only slower, and the shipped graphs built with dynamic
-threads compile again.
+wrapper and prefetch off: torch's code then runs untouched, only slower. The set's settings
+(``inductor-config``) still apply: they are torch's own knobs, and without them every shipped
+graph would miss.
 """
 
 from __future__ import annotations
@@ -93,9 +94,10 @@ def wrap(module: str, qualname: str, *, before: Hook | None = None, instead: Hoo
 
 
 def set_config(module: str, name: str, value: Any) -> None:
-    """Set ``module``'s ``name`` (``"cpp.dynamic_threads"``) once it is imported, if it has it."""
-    if enabled():
-        after_import(module, lambda loaded: _set(loaded, name, value))
+    """Set ``module``'s ``name`` (``"cpp.dynamic_threads"``) once it is imported, if it has it.
+
+    A setting, not a patch: it applies under the switch too, or the shipped graphs would miss."""
+    after_import(module, lambda loaded: _set(loaded, name, value))
 
 
 def prefetch(module: str, qualname: str) -> None:
