@@ -26,9 +26,13 @@ def assert_built_for_the_pin(output: str, how: str) -> None:
     """The build line names the pin and its source; the build env got that torch and no other."""
     line = next(line for line in output.splitlines() if "precompile: building artifacts for" in line)
     assert f"{how}" in line, line
-    installed = " ".join(re.findall(r"Successfully installed (.*)", build_env_section(output))).split()
+    section = build_env_section(output)
+    installed = " ".join(re.findall(r"Successfully installed (.*)", section)).split()
     torches = [name.split("-", 1)[1] for name in installed if name.startswith("torch-")]
     assert len(torches) == 1 and torches[0].startswith(TORCH_VERSION), installed
+    # Not even another torch's wheel fetched for its metadata.
+    fetched = re.findall(r"(?:Processing|Downloading|Using cached) \S*?torch-(\d\S*?)-", section)
+    assert all(version.startswith(TORCH_VERSION) for version in fetched), fetched
     assert not any(name.startswith("nvidia") for name in installed), "a CUDA torch went into the build env"
 
 

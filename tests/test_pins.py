@@ -105,3 +105,12 @@ def test_a_direct_reference_pin_is_kept_and_matched_by_its_file_name():
     (pin,) = found.requirements
     assert target._satisfies("2.13.0+cpu", pin) and not target._satisfies("2.14.1", pin)
     assert not target._satisfies("", "torch==2.13.0")
+
+
+def test_the_build_env_gets_one_torch_requirement_that_all_of_them_allow():
+    # hatchling sorts the requirements and pip reads the first one's newest torch before it
+    # intersects: one requirement, so that only the pinned torch is ever looked at.
+    assert pins.merged(["torch==2.13.0", "torch<=2.14.1", "torch>=2.7"]) == ["torch<=2.14.1,==2.13.0,>=2.7"]
+    assert pins.merged(["torch==2.13.0", 'torch>=2.7; python_version < "3"']) == ["torch==2.13.0"]
+    direct = "torch @ https://example.org/torch-2.13.0-cp311-cp311-linux_x86_64.whl"
+    assert pins.merged([direct, "torch>=2.7"]) == [direct, "torch>=2.7"]

@@ -213,6 +213,26 @@ def _read_file(path: Path, environ: Mapping[str, str], seen: set[Path]) -> list[
     return found
 
 
+def merged(requirements: list[str]) -> list[str]:
+    """``requirements`` on torch as one, their specifiers intersected (markers evaluated here).
+
+    hatchling hands the build's dependencies to pip sorted, and pip's resolver reads the best
+    candidate of the first one alone (``torch<=2.14.1``: the newest torch, its whole wheel where
+    the index has no separate metadata) before it intersects: one requirement avoids that.
+    A URL or extras keep the list as it is."""
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+
+    parsed = [Requirement(r) for r in requirements]
+    parsed = [r for r in parsed if r.marker is None or r.marker.evaluate()]
+    if not parsed or any(r.url or r.extras for r in parsed):
+        return list(requirements)
+    specifier = SpecifierSet()
+    for requirement in parsed:
+        specifier &= requirement.specifier
+    return [f"{parsed[0].name}{specifier}"]
+
+
 def _torch_pins(frontend: str, lines: list[tuple[str, str]]) -> Pins | None:
     """The lines that pin torch (a version, a range or a URL), markers evaluated here."""
     from packaging.requirements import InvalidRequirement, Requirement

@@ -84,7 +84,11 @@ class PrecompileBuildHook(BuildHookInterface):
         if self.where.target is not None:
             return []
         requirement = self._torch_requirement()
-        return ([requirement] if requirement else []) + list(self.where.pins)
+        if not self.where.pins:
+            return [requirement] if requirement else []
+        from hatch_precompile.build import pins
+
+        return pins.merged([*self.where.pins, *([requirement] if requirement else [])])
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         options = self.options  # a typo fails every target, not just the wheel
