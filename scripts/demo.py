@@ -27,11 +27,11 @@ ROOT = Path(__file__).resolve().parents[1]
 TORCH = os.environ.get("DEMO_TORCH", "torch==2.13.0")
 
 
-def sh(*cmd, env=None, quiet=True) -> str:
+def sh(*cmd, env=None, quiet=True, cwd=None) -> str:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("PRECOMPILE")}
     full_env.pop("TORCHINDUCTOR_CACHE_DIR", None)
     full_env.update(env or {})
-    proc = subprocess.run([str(c) for c in cmd], env=full_env, text=True, capture_output=quiet)
+    proc = subprocess.run([str(c) for c in cmd], env=full_env, text=True, capture_output=quiet, cwd=cwd)
     if proc.returncode != 0:
         sys.exit(f"failed: {' '.join(map(str, cmd))}\n{(proc.stdout or '')[-4000:]}{(proc.stderr or '')[-4000:]}")
     return proc.stdout or ""
@@ -68,7 +68,7 @@ def main() -> None:
         python = venv(out / f"run-{kind}", TORCH, ROOT, wheel)
         with tempfile.TemporaryDirectory(prefix="demo-cache-") as cache:
             print(f"- running python -m sample_pkg ({kind} wheel, empty cache dir)", flush=True)
-            line = sh(python, "-m", "sample_pkg", "--json", env={"TORCHINDUCTOR_CACHE_DIR": cache})
+            line = sh(python, "-m", "sample_pkg", "--json", env={"TORCHINDUCTOR_CACHE_DIR": cache}, cwd=cache)
             results[kind] = json.loads(line.strip().splitlines()[-1])
 
     print()

@@ -14,8 +14,8 @@ For each torch version (default: every minor release hatch-precompile supports, 
    (``torch.set_num_threads(8)``), at ``OMP_NUM_THREADS=1``, and with a stand-in compiler (a
    ``g++`` at another path that answers ``--version`` as another release);
 4. the speed: the precompiled first step and the compile-off floor (``TORCH_COMPILE_DISABLE=1``),
-   medians of fresh processes; a torch whose precompiled step is more than 1.3x its floor times
-   the best torch's ratio is named in the table.
+   medians of fresh processes; a torch whose precompiled step adds more than 1.3x over its floor
+   what the best torch's adds over its own is named in the table.
 
 Writes ``<out>/results.json`` and ``<out>/matrix.md`` (the table the docs show) and prints it.
 Standard library only. Versions above a machine's pip cap need ``PIP_CONSTRAINT=/dev/null``;
@@ -42,15 +42,15 @@ ROOT = Path(__file__).resolve().parents[1]
 # (CUDA) build, the one `pip install torch` gives Linux users.
 SUPPORTED = ("2.7.1", "2.8.0", "2.9.1", "2.10.0", "2.11.0", "2.12.1", "2.13.0", "2.13.0:pypi", "2.14.1", "2.15.0")
 RUNS = 3  # fresh processes per speed figure; the table shows their median
-SLOWER = 1.3  # a torch whose warm step over its floor is this much the best one's is a failure
+SLOWER = 1.3  # a torch whose warm step adds this much more over its floor than the best one's is a failure
 
 
-def sh(*cmd, env=None, check=True) -> subprocess.CompletedProcess:
+def sh(*cmd, env=None, check=True, cwd=None) -> subprocess.CompletedProcess:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("PRECOMPILE", "HATCH_", "TORCHINDUCTOR"))}
     full_env.pop("VIRTUAL_ENV", None)
     full_env.update(env or {})
     proc = subprocess.run([str(c) for c in cmd], env=full_env, text=True, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT)
+                          stderr=subprocess.STDOUT, cwd=cwd)
     if check and proc.returncode != 0:
         raise RuntimeError(f"{' '.join(map(str, cmd))} exited {proc.returncode}:\n{proc.stdout[-4000:]}")
     return proc
@@ -85,7 +85,7 @@ AT_THREADS = ("import sys, runpy, torch; torch.set_num_threads({}); sys.argv = [
 def sample(python: Path, env: dict[str, str], threads: int | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="matrix-cache-") as cache:
         command = ["-m", "sample_pkg", "--json"] if threads is None else ["-c", AT_THREADS.format(threads)]
-        proc = sh(python, *command, env={"TORCHINDUCTOR_CACHE_DIR": cache, **env})
+        proc = sh(python, *command, env={"TORCHINDUCTOR_CACHE_DIR": cache, **env}, cwd=cache)  # not this checkout's
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -168,29 +168,32 @@ def _warm_cell(row: dict, key: str) -> str:
 
 
 def speed(row: dict) -> tuple[float, float, float] | None:
-    """(warm median, compile-off floor median, their ratio) of a row, or None."""
+    """(warm median, compile-off floor median, what the compiled path adds over the floor), or None."""
     if not row.get("warm_runs") or not row.get("floor_runs"):
         return None
     warm, floor = statistics.median(row["warm_runs"]), statistics.median(row["floor_runs"])
-    return warm, floor, warm / floor
+    return warm, floor, warm - floor
 
 
 def speed_table(rows: list[dict]) -> str:
-    """Each torch's warm first step against its own compile-off floor; one too far from the best is named."""
+    """Each torch's warm first step over its own compile-off floor; one too far from the best is named.
+
+    The floor (the eager first step, 0.02-0.3 s) is subtracted, not divided by: a ratio to a
+    tenth of a second measures the floor's noise, not the warm start."""
     measured = {row["warm"]["torch"]: speed(row) for row in rows if speed(row)}
     if not measured:
         return ""
-    best = min(ratio for _, _, ratio in measured.values())
-    lines = ["| torch | first step cold | precompiled (median) | compile-off floor (median) | precompiled / floor | "
+    best = min(added for _, _, added in measured.values())
+    lines = ["| torch | first step cold | precompiled (median) | compile-off floor (median) | precompiled - floor | "
              "against the best |", "|---|---|---|---|---|---|"]
     for row in rows:
         found = speed(row)
         if not found:
             continue
-        warm, floor, ratio = found
-        verdict_ = "ok" if ratio <= SLOWER * best else f"**slow: {ratio / best:.2f}x the best's ratio**"
+        warm, floor, added = found
+        verdict_ = "ok" if added <= SLOWER * best else f"**slow: {added / best:.2f}x the best's**"
         lines.append(f"| {row['warm']['torch']} | {row['cold']['first_step_seconds']:.2f} s | {warm:.2f} s | "
-                     f"{floor:.2f} s | {ratio:.2f} | {verdict_} |")
+                     f"{floor:.2f} s | {added:.2f} s | {verdict_} |")
     return "\n".join(lines) + "\n"
 
 
