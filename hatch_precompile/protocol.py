@@ -47,6 +47,10 @@ NO_SPEEDUPS_VAR = "HATCH_PRECOMPILE_NO_SPEEDUPS"  # its older name
 BUILDING_VAR = "HATCH_PRECOMPILE_BUILDING"  # set in a build's child: load() stays off there
 TORCHSCRIPT_DIR_VAR = "HATCH_PRECOMPILE_TORCHSCRIPT_DIR"  # where save_torchscript() writes
 CACHE_DIR_VAR = "TORCHINDUCTOR_CACHE_DIR"  # torch's
+# Set on build machines, not on users': each changes a torch default that is part of every cache
+# key, so a build (and `verify`) runs without them. CI=true (every CI service sets it) turns on
+# functorch's error_on_custom_op_aliasing from torch 2.11 on: built with it, every graph misses.
+BUILDER_ONLY_VARS = ("CI",)
 
 # -- exit codes --------------------------------------------------------------------------------
 

@@ -60,6 +60,7 @@ def run(cmd, *, env=None, cwd=None, check=True, timeout=1200) -> subprocess.Comp
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("PRECOMPILE", "HATCH_BUILD"))}
     for name in ("TORCHINDUCTOR_CACHE_DIR", "VIRTUAL_ENV", "HATCH_PRECOMPILE_TARGET"):
         full_env.pop(name, None)  # each test says which environment a build is for
+    full_env.pop("CI", None)  # a user's machine, wherever the suite runs; a test that builds as CI says so
     full_env["XDG_CACHE_HOME"] = TEST_USER_CACHE  # keep the machine's ~/.cache out of it
     if not GPUS_VISIBLE:  # the CPU path, on any machine: a GPU's tests are test_gpu.py's
         full_env["CUDA_VISIBLE_DEVICES"] = full_env["HIP_VISIBLE_DEVICES"] = ""
@@ -140,9 +141,10 @@ def hp_dist(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def precompiled_wheel(tmp_path_factory) -> tuple[Path, str]:
-    """sample_pkg built with precompilation in this (the test) environment."""
+    """sample_pkg built with precompilation in this (the test) environment, on a CI runner as wheels
+    are (CI=true); every test that runs it does so without CI, as users' machines do."""
     project = copy_project(tmp_path_factory.mktemp("precompiled-src") / "sample_pkg")
-    proc, wheel = build_wheel(project, tmp_path_factory.mktemp("precompiled-dist"))
+    proc, wheel = build_wheel(project, tmp_path_factory.mktemp("precompiled-dist"), env={"CI": "true"})
     return wheel, proc.stdout
 
 

@@ -27,6 +27,7 @@ def wheel_tag(wheel) -> list[str]:
 
 def test_precompiled_wheel_contents_and_tag(precompiled_wheel):
     wheel, output = precompiled_wheel
+    assert "precompile: the workloads run without CI=true, as on users' machines" in output
     py = f"cp{sys.version_info.major}{sys.version_info.minor}"
     # The most compatible tag auditwheel's policy allows for the kernels (test_portable.py).
     assert re.fullmatch(rf"sample_pkg-0\.1\.0-{py}-{py}-(manylinux_2_\d+|linux)_\w+\.whl", wheel.name)

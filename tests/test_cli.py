@@ -154,8 +154,11 @@ def test_report_on_a_plain_wheel_says_there_is_nothing(notorch_python, tmp_path)
 
 
 def test_verify_passes_on_a_fresh_install(runtime_python, tmp_path):
-    proc = split_run([runtime_python, "-m", "hatch_precompile", "verify", "sample_pkg", "--json"], cwd=tmp_path)
+    """Run in a package's CI, as verify is: CI=true, which the replay leaves out as the build did."""
+    proc = split_run([runtime_python, "-m", "hatch_precompile", "verify", "sample_pkg", "--json"], cwd=tmp_path,
+                     env={"CI": "true"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "verify sample_pkg: the workloads run without CI=true, as on users' machines" in proc.stderr
     result = json.loads(proc.stdout)
     assert result["ok"] and result["misses"] == []
     assert result["load"]["loaded"] and result["load"]["installed"] > 0

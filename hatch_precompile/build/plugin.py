@@ -22,6 +22,7 @@ from hatch_precompile.build import settings as settings_module
 from hatch_precompile.protocol import (
     BLOBS_DIR, DECLARATION_FILE, DIRNAME, MANIFEST_FILE, SETS_DIR, Declaration, Manifest,
 )
+from hatch_precompile.run import variables
 
 
 class PrecompileBuildHook(BuildHookInterface):
@@ -141,11 +142,15 @@ class PrecompileBuildHook(BuildHookInterface):
 
         where = self.where
         self.app.display_info(f"precompile: building artifacts for {where.why}")
+        environ, removed = variables.as_on_users_machines(where.environ(os.environ))
+        if removed:
+            self.app.display_info(f"precompile: the workloads run without {', '.join(removed)}, as on users' "
+                                  "machines (it changes torch defaults that are part of every cache key)")
         try:
             artifacts = capture(
                 root=Path(self.root), work_dir=self._scratch(), package=package,
                 workloads=list(self.options.workloads), timeout=self.options.timeout,
-                say=self.app.display_info, python=where.python, environ=where.environ(os.environ),
+                say=self.app.display_info, python=where.python, environ=environ,
                 capabilities=self.options.cpu_capabilities, device=self.options.device,
                 cpu_target=self.options.cpu_target, heartbeat=self.settings.heartbeat,
             )

@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 
 from hatch_precompile.protocol import (
-    BUILDING_VAR, GLOBAL_SWITCH, HEARTBEAT_VAR, NO_PATCHES_VAR, NO_SPEEDUPS_VAR, PREFERENCES_VAR, TARGET_VAR,
+    BUILDER_ONLY_VARS, BUILDING_VAR, GLOBAL_SWITCH, HEARTBEAT_VAR, NO_PATCHES_VAR, NO_SPEEDUPS_VAR, PREFERENCES_VAR, TARGET_VAR,
     TORCHSCRIPT_DIR_VAR,
     package_switch,
 )
@@ -80,3 +80,9 @@ def torchscript_dir(environ: Mapping[str, str] | None = None) -> str | None:
 def no_patches(environ: Mapping[str, str] | None = None) -> bool:
     """``HATCH_PRECOMPILE_NO_PATCHES`` (or ``..._NO_SPEEDUPS``): leave torch's internals as they are."""
     return bool(_text(NO_PATCHES_VAR, environ) or _text(NO_SPEEDUPS_VAR, environ))
+
+
+def as_on_users_machines(environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+    """``environ`` without the build machine's own variables (BUILDER_ONLY_VARS), and those removed."""
+    removed = [name for name in BUILDER_ONLY_VARS if name in environ]
+    return {k: v for k, v in environ.items() if k not in removed}, [f"{name}={environ[name]}" for name in removed]

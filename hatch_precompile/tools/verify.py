@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from hatch_precompile.child import runner
 from hatch_precompile.protocol import BUILDING_VAR, CACHE_DIR_VAR, TORCHSCRIPT_DIR_VAR
+from hatch_precompile.run import variables
 
 
 class VerifyError(Exception):
@@ -27,8 +28,11 @@ def run(package: str, workloads: list[str], timeout: float, say: Callable[[str],
     with tempfile.TemporaryDirectory(prefix="hatch-precompile-verify-") as tmp:
         work = Path(tmp)
         (work / "cache").mkdir()
-        env = {k: v for k, v in os.environ.items() if k not in (BUILDING_VAR, TORCHSCRIPT_DIR_VAR)}
+        env, removed = variables.as_on_users_machines(os.environ)
+        env = {k: v for k, v in env.items() if k not in (BUILDING_VAR, TORCHSCRIPT_DIR_VAR)}
         env[CACHE_DIR_VAR] = str(work / "cache")
+        if removed:  # the build ran without them too: verify asks what users' machines get
+            say(f"verify {package}: the workloads run without {', '.join(removed)}, as on users' machines")
         say(f"verify {package}: load(), then {len(workloads)} workload(s) in a fresh process "
             "with an empty Inductor cache dir")
         # The workloads' own output goes to stderr, so that stdout stays the report (--json).
