@@ -283,6 +283,11 @@ class Manifest:
     # The most compatible platform tag the kernels allow ({"tag": "manylinux_2_24_x86_64" or None,
     # "why": ...}); the wheel takes the least compatible of its sets' (build/elf.py).
     platform: dict[str, Any] | None = None
+    # What each of torch's cache keys was made of at build (child/keys.py, pack_keys): only tools
+    # read it, to say why a graph missed elsewhere (tools/why.py); load() never does.
+    keys: dict[str, Any] | None = None
+    # The process settings the graphs were compiled under that load() can see (run/visible.py).
+    visible: dict[str, Any] | None = None
     format: int = FORMAT
 
     @classmethod
@@ -321,6 +326,8 @@ class Manifest:
             settings=dict(data.get("settings") or {}),
             platform=data.get("platform"),
             probes={k: list(v) for k, v in (data.get("probes") or {}).items()},
+            keys=data.get("keys") if isinstance(data.get("keys"), dict) else None,
+            visible=data.get("visible") if isinstance(data.get("visible"), dict) else None,
             format=data.get("format", FORMAT),
         )
 
@@ -346,6 +353,31 @@ class Manifest:
         """AOTAutograd entries: one per compiled graph (forward and backward together)."""
         prefix = f"{INDUCTOR_DIR}/aotautograd/"
         return len({p[len(prefix):].split("/", 1)[0] for p in self.files if p.startswith(prefix)})
+
+
+def pack_keys(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The manifest's ``keys``: fields every entry shares once in ``common``, the rest per entry."""
+    if not entries:
+        return None
+    common = dict(entries[0]["fields"])
+    for e in entries[1:]:
+        common = {k: v for k, v in common.items() if e["fields"].get(k) == v}
+    return {"common": common, "entries": [
+        {**e, "fields": {k: v for k, v in e["fields"].items() if k not in common}} for e in entries
+    ]}
+
+
+def unpack_keys(keys: Any) -> list[dict[str, Any]]:
+    """Entries with their whole fields, from a manifest's ``keys`` (written by any version: a part
+    that is not what we expect is left out, never raised on)."""
+    if not isinstance(keys, dict) or not isinstance(keys.get("entries"), list):
+        return []
+    common = keys.get("common") if isinstance(keys.get("common"), dict) else {}
+    out = []
+    for e in keys["entries"]:
+        if isinstance(e, dict) and isinstance(e.get("fields"), dict):
+            out.append({**e, "fields": {**common, **e["fields"]}, "sources": e.get("sources") or {}})
+    return out
 
 
 def _known(kind: type, data: dict[str, Any]) -> Any:

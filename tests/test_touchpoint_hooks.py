@@ -10,6 +10,7 @@ from itertools import count
 import pytest
 
 from hatch_precompile.build import isa
+from hatch_precompile.child import keys
 from hatch_precompile.run import standin, touchpoints, tuned_configs
 
 _names = count()
@@ -154,6 +155,41 @@ def test_the_key_hook_leaves_a_key_it_cannot_read_as_torch_made_it(fake, monkeyp
                      after=lambda arguments, _: standin.agree_compiler(arguments["self"].inductor_config))
     assert FxGraphHashDetails("not a dict").inductor_config == "not a dict"
     assert FxGraphHashDetails({"cpp.cxx": (None, "g++-12")}).inductor_config == {"cpp.cxx": (None, "g++")}
+
+
+def test_the_key_recorder_records_what_it_can_read_and_skips_the_rest(fake, monkeypatch):
+    class FxGraphHashDetails:
+        def __init__(self, **fields):
+            self.__dict__.update(fields)
+
+    class AOTAutogradCacheDetails(FxGraphHashDetails):
+        def __init__(self, **fields):
+            super().__init__(**fields)
+
+    class Unprintable:
+        def __repr__(self):
+            raise RuntimeError("misbehaving on purpose")
+
+    def compiled_fx_graph_hash(details):
+        return ("fkey", [])
+
+    def autograd_cache_key(details):
+        return "not a tuple"  # another shape: the key is left unknown
+
+    codecache, module = fake(FxGraphHashDetails=FxGraphHashDetails, compiled_fx_graph_hash=compiled_fx_graph_hash)
+    autograd, _ = fake(autograd_cache_key=autograd_cache_key)
+    monkeypatch.setattr(touchpoints, "CODECACHE", codecache)
+    monkeypatch.setattr(touchpoints, "AUTOGRAD_CACHE", autograd)
+    recorder = keys.KeyRecorder()
+    module.compiled_fx_graph_hash(FxGraphHashDetails(default_dtype="torch.float32", inductor_config={"a": 1},
+                                                     example_inputs=[3]))
+    FxGraphHashDetails(broken=Unprintable())
+    sys.modules[autograd].autograd_cache_key(AOTAutogradCacheDetails(grad_enabled=True))
+    entries = recorder.take()
+    assert [(e["cache"], e["key"]) for e in entries] == [("fx", "fkey"), ("aot", None)]
+    assert entries[0]["fields"] == {"default_dtype": "'torch.float32'", "inductor_config[a]": "1",
+                                    "example_inputs[0]": "3"}
+    assert recorder.take() == []
 
 
 def test_tuned_configs_are_looked_up_in_this_cache_dir_or_left_alone(fake):

@@ -21,7 +21,8 @@ from conftest import build_wheel, copy_project, read_manifest, run, run_sample, 
 pytestmark = pytest.mark.slow  # builds wheels or venvs, or runs torch in fresh processes
 
 MISBEHAVE = Path(__file__).parent / "misbehave"
-OBSERVERS = "metrics,counters,guard-failures,logs,megacache,compile-times,write-signature,dynamo-compile,compile-command"
+OBSERVERS = ("metrics,counters,guard-failures,logs,megacache,compile-times,write-signature,dynamo-compile,"
+             "compile-command,key-functions")
 SHORTCUTS = "write-signature,precompile-header,check-build,probe-load,torch-key,hash-details,autotune-recheck"
 
 

@@ -18,7 +18,8 @@ from hatch_precompile import __version__
 from hatch_precompile.child import runner
 from hatch_precompile.protocol import (
     CACHE_DIR_VAR, DIRNAME, INDUCTOR_DIR, MANIFEST_FILE, MEGACACHE_FILE, SETS_DIR, TORCHSCRIPT_DIR,
-    ChildResult, FileEntry, Kernel, Manifest, Workload, blob_path, is_safe_relpath, set_name, sha256,
+    ChildResult, FileEntry, Kernel, Manifest, Workload, blob_path, is_safe_relpath, pack_keys, set_name,
+    sha256,
 )
 from hatch_precompile.run import relocate, variables
 
@@ -175,6 +176,8 @@ def _manifest(package: str, result: dict[str, Any], files: dict[str, FileEntry],
         compiler=result.get("compiler"),
         settings=result.get("settings") or {},
         probes=result.get("probes") or {},
+        visible=result.get("visible"),
+        keys=pack_keys([e for w in result["workloads"] for e in w.get("keys") or []]),
     )
 
 

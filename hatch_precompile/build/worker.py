@@ -76,6 +76,7 @@ def main(argv: list[str]) -> int:
         **environment,
         **_machine(compile_flags, kernel_commands),
         "settings": _settings(),
+        "visible": _visible(torch),
         "import_seconds": round(import_seconds, 3),
         "megacache": _save_megacache(torch, out),
         "compile_times": _compile_times(),
@@ -264,6 +265,16 @@ def _built_binaries() -> bool:
     """Whether the cache dir holds a compiled kernel or module (a ``.so``)."""
     cache = os.environ.get(CACHE_DIR_VAR)
     return bool(cache) and any(Path(cache).rglob("*.so"))
+
+
+def _visible(torch: Any) -> dict[str, Any] | None:
+    """The settings the workloads ran under that load() can check (run/visible.py)."""
+    from hatch_precompile.run import visible
+
+    try:
+        return visible.record(torch)
+    except Exception:  # a torch without one of them: load() checks nothing
+        return None
 
 
 def _settings() -> dict[str, Any]:

@@ -3,7 +3,8 @@
 Shared by the build's child (build/worker.py), ``verify``'s (tools/replay.py) and ``snoop``'s
 (tools/snoop_child.py): per workload,
 torch's counters, each graph compiled with its seconds and source location (compilation
-metrics), recompiles, kernels built and bytes of cache; in the build also graph breaks and
+metrics), recompiles, kernels built, bytes of cache and what each cache key was made of
+(child/keys.py); in the build also graph breaks and
 float64 nodes, read from torch's logs, and each CPU kernel's compiler command (for relocation).
 All of it is observation only: an observer that breaks records less, never fails the workload.
 """
@@ -17,6 +18,7 @@ import re
 import time
 from typing import Any, Callable
 
+from hatch_precompile.child import keys
 from hatch_precompile.run import touchpoints
 
 
@@ -30,6 +32,7 @@ class Observer:
         self.cache_dir = cache_dir
         self.dynamo_utils = dynamo_utils
         self.signatures = Signatures()
+        self.keys = keys.KeyRecorder()
         self.logs = None
         if logs:
             try:
@@ -60,6 +63,7 @@ class Observer:
             "graphs": compiled_graphs(self.dynamo_utils, self.signatures.by_id),
             "kernels": kernels_after - kernels_before,
             "cache_bytes": bytes_after - bytes_before,
+            "keys": self.keys.take(),
         }
         if self.logs is not None:
             record["graph_breaks"] = self.logs.breaks[breaks_before:]

@@ -28,6 +28,11 @@ touchpoint               torch's                                          who ho
                                                                           flags (build/isa.py)
 ``dynamo-compile``       ``_dynamo.convert_frame._compile``               build, verify, snoop: each
                                                                           graph's call (child/observe.py)
+``key-details``          ``_inductor.codecache.FxGraphHashDetails``       build, verify, snoop: what each
+                         ``.__init__`` (and its AOTAutograd subclass)     key is made of (child/keys.py)
+``fx-key``, ``aot-key``  ``_inductor.codecache.compiled_fx_graph_hash``,  the key itself (child/keys.py)
+                         ``_functorch._aot_autograd.autograd_cache``
+                         ``.autograd_cache_key``
 =======================  ===============================================  ==============================
 
 A wrapper takes any signature and passes every call through; a hook sees the call's arguments by
@@ -59,6 +64,7 @@ TRITON_HEURISTICS = "torch._inductor.runtime.triton_heuristics"
 CONFIG = "torch._inductor.config"
 CPP_BUILDER = "torch._inductor.cpp_builder"
 CONVERT_FRAME = "torch._dynamo.convert_frame"
+AUTOGRAD_CACHE = "torch._functorch._aot_autograd.autograd_cache"
 
 MARK = "_hatch_precompile_patched"
 PASS = object()  # what an ``instead`` hook returns to let torch answer

@@ -133,19 +133,41 @@ def _workloads(args: argparse.Namespace, command: str) -> tuple[str, Path, list[
 def cmd_verify(args: argparse.Namespace) -> int:
     from hatch_precompile.tools import verify
 
+    try:
+        threads = [int(n) for n in (args.threads or "").split(",") if n.strip()]
+        if any(n < 1 for n in threads):
+            raise ValueError
+    except ValueError:
+        raise CliError(f"verify: --threads {args.threads!r} must be thread counts, e.g. 1,8") from None
+    try:
+        replays = verify.variants(threads, [t for text in args.setting or [] for t in text.split(",") if t.strip()])
+    except ValueError as exc:
+        raise CliError(f"verify: {exc}") from None
     package, _, workloads, source = _workloads(args, "verify")
     say = _say_err if args.json else _say
     say(f"verify {package}: workloads from {source}: {', '.join(workloads)}")
-    try:
-        result = verify.run(package, workloads, args.timeout, say)
-    except verify.VerifyError as exc:
-        raise CliError(f"verify: {exc}") from None
+    manifests = _set_manifests(targets, package)
+    results = []
+    for label, setting in replays:
+        if setting:
+            say(f"verify {package}: under {label}")
+        try:
+            results.append((label, verify.run(package, workloads, args.timeout, say, setting, manifests)))
+        except verify.VerifyError as exc:
+            raise CliError(f"verify: {label}: {exc}" if setting else f"verify: {exc}") from None
+    failed = any(r["misses"] or r["unknown"] for _, r in results)
+    (_, first), rest = results[0], results[1:]
     if args.json:
-        ok = not result["misses"] and not result["unknown"]
-        print(json.dumps({"package": package, "ok": ok, **result}, indent=1))
+        ok = not first["misses"] and not first["unknown"]
+        print(json.dumps({"package": package, "ok": ok, **first, "variants": [
+            {"setting": label, "ok": not r["misses"] and not r["unknown"], **r} for label, r in rest
+        ]}, indent=1))
     else:
-        print(verify.render(package, result), end="")
-    return EXIT_FOUND if result["misses"] or result["unknown"] else EXIT_OK
+        print(verify.render(package, first), end="")
+        for label, r in rest:
+            print(f"under {label}:")
+            print(verify.render(package, r), end="")
+    return EXIT_FOUND if failed else EXIT_OK
 
 
 # -- warm ------------------------------------------------------------------------------------------
@@ -314,6 +336,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
+    from hatch_precompile.tools.verify import SETTING_FORMS
+
     top = argparse.ArgumentParser(
         prog="hatch-precompile",
         description="See and control what hatch-precompile precompiles.",
@@ -337,6 +361,11 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds for all workloads")
         if name == "verify":
             p.add_argument("--json", action="store_true", help="machine-readable output")
+            p.add_argument("--threads", metavar="N,N", help="replay again at each thread count (1,8), as users' "
+                           "machines run")
+            p.add_argument("--setting", action="append", metavar="SETTING",
+                           help="replay again under a setting a program may make (repeatable): "
+                           + ", ".join(SETTING_FORMS))
             p.set_defaults(func=cmd_verify)
         else:
             p.add_argument("--force", action="store_true", help="warm even if the shipped artifacts match")

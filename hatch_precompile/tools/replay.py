@@ -2,16 +2,19 @@
 
 Started with an empty, private ``TORCHINDUCTOR_CACHE_DIR`` and without
 ``HATCH_PRECOMPILE_BUILDING`` (which would turn ``load()`` into a no-op): the process a user of
-the package gets. Measures each workload as the build does (child/observe.py) and writes its
-ChildResult into the spec's ``out`` dir.
+the package gets. Under one of verify's ``--threads`` or ``--setting``, that is applied after the
+import, as a user's program would. Measures each workload as the build does (child/observe.py)
+and writes its ChildResult into the spec's ``out`` dir.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from hatch_precompile.child import observe, work
 from hatch_precompile.protocol import CACHE_DIR_VAR, EXIT_OK, EXIT_WORKLOAD_FAILED, ChildResult
@@ -23,6 +26,7 @@ def main(argv: list[str]) -> int:
     package = spec["package"]
     cache_dir = os.environ[CACHE_DIR_VAR]
 
+    import torch
     import torch._dynamo  # noqa: F401  (torch first: the package's import may be what imports it)
 
     from hatch_precompile.run import loader
@@ -37,6 +41,11 @@ def main(argv: list[str]) -> int:
         return EXIT_WORKLOAD_FAILED
     status = loader.load(package)
     kernels_installed, _ = observe.cache_usage(cache_dir)
+    try:  # as a user's program would, after importing the package and before calling it
+        apply_setting(torch, spec.get("setting") or {})
+    except Exception as exc:
+        work.write_result(out, ChildResult("failed", failure=work.failure("--setting", exc)))
+        return EXIT_WORKLOAD_FAILED
 
     workloads, failed = work.run_workloads(spec["workloads"], observer.measure)
     for record in workloads:
@@ -50,3 +59,32 @@ def main(argv: list[str]) -> int:
         "kernels_installed": kernels_installed,
     }))
     return EXIT_OK
+
+
+def apply_setting(torch: Any, setting: dict[str, Any]) -> None:
+    """One of verify's ``--threads`` / ``--setting`` (tools/verify.py parses them)."""
+    if "threads" in setting:
+        torch.set_num_threads(int(setting["threads"]))
+    if setting.get("deterministic"):
+        torch.use_deterministic_algorithms(True)
+    if "default_dtype" in setting:
+        dtype = getattr(torch, setting["default_dtype"], None)
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"default-dtype={setting['default_dtype']}: torch has no such dtype")
+        torch.set_default_dtype(dtype)
+    if "matmul_precision" in setting:
+        torch.set_float32_matmul_precision(setting["matmul_precision"])
+    if "config" in setting:
+        module, name, raw = setting["config"]
+        config = importlib.import_module("torch._inductor.config" if module == "inductor" else "torch._functorch.config")
+        *path, last = name.split(".")
+        owner = config
+        for part in path:
+            owner = getattr(owner, part)
+        if not hasattr(owner, last):
+            raise ValueError(f"{module}.{name}: torch {torch.__version__} has no such setting")
+        try:
+            value = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            value = raw  # a plain word: a string setting
+        setattr(owner, last, value)

@@ -4,7 +4,8 @@ Runs a program (tools/snoop_child.py) and reports every graph it compiled, large
 its owning distribution and whether a cache -- for a hatch-precompile package, its own shipped
 artifacts -- served it; per distribution ("parcel") the seconds compiled and served and the
 coverage of its artifacts; the workload gaps (graphs of such a package compiled fresh, their call
-signature against what its artifacts hold, and a hint); and the performance pitfalls found where
+signature against what its artifacts hold, a hint, and why torch's key differs, field by field:
+tools/why.py); and the performance pitfalls found where
 they happen: float64 in compiled graphs, graph breaks (``.item()``, ``print``, data-dependent
 control flow), and recompiles from unstable shapes, dtypes or Python scalars.
 """
@@ -21,7 +22,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hatch_precompile.child import pitfalls, runner
-from hatch_precompile.protocol import BUILDING_VAR, CACHE_DIR_VAR, TORCHSCRIPT_DIR_VAR
+from hatch_precompile.protocol import BUILDING_VAR, CACHE_DIR_VAR, TORCHSCRIPT_DIR_VAR, unpack_keys
+from hatch_precompile.tools import why
 
 PROGRAM = "(program)"
 _PYTHON = re.compile(r"python(\d+(\.\d+)?t?)?(\.exe)?")
@@ -95,7 +97,7 @@ def analyse(result: dict[str, Any], tmin: float, manifests: Callable[[str], list
         "tmin": tmin,
         "graphs": [g for g in graphs if g["seconds"] >= tmin],
         "distributions": _parcels(graphs, loads),
-        "gaps": [gap for g in graphs if g["seconds"] >= tmin for gap in _gap(g, loads, manifests)],
+        "gaps": [gap for g in graphs if g["seconds"] >= tmin for gap in _gap(g, loads, manifests, result.get("keys"))],
         "pitfalls": pitfalls.find(result, graphs),
         "loads": result["loads"],
         "counters": result.get("counters", {}),
@@ -131,20 +133,32 @@ def _parcels(graphs: list[dict[str, Any]], loads: dict[str, Any]) -> dict[str, A
     return dict(sorted(out.items(), key=lambda kv: -kv[1]["compiled_seconds"]))
 
 
-def _gap(graph: dict[str, Any], loads: dict[str, Any], manifests: Callable[[str], list[Any]]) -> list[dict[str, Any]]:
+def _gap(graph: dict[str, Any], loads: dict[str, Any], manifests: Callable[[str], list[Any]],
+         keys: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     load = loads.get(graph["distribution"])
     if load is None or graph["from_cache"] or graph["kind"] == "backward":  # a backward's gap is its forward's
         return []
     top = load["package"].split(".", 1)[0]
-    shipped = [g for m in manifests(load["package"]) for w in m.workloads for g in (w.graphs or [])
-               if g.kind == "forward" and g.function == graph["function"]
-               and _in_package(g.location, top) == _in_package(graph["location"], top)]
+    shipped, explanation = [], None
+    for manifest in manifests(load["package"]):
+        like = [g for w in manifest.workloads for g in (w.graphs or [])
+                if g.kind == "forward" and g.function == graph["function"]
+                and _in_package(g.location, top) == _in_package(graph["location"], top)]
+        shipped += like
+        if like and explanation is None:
+            explanation = why.explain(keys or [], unpack_keys(manifest.keys), graph["compile_id"],
+                                      [g.compile_id for g in like], top)
+    hint = gap_hint(graph, shipped)
+    if explanation is not None and hint.startswith("this call of"):
+        hint = (f"this call of {graph['function']} compiled fresh although the workload makes one like it; "
+                f"{why.summary(explanation, limit=1)[0]}")
     return [{
         "function": graph["function"], "location": graph["location"], "distribution": graph["distribution"],
         "compile_id": graph["compile_id"], "kind": graph["kind"], "seconds": graph["seconds"],
         "signature": {"inputs": graph["inputs"], "grad_mode": graph["grad_mode"]},
         "shipped": [{"inputs": g.inputs, "grad_mode": g.grad_mode, "workload_graph": g.compile_id} for g in shipped],
-        "hint": gap_hint(graph, shipped),
+        "hint": hint,
+        "why": explanation,
     }]
 
 
@@ -153,11 +167,9 @@ def _in_package(location: str | None, top: str) -> str | None:
     if not location:
         return None
     filename, _, line = location.rpartition(":")
-    parts = Path(filename).parts
-    if top not in parts:
+    if top not in Path(filename).parts:
         return None
-    start = len(parts) - 1 - parts[::-1].index(top)
-    return "/".join(parts[start:]) + f":{line}"
+    return f"{why.package_path(filename, top)}:{line}"
 
 
 def gap_hint(graph: dict[str, Any], shipped: list[Any]) -> str:
@@ -265,6 +277,9 @@ def render(report: dict[str, Any]) -> str:
             shipped = "; ".join(signature(s) for s in gap["shipped"]) or "nothing for this function"
             out.append(f"    shipped:      {shipped}")
             out.append(f"    hint: {gap['hint']}")
+            if gap.get("why"):
+                out.append("    why it missed (torch's cache key against the shipped graph's):")
+                out.extend(f"      {line}" for line in why.summary(gap["why"]))
     if report["pitfalls"]:
         out.append("pitfalls:")
         for item in report["pitfalls"]:

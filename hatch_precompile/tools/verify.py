@@ -9,34 +9,73 @@ misses and bypasses, and new kernel binaries (each one a g++ run). Any miss fail
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
 from hatch_precompile.child import runner
-from hatch_precompile.protocol import BUILDING_VAR, CACHE_DIR_VAR, TORCHSCRIPT_DIR_VAR
+from hatch_precompile.protocol import BUILDING_VAR, CACHE_DIR_VAR, TORCHSCRIPT_DIR_VAR, unpack_keys
 from hatch_precompile.run import variables
+from hatch_precompile.tools import why as why_module
 
 
 class VerifyError(Exception):
     """verify could not run the workloads at all (as opposed to finding misses)."""
 
 
-def run(package: str, workloads: list[str], timeout: float, say: Callable[[str], None]) -> dict[str, Any]:
-    """What the child measured (load(), workloads), plus ``misses``: one line per thing compiled here."""
+# `--setting`s: what a user's program may set before it calls the package, each a class of miss.
+SETTING_FORMS = ("deterministic", "default-dtype=DTYPE", "matmul-precision=highest|high|medium",
+                 "inductor.NAME=VALUE", "functorch.NAME=VALUE", "env.NAME=VALUE")
+_MATMUL = ("highest", "high", "medium")
+
+
+def parse_setting(text: str) -> dict[str, Any]:
+    """``--setting`` text -> what the replay applies; ValueError naming the accepted forms."""
+    name, eq, value = text.strip().partition("=")
+    if name == "deterministic" and not eq:
+        return {"deterministic": True}
+    if name == "default-dtype" and re.fullmatch(r"[a-z0-9]+", value):
+        return {"default_dtype": value}
+    if name == "matmul-precision" and value in _MATMUL:
+        return {"matmul_precision": value}
+    module, dot, attr = name.partition(".")
+    if module in ("inductor", "functorch") and dot and re.fullmatch(r"[A-Za-z_][\w.]*", attr) and eq:
+        return {"config": [module, attr, value]}
+    if module == "env" and dot and re.fullmatch(r"[A-Za-z_]\w*", attr) and eq:
+        return {"env": [attr, value]}
+    raise ValueError(f"--setting {text!r} is not one of: {', '.join(SETTING_FORMS)}")
+
+
+def variants(threads: list[int], settings: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    """(label, setting) of each replay: as built first, then each thread count and setting alone."""
+    out = [("as built", {})]
+    out += [(f"threads={n}", {"threads": n}) for n in threads]
+    out += [(text, parse_setting(text)) for text in settings]
+    return out
+
+
+def run(package: str, workloads: list[str], timeout: float, say: Callable[[str], None],
+        setting: dict[str, Any] | None = None, manifests: list[Any] | None = None) -> dict[str, Any]:
+    """What the child measured (load(), workloads), plus ``misses``: one line per thing compiled here,
+    with why torch's key differs from the shipped graph's where ``manifests`` recorded it."""
+    setting = setting or {}
     with tempfile.TemporaryDirectory(prefix="hatch-precompile-verify-") as tmp:
         work = Path(tmp)
         (work / "cache").mkdir()
         env, removed = variables.as_on_users_machines(os.environ)
         env = {k: v for k, v in env.items() if k not in (BUILDING_VAR, TORCHSCRIPT_DIR_VAR)}
         env[CACHE_DIR_VAR] = str(work / "cache")
+        if "env" in setting:
+            env[setting["env"][0]] = setting["env"][1]
         if removed:  # the build ran without them too: verify asks what users' machines get
             say(f"verify {package}: the workloads run without {', '.join(removed)}, as on users' machines")
         say(f"verify {package}: load(), then {len(workloads)} workload(s) in a fresh process "
             "with an empty Inductor cache dir")
         # The workloads' own output goes to stderr, so that stdout stays the report (--json).
-        job = runner.Job("hatch_precompile.tools.replay", {"package": package, "workloads": workloads}, "verify",
+        job = runner.Job("hatch_precompile.tools.replay",
+                         {"package": package, "workloads": workloads, "setting": setting}, "verify",
                          say, relay=lambda line: print(line, file=sys.stderr, flush=True), timeout=timeout)
         try:
             child = runner.run(job, work, env=env)
@@ -49,7 +88,7 @@ def run(package: str, workloads: list[str], timeout: float, say: Callable[[str],
     result = {**child.data, "workloads": child.workloads}
     if child.status != "ok" or "load" not in result:
         raise VerifyError(f"the verify process reported {child.status}: {child.detail}")
-    result["misses"] = misses(package, result)
+    result["misses"] = misses(package, result, manifests or [])
     result["unknown"] = unknown(result)
     return result
 
@@ -65,11 +104,13 @@ def unknown(result: dict[str, Any]) -> list[str]:
     ]
 
 
-def misses(package: str, result: dict[str, Any]) -> list[str]:
+def misses(package: str, result: dict[str, Any], manifests: list[Any] = ()) -> list[str]:
     found = []
+    top = package.split(".", 1)[0]
     load = result["load"]
     if not load["loaded"]:
         found.append(f"load() installed nothing: {load['reason']}")
+    explained: set[str] = set()
     for w in result["workloads"]:
         attributed = 0
         for g in w["graphs"]:
@@ -83,6 +124,13 @@ def misses(package: str, result: dict[str, Any]) -> list[str]:
                 else "not in the artifacts: the code, input shapes/dtypes or torch config changed "
                 "since they were built"
             )
+            explanation = None if g["kind"] == "backward" else _explain(g, w.get("keys") or [], manifests, top)
+            if g["kind"] == "backward" and g["compile_id"] in explained:
+                why = "compiled with its forward graph, for the reason given there"
+            if explanation is not None:
+                explained.add(g["compile_id"])
+                why = "torch's cache key differs from the shipped graph's:\n" + "\n".join(
+                    f"      {line}" for line in why_module.summary(explanation))
             found.append(
                 f"{w['name']}: the {g['kind']} graph of {g['function'] or '?'} at {g['location'] or '?'} "
                 f"[{g['compile_id']}] was compiled from scratch ({g['seconds']:.1f} s): {why}"
@@ -99,6 +147,20 @@ def misses(package: str, result: dict[str, Any]) -> list[str]:
         if w["kernels_compiled"]:
             found.append(f"{w['name']}: {w['kernels_compiled']} C++ kernel(s) were compiled")
     return found
+
+
+def _explain(graph: dict[str, Any], keys: list[dict[str, Any]], manifests: list[Any], top: str) -> dict | None:
+    """Why ``graph`` missed, against the shipped graphs of the same function (tools/why.py)."""
+    place = why_module.package_path((graph.get("location") or "").rpartition(":")[0], top)
+    for manifest in manifests:
+        like = [g.compile_id for w in manifest.workloads for g in (w.graphs or [])
+                if g.kind == "forward" and g.function == graph.get("function")
+                and why_module.package_path((g.location or "").rpartition(":")[0], top) == place]
+        if like:
+            explanation = why_module.explain(keys, unpack_keys(manifest.keys), graph.get("compile_id"), like, top)
+            if explanation is not None:
+                return explanation
+    return None
 
 
 def render(package: str, result: dict[str, Any]) -> str:

@@ -93,6 +93,8 @@ def _cpp_builder(module):
 
 
 def _codecache_hash_details(module):
+    if "key-functions" in BROKEN:
+        module.compiled_fx_graph_hash = _NoSignature(module.compiled_fx_graph_hash)
     if "hash-details" in BROKEN:
         details = module.FxGraphHashDetails
         original = details.__init__
@@ -121,6 +123,11 @@ def _dynamo_utils(module):
         module.compile_times = _raise
 
 
+def _autograd_cache(module):
+    if "key-functions" in BROKEN:
+        module.autograd_cache_key = _NoSignature(module.autograd_cache_key)
+
+
 def _torch_logging(module):
     if "logs" in BROKEN:
         module.set_logs = _raise
@@ -146,6 +153,7 @@ PATCHES = {
     "torch._logging": _torch_logging,
     "torch.compiler": _compiler,
     "torch.backends.cpu": _backends_cpu,
+    "torch._functorch._aot_autograd.autograd_cache": _autograd_cache,
 }
 
 

@@ -1,0 +1,139 @@
+"""Why a graph compiled although a shipped one is like it: torch's cache key, field by field.
+
+The build ships what each of its keys was made of (child/keys.py, packed into the manifest's
+``keys``); verify's and snoop's processes record the same for what they compile. For a graph that
+compiled here, the shipped entry of the same function that differs least is compared with it:
+every differing field with both values and what sets it, and, when the traced code differs, the
+functions whose source changed since the build. Pure data: no torch, no files.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePath
+from typing import Any, Iterable
+
+from hatch_precompile.protocol import unpack_keys
+
+# What sets each field of torch's key, for a user who has to change it back.
+MEANINGS = {
+    "gm": "the traced graph's code",
+    "deterministic_algorithms": "torch.use_deterministic_algorithms()",
+    "deterministic_algorithms_settings": "torch.use_deterministic_algorithms() (enabled, warn_only, "
+                                         "fill_uninitialized_memory)",
+    "cpp_runtime_thread_count": "the thread count (torch.set_num_threads, OMP_NUM_THREADS)",
+    "default_dtype": "torch.set_default_dtype()",
+    "cuda_matmul_settings": "the float32 matmul precision (torch.set_float32_matmul_precision) and "
+                            "reduced-precision matmul flags",
+    "grad_enabled": "grad mode (torch.no_grad)",
+    "disable_amp": "autocast (torch.autocast)",
+    "torch_version": "torch itself (its version or build)",
+    "cache_key_tag": "torch.compiler.config.cache_key_tag",
+}
+_PREFIXES = {
+    "inductor_config": "torch._inductor.config.{} (or its TORCHINDUCTOR_ variable)",
+    "autograd_config": "torch._functorch.config.{}",
+    "example_inputs": "input {}: dtype, shape, strides, device",
+    "fx_kwargs": "how Inductor compiles the graph ({})",
+    "system_info": "the machine ({}: device, CUDA, compiler)",
+}
+# Shown first: what a user sets on purpose, then where the code or the call differ.
+_FIRST = ("deterministic_algorithms_settings", "deterministic_algorithms", "cpp_runtime_thread_count",
+          "default_dtype", "cuda_matmul_settings", "grad_enabled", "disable_amp", "torch_version")
+
+
+def meaning(field: str) -> str:
+    if field in MEANINGS:
+        return MEANINGS[field]
+    head, _, rest = field.partition("[")
+    if head in _PREFIXES and rest.endswith("]"):
+        return _PREFIXES[head].format(rest[:-1])
+    return f"torch's key field {field}"
+
+
+def explain(here: Iterable[dict[str, Any]], shipped: Iterable[dict[str, Any]], compile_id: str | None,
+            shipped_ids: Iterable[str | None], top: str | None) -> dict[str, Any] | None:
+    """Why the graph compiled as ``compile_id`` here missed the shipped graphs ``shipped_ids``.
+
+    None when either side recorded nothing to compare. Else ``{"cache", "key_same", "fields":
+    [{field, shipped, here, means}], "sources": [{function, file, change, shipped_line, here_line}],
+    "compared_with": shipped compile id}``."""
+    mine = [e for e in here if e.get("compile_id") == compile_id]
+    ids = set(shipped_ids)
+    theirs = [e for e in shipped if e.get("compile_id") in ids]
+    for cache in ("aot", "fx"):  # AOTAutograd's key holds the FX graph key's fields and more
+        mine_c = [e for e in mine if e.get("cache") == cache and e.get("role") in ("graph", "forward", "inference")]
+        theirs_c = [e for e in theirs if e.get("cache") == cache and e.get("role") in ("graph", "forward", "inference")]
+        if mine_c and theirs_c:
+            break
+    else:
+        return None
+    me = mine_c[0]
+    best = min(theirs_c, key=lambda e: len(differing(e["fields"], me["fields"])))
+    fields = differing(best["fields"], me["fields"])
+    return {
+        "cache": cache,
+        "key_same": bool(me.get("key")) and me.get("key") == best.get("key"),
+        "compared_with": best.get("compile_id"),
+        "fields": [{"field": f, "shipped": best["fields"].get(f), "here": me["fields"].get(f), "means": meaning(f)}
+                   for f in fields],
+        "sources": changed_sources(best.get("sources") or {}, me.get("sources") or {}, top),
+    }
+
+
+def differing(shipped: dict[str, str], here: dict[str, str]) -> list[str]:
+    names = [k for k in {**shipped, **here} if shipped.get(k) != here.get(k)]
+    return sorted(names, key=lambda f: (_FIRST.index(f) if f in _FIRST else len(_FIRST), f != "gm", f))
+
+
+def changed_sources(shipped: dict[str, Any], here: dict[str, Any], top: str | None) -> list[dict[str, Any]]:
+    """The traced functions whose source differs, matched by their path inside the package."""
+    def by_place(sources: dict[str, Any]) -> dict[str, tuple[str, Any]]:
+        out = {}
+        for name, info in sources.items():
+            filename, _, function = name.rpartition(":")
+            out[f"{package_path(filename, top)}:{function}"] = (filename, info)
+        return out
+
+    theirs, mine = by_place(shipped), by_place(here)
+    changes = []
+    for place in sorted({**theirs, **mine}):
+        there, now = theirs.get(place), mine.get(place)
+        if there and now and there[1].get("sha256") == now[1].get("sha256"):
+            continue
+        path, _, function = place.rpartition(":")
+        change = "changed" if there and now else ("traced only here" if now else "traced only at build")
+        changes.append({"function": function, "file": path, "change": change,
+                        "shipped_line": there[1].get("line") if there else None,
+                        "here_line": now[1].get("line") if now else None})
+    return changes
+
+
+def package_path(filename: str, top: str | None) -> str:
+    """``sample_pkg/model.py`` for the same file in a build's source tree and in an install."""
+    parts = PurePath(filename).parts
+    if top and top in parts:
+        start = len(parts) - 1 - parts[::-1].index(top)
+        return "/".join(parts[start:])
+    return filename
+
+
+def summary(why: dict[str, Any], limit: int = 6) -> list[str]:
+    """The explanation as lines, most telling first."""
+    if why["key_same"]:
+        return ["torch's key is the shipped entry's: the entry was there, but torch did not use it "
+                "(its guards failed or its files could not be loaded here)"]
+    lines = []
+    for change in why["sources"]:
+        if change["change"] == "changed":
+            lines.append(f"the source of {change['function']} ({change['file']}:{change['here_line']}) changed "
+                         "since the build")
+        else:
+            lines.append(f"{change['function']} ({change['file']}) was {change['change']}")
+    fields = why["fields"]
+    for f in fields[:limit]:
+        lines.append(f"{f['field']}: shipped {f['shipped']}, here {f['here']} -- {f['means']}")
+    if len(fields) > limit:
+        lines.append(f"... and {len(fields) - limit} more field(s) (--json lists them all)")
+    if not lines:
+        lines.append("no field of the key differs: the key was computed for another graph of this function")
+    return lines
