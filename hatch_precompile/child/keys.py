@@ -130,7 +130,7 @@ def tensor_text(t: Any) -> str:
     shape = ", ".join(str(d) for d in t.shape)
     stride = tuple(str(s) for s in t.stride()) if callable(t.stride) else ()
     extra = " requires_grad" if t.requires_grad else ""
-    return f"{dtype}[{shape}] stride ({', '.join(stride)}) {t.device}{extra}"
+    return f"{dtype}[{shape}] stride ({', '.join(stride)}{',' if len(stride) == 1 else ''}) {t.device}{extra}"
 
 
 def graph_code(gm: Any) -> str:

@@ -3,12 +3,13 @@
     report TARGET        what a wheel, a project dir or an installed package ships
     verify PACKAGE       replay the workloads after load(); non-zero on any cache miss
     warm PACKAGE         build the caches here, into the per-user cache (--clear removes them)
+    bake -o DIR WHEEL... precompile wheels any backend built: run the workload, add the artifacts
     merge -o DIR WHEEL.. one wheel with the artifact sets of wheels built on several machines
     snoop -- COMMAND     run a program: every graph it compiled, who owns it, what the artifacts missed
     disable/enable NAME  per-package switch in this environment's preferences file
     status [NAME...]     the preferences file, the switches in effect, the per-user cache
 
-Each command is a thin layer over one module (report.py, verify.py, warm.py, switches.py).
+Each command is a thin layer over one module (report.py, verify.py, warm.py, bake.py, switches.py).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from typing import Any
 
 from hatch_precompile import __version__
 from hatch_precompile.protocol import (
-    DEFAULT_TIMEOUT, EXIT_FOUND, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PREFERENCES_VAR, WORKLOAD,
+    CPU_TARGETS, DEFAULT_TIMEOUT, DEVICES, EXIT_FOUND, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PREFERENCES_VAR,
+    WORKLOAD,
 )
 from hatch_precompile.run import gate, preferences, usercache, variables
 from hatch_precompile.tools import switches, targets
@@ -251,6 +253,33 @@ def _set_manifests(found: Any, package: str) -> list[Any]:
         return []
 
 
+# -- bake ------------------------------------------------------------------------------------------
+
+
+def cmd_bake(args: argparse.Namespace) -> int:
+    from hatch_precompile.build import options as options_module
+    from hatch_precompile.tools import bake
+
+    for spec in args.workload or []:
+        if not WORKLOAD.fullmatch(spec):
+            raise CliError(f"bake: --workload {spec!r} must look like 'package.module:function'")
+    try:
+        capabilities = options_module.parse({"cpu-capabilities": args.cpu_capabilities.split(",")}, "precompile")\
+            .cpu_capabilities if args.cpu_capabilities else ()
+    except options_module.OptionError as exc:
+        raise CliError("bake: " + str(exc).replace("Option `cpu-capabilities` for build hook `precompile`",
+                                                   "--cpu-capabilities")) from None
+    for wheel in args.wheels:
+        try:
+            bake.bake(Path(wheel), Path(args.out), python=args.python or sys.executable, say=_say,
+                      workloads=tuple(args.workload or ()), package=args.package,
+                      project=Path(args.project) if args.project else None, timeout=args.timeout,
+                      device=args.device, cpu_target=args.cpu_target, capabilities=capabilities)
+        except bake.BakeError as exc:
+            raise CliError(f"bake: {exc}") from None
+    return EXIT_OK
+
+
 # -- merge -----------------------------------------------------------------------------------------
 
 
@@ -382,6 +411,24 @@ def parser() -> argparse.ArgumentParser:
                    help="python script.py ..., python -m module ..., python -c code, or a console script")
     p.set_defaults(func=cmd_snoop)
 
+    p = sub.add_parser("bake", help="precompile wheels that any build backend made: run the workload, write new wheels "
+                       "with the artifacts")
+    p.add_argument("wheels", nargs="+", metavar="WHEEL", help="wheels to bake (never modified)")
+    p.add_argument("-o", "--out", required=True, metavar="OUT_DIR", help="where the baked wheels are written")
+    p.add_argument("--workload", action="append", metavar="MODULE:FUNCTION",
+                   help="workload to run (repeatable); default: --project's [tool.hatch-precompile], or the wheel's "
+                   "own declaration")
+    p.add_argument("--package", help="the package that calls hatch_precompile.load (default: the workload's)")
+    p.add_argument("--project", metavar="DIR_OR_SDIST", help="read [tool.hatch-precompile] from this project's "
+                   "pyproject.toml")
+    p.add_argument("--python", metavar="PYTHON", help="an interpreter with the torch to bake for (default: this one)")
+    p.add_argument("--timeout", type=float, help="seconds for all workloads")
+    p.add_argument("--device", choices=DEVICES, help="where the workloads run (as the hook's option)")
+    p.add_argument("--cpu-target", choices=CPU_TARGETS, help="portable or native kernels (as the hook's option)")
+    p.add_argument("--cpu-capabilities", metavar="CAP,CAP", help="one artifact set per ATEN_CPU_CAPABILITY (as the "
+                   "hook's option), e.g. default,avx2")
+    p.set_defaults(func=cmd_bake)
+
     p = sub.add_parser("merge", help="one wheel with the artifact sets of wheels built on several machines")
     p.add_argument("wheels", nargs="+", metavar="WHEEL", help="wheels of one project and version")
     p.add_argument("-o", "--out", required=True, metavar="OUT_DIR", help="where the merged wheel is written")
@@ -400,7 +447,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if getattr(args, "timeout", 1.0) <= 0:
+    timeout = getattr(args, "timeout", None)
+    if timeout is not None and not timeout > 0:
         print(f"hatch-precompile {args.command}: error: --timeout must be positive", file=sys.stderr)
         return EXIT_USAGE
     try:
