@@ -43,6 +43,8 @@ def test_verify_names_the_field_of_each_setting_and_holds_at_any_thread_count(ru
         assert not variants[setting]["ok"] and misses, setting
         forward = [m for m in misses if "the forward graph of forward at" in m]
         assert forward and all(field in m for m in forward), (setting, misses)
+        fields = [f["field"] for e in variants[setting]["explanations"] for f in e["why"]["fields"]]
+        assert fields and fields[0] == field.split(":")[0], (setting, fields)  # the same, as data
         # The one cause and nothing else (deterministic mode also sets Inductor's `deterministic`).
         named = [re.findall(r"^ +(\S+): shipped", m, re.M) for m in forward]
         assert all(n and all(("deterministic" if setting == "deterministic" else field.split(":")[0]) in f

@@ -88,7 +88,8 @@ def run(package: str, workloads: list[str], timeout: float, say: Callable[[str],
     result = {**child.data, "workloads": child.workloads}
     if child.status != "ok" or "load" not in result:
         raise VerifyError(f"the verify process reported {child.status}: {child.detail}")
-    result["misses"] = misses(package, result, manifests or [])
+    result["explanations"] = []  # the same reasons as data: {workload, compile_id, function, why}
+    result["misses"] = misses(package, result, manifests or [], result["explanations"])
     result["unknown"] = unknown(result)
     return result
 
@@ -104,7 +105,8 @@ def unknown(result: dict[str, Any]) -> list[str]:
     ]
 
 
-def misses(package: str, result: dict[str, Any], manifests: list[Any] = ()) -> list[str]:
+def misses(package: str, result: dict[str, Any], manifests: list[Any] = (),
+           explanations: list[dict[str, Any]] | None = None) -> list[str]:
     found = []
     top = package.split(".", 1)[0]
     load = result["load"]
@@ -129,6 +131,9 @@ def misses(package: str, result: dict[str, Any], manifests: list[Any] = ()) -> l
                 why = "compiled with its forward graph, for the reason given there"
             if explanation is not None:
                 explained.add(g["compile_id"])
+                if explanations is not None:
+                    explanations.append({"workload": w["name"], "compile_id": g["compile_id"],
+                                         "function": g["function"], "why": explanation})
                 why = "torch's cache key differs from the shipped graph's:\n" + "\n".join(
                     f"      {line}" for line in why_module.summary(explanation))
             found.append(
