@@ -114,3 +114,21 @@ def test_load_notes_variables_and_ci_it_can_see_without_importing_torch(monkeypa
     ci_kept = {"CI": "1", visible.ALIASING_VAR: "0", "TORCHINDUCTOR_FREEZING": "1"}
     assert visible.contradictions(built, "2.15.0", ci_kept) == []
     assert visible.contradictions(None, "2.13.0", env) == []
+
+
+def test_a_graph_is_explained_against_the_shipped_graphs_of_its_function_at_its_place():
+    from hatch_precompile.protocol import Manifest
+
+    def graph(compile_id, function, location):
+        return {"compile_id": compile_id, "kind": "forward", "function": function, "location": location}
+
+    manifest = Manifest.from_dict({"package": "pkg", "env": {}, "files": {}, "keys": pack_keys([entry("0/0"), entry("1/0")]),
+                                   "workloads": [{"name": "w", "graphs": [
+                                       graph("0/0", "forward", "/tmp/build/src/pkg/model.py:30"),
+                                       graph("1/0", "forward", "/tmp/build/src/pkg/other.py:30")]}]})
+    here = graph("4/0", "forward", "/venv/site-packages/pkg/model.py:30")
+    assert [g.compile_id for g in why.like(manifest, "forward", here["location"], "pkg")] == ["0/0"]
+    found = why.explain_graph(here, [entry("4/0", key="a3", default_dtype="torch.float64")], [manifest], "pkg")
+    assert found["compared_with"] == "0/0" and [f["field"] for f in found["fields"]] == ["default_dtype"]
+    assert why.explain_graph({**here, "function": "other"}, [entry("4/0")], [manifest], "pkg") is None
+    assert why.place("/elsewhere/model.py:3", "pkg") is None and why.place(None, "pkg") is None

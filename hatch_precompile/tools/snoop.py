@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hatch_precompile.child import pitfalls, runner
-from hatch_precompile.protocol import BUILDING_VAR, CACHE_DIR_VAR, TORCHSCRIPT_DIR_VAR, unpack_keys
+from hatch_precompile.protocol import BUILDING_VAR, CACHE_DIR_VAR, TORCHSCRIPT_DIR_VAR
 from hatch_precompile.tools import why
 
 PROGRAM = "(program)"
@@ -139,15 +139,9 @@ def _gap(graph: dict[str, Any], loads: dict[str, Any], manifests: Callable[[str]
     if load is None or graph["from_cache"] or graph["kind"] == "backward":  # a backward's gap is its forward's
         return []
     top = load["package"].split(".", 1)[0]
-    shipped, explanation = [], None
-    for manifest in manifests(load["package"]):
-        like = [g for w in manifest.workloads for g in (w.graphs or [])
-                if g.kind == "forward" and g.function == graph["function"]
-                and _in_package(g.location, top) == _in_package(graph["location"], top)]
-        shipped += like
-        if like and explanation is None:
-            explanation = why.explain(keys or [], unpack_keys(manifest.keys), graph["compile_id"],
-                                      [g.compile_id for g in like], top)
+    sets = manifests(load["package"])
+    shipped = [g for m in sets for g in why.like(m, graph["function"], graph["location"], top)]
+    explanation = why.explain_graph(graph, keys or [], sets, top)
     hint = gap_hint(graph, shipped)
     if explanation is not None and hint.startswith("this call of"):
         hint = (f"this call of {graph['function']} compiled fresh although the workload makes one like it; "
@@ -160,16 +154,6 @@ def _gap(graph: dict[str, Any], loads: dict[str, Any], manifests: Callable[[str]
         "hint": hint,
         "why": explanation,
     }]
-
-
-def _in_package(location: str | None, top: str) -> str | None:
-    """``pkg/mod.py:30`` from a build's source tree or an install: the same function in both."""
-    if not location:
-        return None
-    filename, _, line = location.rpartition(":")
-    if top not in Path(filename).parts:
-        return None
-    return f"{why.package_path(filename, top)}:{line}"
 
 
 def gap_hint(graph: dict[str, Any], shipped: list[Any]) -> str:

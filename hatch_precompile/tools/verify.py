@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hatch_precompile.child import runner
-from hatch_precompile.protocol import BUILDING_VAR, CACHE_DIR_VAR, TORCHSCRIPT_DIR_VAR, unpack_keys
+from hatch_precompile.protocol import BUILDING_VAR, CACHE_DIR_VAR, TORCHSCRIPT_DIR_VAR
 from hatch_precompile.run import variables
 from hatch_precompile.tools import why as why_module
 
@@ -126,7 +126,8 @@ def misses(package: str, result: dict[str, Any], manifests: list[Any] = (),
                 else "not in the artifacts: the code, input shapes/dtypes or torch config changed "
                 "since they were built"
             )
-            explanation = None if g["kind"] == "backward" else _explain(g, w.get("keys") or [], manifests, top)
+            explanation = None if g["kind"] == "backward" else why_module.explain_graph(
+                g, w.get("keys") or [], manifests, top)
             if g["kind"] == "backward" and g["compile_id"] in explained:
                 why = "compiled with its forward graph, for the reason given there"
             if explanation is not None:
@@ -152,20 +153,6 @@ def misses(package: str, result: dict[str, Any], manifests: list[Any] = (),
         if w["kernels_compiled"]:
             found.append(f"{w['name']}: {w['kernels_compiled']} C++ kernel(s) were compiled")
     return found
-
-
-def _explain(graph: dict[str, Any], keys: list[dict[str, Any]], manifests: list[Any], top: str) -> dict | None:
-    """Why ``graph`` missed, against the shipped graphs of the same function (tools/why.py)."""
-    place = why_module.package_path((graph.get("location") or "").rpartition(":")[0], top)
-    for manifest in manifests:
-        like = [g.compile_id for w in manifest.workloads for g in (w.graphs or [])
-                if g.kind == "forward" and g.function == graph.get("function")
-                and why_module.package_path((g.location or "").rpartition(":")[0], top) == place]
-        if like:
-            explanation = why_module.explain(keys, unpack_keys(manifest.keys), graph.get("compile_id"), like, top)
-            if explanation is not None:
-                return explanation
-    return None
 
 
 def render(package: str, result: dict[str, Any]) -> str:

@@ -108,6 +108,35 @@ def changed_sources(shipped: dict[str, Any], here: dict[str, Any], top: str | No
     return changes
 
 
+def like(manifest: Any, function: str | None, location: str | None, top: str) -> list[Any]:
+    """The forward graphs ``manifest``'s workloads compiled of the same function, at the same place
+    in the package (the build's source tree and an install compare)."""
+    return [g for w in manifest.workloads for g in (w.graphs or [])
+            if g.kind == "forward" and g.function == function and place(g.location, top) == place(location, top)]
+
+
+def explain_graph(graph: dict[str, Any], keys: list[dict[str, Any]], manifests: Iterable[Any],
+                  top: str) -> dict[str, Any] | None:
+    """Why ``graph`` (verify's or snoop's record) missed, against the first artifact set that
+    holds graphs of its function."""
+    for manifest in manifests:
+        found = like(manifest, graph.get("function"), graph.get("location"), top)
+        if found:
+            return explain(keys, unpack_keys(manifest.keys), graph.get("compile_id"),
+                           [g.compile_id for g in found], top)
+    return None
+
+
+def place(location: str | None, top: str) -> str | None:
+    """``pkg/mod.py:30`` from a build's source tree or an install: the same function in both."""
+    if not location:
+        return None
+    filename, _, line = location.rpartition(":")
+    if top not in PurePath(filename).parts:
+        return None
+    return f"{package_path(filename, top)}:{line}"
+
+
 def package_path(filename: str, top: str | None) -> str:
     """``sample_pkg/model.py`` for the same file in a build's source tree and in an install."""
     parts = PurePath(filename).parts
