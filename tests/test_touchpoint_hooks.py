@@ -222,9 +222,34 @@ def test_prefetch_uses_torchs_own_or_a_thread(fake):
     touchpoints.prefetch(name, "torch_key")
     assert prefetched == ["torch's prefetch"]  # 2.13+: torch starts it
 
-    done = threading.Event()
-    name, _ = fake(triton_key=lambda: done.set())  # an older torch: no .prefetch
+    # An older torch: no .prefetch. A thread computes it once, and a caller waits for that result
+    # rather than hashing torch's sources a second time; torch's own attributes stay.
+    release, calls = threading.Event(), []
+
+    def slow_key():
+        calls.append(threading.current_thread().name)
+        release.wait(10)
+        return b"key"
+
+    slow_key.set = "torch's setter"
+    name, module = fake(torch_key=slow_key)
+    touchpoints.prefetch(name, "torch_key")
+    assert module.torch_key is not slow_key and module.torch_key.set == "torch's setter"
+    threading.Timer(0.2, release.set).start()
+    assert module.torch_key() == b"key" and calls == ["hatch-precompile torch_key"]
+    # Where the background computation failed, the caller computes it and sees torch's error.
+    def broken():
+        calls.append("broken")
+        raise RuntimeError("no triton")
+
+    name, module = fake(triton_key=broken)
     touchpoints.prefetch(name, "triton_key")
-    assert done.wait(10)
+    with pytest.raises(RuntimeError, match="no triton"):
+        module.triton_key()
+    # Absent where asked (torch before 2.13 has no codecache.triton_key): the other home is used.
+    other, home = fake(triton_key=lambda: "triton's key")
     name, _ = fake(other=None)
-    touchpoints.prefetch(name, "triton_key")  # absent: nothing
+    touchpoints.prefetch(name, "triton_key", elsewhere=other)
+    assert home.triton_key() == "triton's key" and getattr(home.triton_key, touchpoints.MARK)
+    name, _ = fake(other=None)
+    touchpoints.prefetch(name, "triton_key")  # absent, and nowhere else: nothing

@@ -64,7 +64,7 @@ def apply(manifest: Manifest | None = None, cpu: frozenset[str] | None = None) -
     # installed (a CUDA build, on a GPU or not) Triton's too, before the first cache lookup: both
     # start in the background (hashlib drops the GIL), computed by torch as always, never stored.
     touchpoints.prefetch(touchpoints.CODECACHE, "torch_key")
-    touchpoints.prefetch(touchpoints.CODECACHE, "triton_key")
+    touchpoints.prefetch(touchpoints.CODECACHE, "triton_key", elsewhere=touchpoints.TRITON_COMPAT)
     touchpoints.wrap(touchpoints.VEC_ISA, "VecISA.check_build", instead=_vouched_probe, after=_note_probe)
     touchpoints.wrap(touchpoints.VEC_ISA, "VecISA._probe_load", instead=_remembered_probe, after=_remember_probe)
 

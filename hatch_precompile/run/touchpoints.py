@@ -15,7 +15,8 @@ touchpoint               torch's                                          who ho
                                                                           kernel (speedups)
 ``torch-key``            ``_inductor.codecache.torch_key``                hash torch's sources in the
                                                                           background (speedups)
-``triton-key``           ``_inductor.codecache.triton_key`` (2.13+)       hash Triton's too (speedups)
+``triton-key``           ``_inductor.codecache.triton_key`` (2.13+; else  hash Triton's too (speedups)
+                         ``..runtime.triton_compat.triton_key``)
 ``check-build``          ``_inductor.cpu_vec_isa.VecISA.check_build``     answer ISA probes a shipped
                                                                           set proved (speedups)
 ``probe-load``           ``_inductor.cpu_vec_isa.VecISA._probe_load``     remember passed probes (speedups)
@@ -48,6 +49,8 @@ graph would miss.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import importlib.abc
 import importlib.util
 import inspect
@@ -64,6 +67,7 @@ TRITON_HEURISTICS = "torch._inductor.runtime.triton_heuristics"
 CONFIG = "torch._inductor.config"
 CPP_BUILDER = "torch._inductor.cpp_builder"
 CONVERT_FRAME = "torch._dynamo.convert_frame"
+TRITON_COMPAT = "torch._inductor.runtime.triton_compat"
 AUTOGRAD_CACHE = "torch._functorch._aot_autograd.autograd_cache"
 
 MARK = "_hatch_precompile_patched"
@@ -106,28 +110,56 @@ def set_config(module: str, name: str, value: Any) -> None:
     after_import(module, lambda loaded: _set(loaded, name, value))
 
 
-def prefetch(module: str, qualname: str) -> None:
+def prefetch(module: str, qualname: str, elsewhere: str | None = None) -> None:
     """Start ``module.qualname()`` (a cached computation: ``torch_key``) in the background once
-    ``module`` is imported: torch's own ``.prefetch()`` where it has one (2.13+), else a thread."""
+    ``module`` is imported: torch's own ``.prefetch()`` where it has one (2.13+), else a thread
+    whose result a caller waits for rather than computing it a second time. Where ``module``
+    lacks it, ``elsewhere``'s function of that name (an older torch's home of ``triton_key``)."""
     if not enabled():
         return
 
     def start(loaded: ModuleType) -> None:
-        function = _resolve(loaded, qualname)[1]
+        try:
+            owner, function = _resolve(loaded, qualname)
+        except AttributeError:
+            if elsewhere is None:
+                return
+            owner, function = _resolve(importlib.import_module(elsewhere), qualname)
         if callable(getattr(function, "prefetch", None)):
             function.prefetch()
-        elif callable(function):
-            threading.Thread(target=_guarded_call, args=(function,), name=f"hatch-precompile {qualname}",
-                             daemon=True).start()
+        elif callable(function) and not getattr(function, MARK, False):
+            setattr(owner, qualname.rsplit(".", 1)[-1], _computed_in_background(function, qualname))
 
     after_import(module, start)
 
 
-def _guarded_call(function: Callable[[], Any]) -> None:
-    try:
-        function()
-    except Exception:  # the caller computes it again, and sees the error there
-        pass
+def _computed_in_background(function: Callable[[], Any], qualname: str) -> Callable[..., Any]:
+    """``function`` started in a thread now; a call without arguments waits for that result (an
+    error there: the call computes it as torch would). Torch's attributes (``.set``) are kept."""
+    done = threading.Event()
+    result: dict[str, Any] = {}
+
+    def compute() -> None:
+        try:
+            result["value"] = function()
+        except BaseException:  # the caller computes it again, and sees the error there
+            pass
+        finally:
+            done.set()
+
+    worker = threading.Thread(target=compute, name=f"hatch-precompile {qualname}", daemon=True)
+
+    @functools.wraps(function)
+    def joined(*args: Any, **kwargs: Any) -> Any:
+        if not args and not kwargs and threading.current_thread() is not worker:
+            done.wait()
+            if "value" in result:
+                return result["value"]
+        return function(*args, **kwargs)
+
+    setattr(joined, MARK, True)
+    worker.start()
+    return joined
 
 
 def after_import(name: str, patch: Callable[[ModuleType], None]) -> None:
