@@ -184,3 +184,14 @@ def test_a_failing_workload_fails_the_bake_with_its_traceback(tmp_path):
     assert proc.returncode == 2
     assert "tiny.work:workload" in proc.stdout and "RuntimeError: the workload broke" in proc.stdout
     assert digest(wheel) == before and not list((tmp_path / "out").glob("*.whl"))
+
+
+@pytest.mark.parametrize("platforms, least", [
+    (["manylinux2014_x86_64", "manylinux_2_24_x86_64"], "manylinux_2_24_x86_64"),
+    (["manylinux_2_28_x86_64", "manylinux_2_24_x86_64"], "manylinux_2_28_x86_64"),
+    (["linux_x86_64", "manylinux_2_24_x86_64"], "linux_x86_64"),
+])
+def test_the_baked_tag_is_the_least_compatible_of_the_inputs_and_the_kernels(platforms, least):
+    from hatch_precompile.tools.bake import _least_compatible
+
+    assert _least_compatible(platforms) == least

@@ -259,12 +259,9 @@ def _least_compatible(platforms: list[str]) -> str:
         platforms = [p.replace(old, new, 1) if p.startswith(old + "_") else p for p in platforms]
     if any(not p.startswith("manylinux_") for p in platforms):  # linux_x86_64: no promise to keep
         return next(p for p in platforms if not p.startswith("manylinux_"))
+    from hatch_precompile.build import elf
 
-    def glibc(tag: str) -> tuple[int, int]:
-        parts = tag.split("_")
-        return int(parts[1]), int(parts[2])
-
-    return max(platforms, key=glibc)
+    return elf.wheel_platform([{"tag": p, "why": "the input's or the kernels'"} for p in platforms])[0] or platforms[0]
 
 
 def _wheel_tags(wheel_file: bytes) -> list[str]:
