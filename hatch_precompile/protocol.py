@@ -218,6 +218,10 @@ class Graph:
     fx_misses: int = 0
     inputs: list[dict[str, Any]] | None = None  # the call it was compiled for: name, shape, dtype, requires_grad
     grad_mode: bool | None = None
+    # Dynamo's tracing of this frame thrown away by a restart (a graph break): paid at every start,
+    # warm ones too, for the artifacts skip compiling, not tracing.
+    restart_seconds: float = 0.0
+    restart_reasons: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass

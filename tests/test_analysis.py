@@ -11,10 +11,11 @@ import io
 import json
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from hatch_precompile.child import pitfalls
+from hatch_precompile.child import observe, pitfalls
 from hatch_precompile.protocol import FileEntry, Graph, Manifest, Workload, sha256
 from hatch_precompile.tools import merge, snoop
 
@@ -132,6 +133,26 @@ def test_every_pitfall_of_a_program_is_found_where_it_happens():
     assert kinds == [("float64 in a compiled graph", "m.py:5"), ("float64 input", "/site/mypkg/model.py:30"),
                      ("graph break", "m.py:7"), ("recompile", "m.py:1")]
     assert all(p["fix"] for p in found)
+
+
+def test_a_restarted_trace_is_a_pitfall_with_the_seconds_every_start_pays():
+    restarted = dict(graph(), restart_seconds=1.5, restart_reasons=["'skip function graph_break in file ...'"])
+    (found,) = pitfalls.find({}, [graph(), restarted])
+    assert found["kind"] == "restarted trace" and found["location"] == "/site/mypkg/model.py:30"
+    assert found["what"] == ("forward: 1.50 s of Dynamo tracing thrown away by a restart, at every start, warm ones "
+                             "too ('skip function graph_break in file ...')")
+    assert "graph break" in found["fix"]
+
+
+def test_the_restart_seconds_are_read_from_torchs_metrics_and_default_where_torch_has_none():
+    common = dict(compile_id="0/0", co_name="forward", co_filename="/site/m.py", co_firstlineno=3,
+                  entire_frame_compile_time_s=2.0, graph_op_count=5, is_forward=True)
+    with_restart = SimpleNamespace(**common, dynamo_time_before_restart_s=0.4567, restart_reasons={"b", "a"})
+    utils = SimpleNamespace(get_compilation_metrics=lambda: [with_restart, SimpleNamespace(**common)])
+    first, older_torch = observe.compiled_graphs(utils)
+    assert (first["restart_seconds"], first["restart_reasons"]) == (0.457, ["a", "b"])
+    assert (older_torch["restart_seconds"], older_torch["restart_reasons"]) == (0.0, [])
+    assert Graph(**first).restart_seconds == 0.457  # the manifest's record carries it
 
 
 # -- merge -----------------------------------------------------------------------------------------

@@ -99,6 +99,9 @@ def test_pitfalls_are_found_where_they_happen(runtime_python, tmp_path):
     (item,) = [p for p in report["pitfalls"] if p["kind"] == "graph break"]
     assert item["location"] == f"{program}:9" and "(.item())" in item["what"]
     assert "capture_scalar_outputs" in item["fix"]
+    (restarted,) = [p for p in report["pitfalls"] if p["kind"] == "restarted trace"]
+    assert restarted["location"] == f"{program}:8" and restarted["what"].startswith("threshold: ")
+    assert " s of Dynamo tracing thrown away by a restart, at every start, warm ones too (" in restarted["what"]
     (recompile,) = [p for p in report["pitfalls"] if p["kind"] == "recompile"]
     assert recompile["location"] == f"{program}:13" and "size mismatch" in recompile["what"]
     assert "mark_dynamic" in recompile["fix"]

@@ -300,6 +300,8 @@ def _collect_graphs(metrics: Any, graphs: list[dict[str, Any]], signatures: dict
             "fx_misses": getattr(m, "inductor_fx_local_cache_miss_count", 0) or 0,
         }
         if not backward:
+            entry["restart_seconds"] = round(getattr(m, "dynamo_time_before_restart_s", None) or 0.0, 3)
+            entry["restart_reasons"] = sorted(str(r) for r in getattr(m, "restart_reasons", None) or ())
             signature = signatures.get(entry["compile_id"])
             entry["inputs"] = graph_inputs(getattr(m, "graph_node_shapes", None), signature)
             entry["grad_mode"] = signature.get("grad_mode") if signature else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from hatch_precompile.child import pitfalls
 from hatch_precompile.protocol import ENV_FIELDS, SETS_DIR, Manifest
 from hatch_precompile.tools.targets import Artifacts
 
@@ -201,6 +202,8 @@ def _render_workload(w: dict[str, Any]) -> list[str]:
             out.append(line)
             if g["recompile_reason"]:
                 out.append(f"                 recompiled because: {g['recompile_reason'].strip()}")
+            if g.get("restart_seconds"):
+                out.append(f"                 {pitfalls.restart(g)}")
     else:
         out.append(f"    graphs compiled: {w['unique_graphs'] or 0} (per-graph times not recorded by this version)")
     out.append(f"    graph breaks: {len(w['graph_breaks'])}")

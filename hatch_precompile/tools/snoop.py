@@ -114,6 +114,7 @@ def _graph(g: dict[str, Any], loads: dict[str, Any], fresh_cache: bool) -> dict[
         "compile_id": g.get("compile_id"), "kind": g.get("kind", "forward"), "seconds": g.get("seconds") or 0.0,
         "from_cache": from_cache, "from_shipped": shipped, "inputs": g.get("inputs"),
         "grad_mode": g.get("grad_mode"), "recompile_reason": g.get("recompile_reason"),
+        "restart_seconds": g.get("restart_seconds") or 0.0, "restart_reasons": g.get("restart_reasons") or [],
     }
 
 
