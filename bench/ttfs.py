@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Time to first step: precompiled wheels against cold starts and the hand recipes.
 
-    python3 bench/ttfs.py [PROJECT ...] [--repeats 3] [--out bench-out]
+    python3 bench/ttfs.py [PROJECT[:MODULE] ...] [--repeats 3] [--out bench-out]
 
 For each consumer project (default: sample_pkg; any project that uses the hook and has a
-``<package>.bench`` module with zero-argument ``train_step()`` and ``infer()`` functions that make
-the first call and return its output):
+``<package>.bench`` module, or the ``MODULE`` named after the project's path, with zero-argument
+``train_step()`` and ``infer()`` functions that make the first call and return its output;
+``bench/projects/hf_gpt2:hf_gpt2.bench_8`` is the real-library model at 8 layers):
 
 1. builds its wheel precompiled, with ``PRECOMPILE=0`` and with plain hatchling (no hooks),
    in a build venv, timing each (the cheap builds are repeated, medians);
@@ -15,6 +16,9 @@ the first call and return its output):
    (from before ``import torch`` to the end of the first training step) for
    cold / Mega-Cache by hand / precompiled / the builder's hot cache dir / ``torch.compile`` with
    ``TORCH_COMPILE_DISABLE=1`` (Dynamo imported, nothing compiled) / eager (no torch.compile);
+   each first call is split, from torch's own compile timers, into Dynamo's tracing, the backend
+   (for a warm start: the cache loads), the rest of the frame compiles (guards) and the rest of
+   the call (the kernels running, eager code);
 4. prints one table with medians and ratios against cold, writes the raw numbers to
    ``<out>/results.json`` and, when matplotlib is importable, a bar chart ``<out>/ttfs.png``.
 
@@ -27,6 +31,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -41,10 +46,10 @@ ROOT = Path(__file__).resolve().parents[1]
 TORCH = os.environ.get("BENCH_TORCH", "torch==2.13.0")
 PATHS = ("cold", "megacache", "precompiled", "hot-cache", "compile-off", "eager")
 
-# Runs inside the venv under test. argv: mode package megacache-file-or-dash eager-0-or-1
+# Runs inside the venv under test. argv: mode package bench-module megacache-file-or-dash eager-0-or-1
 HARNESS = r"""
 import importlib, json, sys, time
-mode, package, megacache, eager = sys.argv[1:5]
+mode, package, module, megacache, eager = sys.argv[1:6]
 t0 = time.perf_counter()
 import torch
 if eager == "1":
@@ -55,13 +60,25 @@ t2 = time.perf_counter()
 if megacache != "-":
     torch.compiler.load_cache_artifacts(open(megacache, "rb").read())
 t3 = time.perf_counter()
-out = getattr(importlib.import_module(package + ".bench"), mode)()
+out = getattr(importlib.import_module(module), mode)()
 t4 = time.perf_counter()
 from torch._dynamo.utils import counters
+try:  # torch's compile timers, summed over the call's frames (names as in torch 2.7-2.15)
+    from torch._dynamo.utils import compile_times
+    names, values = compile_times(repr="csv", aggregate=True)
+    timers = {name: float(value) for name, value in zip(names, values)}
+except Exception:
+    timers = {}
+frames = timers.get("_compile.compile_inner", 0.0)
+tracing = timers.get("bytecode_tracing", 0.0)
+backend = timers.get("OutputGraph.call_user_compiler", 0.0)  # timed apart from the tracing
 print(json.dumps({
     "torch_import": t1 - t0, "pkg_import": t2 - t1, "megacache_load": t3 - t2,
     "call": t4 - t3, "total": t4 - t0, "checksum": float(out.double().sum()),
     "aot_autograd": dict(counters["aot_autograd"]),
+    "split": {"dynamo_tracing": tracing, "backend": backend,
+              "other_compile": frames - tracing - backend, "run": (t4 - t3) - frames},
+    "compile_attempts": sum(1 for name in timers if name.startswith("compile_attempt_")),
 }))
 """
 
@@ -95,27 +112,44 @@ def timed_build(python: Path, project: Path, out: Path, **env: str) -> tuple[flo
     return time.perf_counter() - started, next(out.glob("*.whl"))
 
 
-def measure(python: Path, mode: str, package: str, *, env=None, megacache="-", cache_from=None, eager=False) -> dict:
+def measure(python: Path, mode: str, package: str, module: str, *, env=None, megacache="-", cache_from=None,
+            eager=False) -> dict:
     with tempfile.TemporaryDirectory(prefix="ttfs-") as tmp:
         cache = Path(tmp) / "cache"
         if cache_from:
             shutil.copytree(cache_from, cache)
         else:
             cache.mkdir()
-        out = sh(python, "-c", HARNESS, mode, package, megacache, "1" if eager else "0",
+        out = sh(python, "-c", HARNESS, mode, package, module, megacache, "1" if eager else "0",
                  env=clean_env(TORCHINDUCTOR_CACHE_DIR=str(cache), **(env or {})), cwd=tmp)
         return json.loads(out.strip().splitlines()[-1])
 
 
-def bench_project(project: Path, out: Path, repeats: int, hp_wheel_dir: Path, builder: Path) -> dict:
+def split_spec(spec: str) -> tuple[Path, str | None]:
+    """``PATH[:MODULE]``: a project dir and, optionally, its bench module."""
+    path, colon, module = spec.rpartition(":")
+    if colon and path and "/" not in module:
+        return Path(path).resolve(), module
+    return Path(spec).resolve(), None
+
+
+def bench_project(spec: str, out: Path, repeats: int, hp_wheel_dir: Path, builder: Path) -> dict:
+    project, module = split_spec(spec)
     meta = tomllib.loads((project / "pyproject.toml").read_text())
     workloads = meta["tool"]["hatch"]["build"]["hooks"]["precompile"]["workload"]
     workloads = [workloads] if isinstance(workloads, str) else workloads
     package = workloads[0].split(":")[0].split(".")[0]
-    work = out / package
+    module = module or f"{package}.bench"
+    label = package if module == f"{package}.bench" else module
+    work = out / label
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    print(f"\n== {package} ({project})", flush=True)
+    print(f"\n== {label} ({project})", flush=True)
+    # The project's other dependencies (transformers) where its workload runs by hand, torch kept.
+    others = [d for d in meta["project"].get("dependencies", [])
+              if re.split(r"[\s<>=!~;\[]", d, maxsplit=1)[0].lower() not in ("torch", "hatch-precompile")]
+    if others:
+        sh(builder, "-m", "pip", "install", "-q", *others, TORCH)
 
     builds = {"precompiled": [], "off": [], "plain": []}
     seconds, wheels = timed_build(builder, project, work / "wheel-precompiled", PRECOMPILE="1")
@@ -149,7 +183,7 @@ def bench_project(project: Path, out: Path, repeats: int, hp_wheel_dir: Path, bu
     venv_plain = make_venv(work / "venv-plain", TORCH, hp, plain_wheel)
     # Prime each venv once (pyc, page cache, the per-environment C++ header); not counted.
     for python in (venv_pre, venv_plain):
-        measure(python, "infer", package)
+        measure(python, "infer", package, module)
 
     setups = {
         "cold": dict(python=venv_plain),
@@ -167,16 +201,16 @@ def bench_project(project: Path, out: Path, repeats: int, hp_wheel_dir: Path, bu
             for path in order:
                 setup = dict(setups[path])
                 python = setup.pop("python")
-                result = measure(python, mode, package, **setup)
+                result = measure(python, mode, package, module, **setup)
                 raw[path][mode].append(result)
                 print(f"  {repeat + 1}/{repeats} {mode:<10} {path:<12} {result['total']:7.2f} s", flush=True)
 
     imports = {"with": [], "without": []}
     for _ in range(7):
-        imports["with"].append(measure(venv_pre, "infer", package)["pkg_import"])
-        imports["without"].append(measure(venv_plain, "infer", package)["pkg_import"])
+        imports["with"].append(measure(venv_pre, "infer", package, module)["pkg_import"])
+        imports["without"].append(measure(venv_plain, "infer", package, module)["pkg_import"])
     return {
-        "package": package,
+        "package": label,
         "builds": builds,
         "workload_cold_seconds": workload_cold,
         "wheel_bytes": {"precompiled": pre_wheel.stat().st_size, "off": plain_wheel.stat().st_size},
@@ -197,6 +231,9 @@ def summarize(result: dict) -> dict:
         infer = median([r["total"] for r in runs[path]["infer"]])
         table[path] = {"ttfs": ttfs, "first_infer": infer,
                        "pkg_import": median([r["pkg_import"] for r in runs[path]["train_step"]])}
+        for mode in ("train_step", "infer"):  # where the first call's time went, medians per part
+            splits = [r["split"] for r in runs[path][mode] if r.get("split")]
+            table[path][f"split_{mode}"] = {part: median([s[part] for s in splits]) for part in splits[0]} if splits else {}
     cold = table["cold"]
     for row in table.values():
         row["ttfs_speedup"] = cold["ttfs"] / row["ttfs"]
@@ -225,6 +262,13 @@ def print_summary(result: dict, summary: dict) -> None:
           f"vs {result['wheel_bytes']['off'] / 1e3:.1f} kB")
     for name, value in summary["targets"].items():
         print(f"  {name}: {value:.2f}")
+    print("the first call, split (s): Dynamo tracing / backend (cache loads when warm) / other compile / run")
+    for path in ("cold", "precompiled", "hot-cache"):
+        for mode in ("train_step", "infer"):
+            split = summary["table"][path].get(f"split_{mode}") or {}
+            if split:
+                parts = " / ".join(f"{split[part]:.2f}" for part in ("dynamo_tracing", "backend", "other_compile", "run"))
+                print(f"  {path:<12} {mode:<10} {parts}")
 
 
 def plot(results: list[dict], path: Path) -> bool:
@@ -250,7 +294,8 @@ def plot(results: list[dict], path: Path) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("projects", nargs="*", type=Path, default=[ROOT / "sample_pkg"])
+    parser.add_argument("projects", nargs="*", default=[str(ROOT / "sample_pkg")],
+                        help="PROJECT[:MODULE]: a project dir, and its bench module if not <package>.bench")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=ROOT / "bench-out")
     args = parser.parse_args()
@@ -263,7 +308,7 @@ def main() -> None:
     sh(builder, "-m", "build", "--wheel", "--no-isolation", "-o", hp_dir, ROOT)
     results = []
     for project in args.projects:
-        result = bench_project(project.resolve(), out, args.repeats, hp_dir, builder)
+        result = bench_project(project, out, args.repeats, hp_dir, builder)
         result["summary"] = summarize(result)
         results.append(result)
     for result in results:
