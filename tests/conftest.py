@@ -20,6 +20,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_pkg"
 TEST_USER_CACHE = tempfile.mkdtemp(prefix="hatch-precompile-tests-user-cache-")
+# The test processes' temp dir, removed at the end: torch leaves a ~150 MB prefix header per venv
+# under the temp dir after a cold compile, and this suite makes dozens of venvs.
+TEST_TMPDIR = tempfile.mkdtemp(prefix="hatch-precompile-tests-tmp-")
 TORCH_REQUIREMENT = f"torch=={metadata.version('torch').split('+')[0]}"
 
 
@@ -27,8 +30,13 @@ TORCH_REQUIREMENT = f"torch=={metadata.version('torch').split('+')[0]}"
 # fixtures do; whole modules that do say so with `pytestmark`. `pytest -m "not slow"` runs the rest.
 SLOW_FIXTURES = frozenset({
     "hp_dist", "precompiled_wheel", "runtime_python", "notorch_python", "cold_result", "eager_result", "links",
-    "target", "torch_wheels", "fleet_wheel", "single_wheels", "graph_break_build", "gpu_site",
+    "target", "torch_wheels", "fleet_wheel", "single_wheels", "graph_break_build", "gpu_site", "build_tmpdir",
 })
+
+
+def pytest_sessionfinish(session, exitstatus):
+    for path in (TEST_USER_CACHE, TEST_TMPDIR):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items):
@@ -62,6 +70,7 @@ def run(cmd, *, env=None, cwd=None, check=True, timeout=1200) -> subprocess.Comp
         full_env.pop(name, None)  # each test says which environment a build is for
     full_env.pop("CI", None)  # a user's machine, wherever the suite runs; a test that builds as CI says so
     full_env["XDG_CACHE_HOME"] = TEST_USER_CACHE  # keep the machine's ~/.cache out of it
+    full_env["TMPDIR"] = TEST_TMPDIR
     if not GPUS_VISIBLE:  # the CPU path, on any machine: a GPU's tests are test_gpu.py's
         full_env["CUDA_VISIBLE_DEVICES"] = full_env["HIP_VISIBLE_DEVICES"] = ""
     full_env.update(env or {})
@@ -140,11 +149,18 @@ def hp_dist(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def precompiled_wheel(tmp_path_factory) -> tuple[Path, str]:
+def build_tmpdir(tmp_path_factory) -> Path:
+    """The temp dir (TMPDIR) the precompiled wheel's build ran with: what the build left there."""
+    return tmp_path_factory.mktemp("precompiled-tmp")
+
+
+@pytest.fixture(scope="session")
+def precompiled_wheel(tmp_path_factory, build_tmpdir) -> tuple[Path, str]:
     """sample_pkg built with precompilation in this (the test) environment, on a CI runner as wheels
     are (CI=true); every test that runs it does so without CI, as users' machines do."""
     project = copy_project(tmp_path_factory.mktemp("precompiled-src") / "sample_pkg")
-    proc, wheel = build_wheel(project, tmp_path_factory.mktemp("precompiled-dist"), env={"CI": "true"})
+    env = {"CI": "true", "TMPDIR": str(build_tmpdir)}
+    proc, wheel = build_wheel(project, tmp_path_factory.mktemp("precompiled-dist"), env=env)
     return wheel, proc.stdout
 
 

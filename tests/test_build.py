@@ -76,6 +76,13 @@ def test_precompiled_wheel_contents_and_tag(precompiled_wheel):
     assert re.search(r"precompile: captured 2 compiled graph\(s\), \d+ kernel binaries, 1 TorchScript", output)
 
 
+def test_the_build_leaves_nothing_in_the_temp_dir(precompiled_wheel, build_tmpdir):
+    """Torch builds a ~150 MB prefix header per torch path into a dir under the temp dir that
+    outlives the process; under an isolated build env's random path nothing ever uses it again."""
+    left = sorted(str(p.relative_to(build_tmpdir)) for p in build_tmpdir.rglob("*") if p.is_file())
+    assert precompiled_wheel[0].exists() and left == []
+
+
 def wheel_members(wheel) -> dict[str, bytes]:
     with zipfile.ZipFile(wheel) as archive:
         return {info.filename: archive.read(info) for info in archive.infolist()}

@@ -58,7 +58,13 @@ def run(job: Job, work: Path, python: str = sys.executable, env: dict[str, str] 
     out.mkdir(parents=True, exist_ok=True)
     spec_path = work / "spec.json"
     spec_path.write_text(json.dumps({**job.spec, "out": str(out)}))
-    proc = start(python, job.entry, spec_path, dict(os.environ if env is None else env))
+    # The child's temp dir is the job's, removed with it: Inductor builds its C++ prefix header
+    # (~150 MB) into a dir under the temp dir that outlives every run, keyed by the torch path,
+    # which for a build is an isolated build env's random one, never used again.
+    temp = (work / "tmp").absolute()
+    temp.mkdir(exist_ok=True)
+    env = {**(os.environ if env is None else env), "TMPDIR": str(temp)}
+    proc = start(python, job.entry, spec_path, env)
     code, running, tail, timed_out = _Watch(job).run(proc)
     if timed_out:  # also while torch was still importing, before the first workload started
         raise ChildError(running, f"timed out after {job.timeout:g} s")
