@@ -15,7 +15,8 @@ For each torch version (default: every minor release hatch-precompile supports, 
    ``g++`` at another path that answers ``--version`` as another release);
 4. the speed: the precompiled first step and the compile-off floor (``TORCH_COMPILE_DISABLE=1``),
    medians of fresh processes; a torch whose precompiled step adds more than 1.3x over its floor
-   what the best torch's adds over its own is named in the table.
+   what the best torch's adds over its own is named in the table; and whether the warm start
+   computed Triton's key (a CUDA build's 0.4 s of hashing), seen by a profiler in an untimed run.
 
 Writes ``<out>/results.json`` and ``<out>/matrix.md`` (the table the docs show) and prints it.
 Standard library only. Versions above a machine's pip cap need ``PIP_CONSTRAINT=/dev/null``;
@@ -82,9 +83,23 @@ AT_THREADS = ("import sys, runpy, torch; torch.set_num_threads({}); sys.argv = [
               "runpy.run_module('sample_pkg', run_name='__main__')")
 
 
-def sample(python: Path, env: dict[str, str], threads: int | None = None) -> dict:
+# Whether Triton's own key (a CUDA build's 0.4 s of hashing) was computed, in any thread, by a warm
+# start: needed only where torch keys the graphs on it. The profiler slows this run; it is not timed.
+TRITON_HASHED = (
+    "import json, runpy, sys, threading\nseen = []\n"
+    "def profile(frame, event, arg):\n"
+    "    if event == 'call' and frame.f_code.co_name == 'triton_key' and '/triton/' in frame.f_code.co_filename:\n"
+    "        seen.append(frame.f_code.co_filename)\n"
+    "sys.setprofile(profile); threading.setprofile(profile); sys.argv = ['x', '--json']\n"
+    "try:\n    runpy.run_module('sample_pkg', run_name='__main__')\n"
+    "finally:\n    sys.setprofile(None); threading.setprofile(None); print(json.dumps({'triton_hashed': bool(seen)}))\n"
+)
+
+
+def sample(python: Path, env: dict[str, str], threads: int | None = None, code: str | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="matrix-cache-") as cache:
         command = ["-m", "sample_pkg", "--json"] if threads is None else ["-c", AT_THREADS.format(threads)]
+        command = command if code is None else ["-c", code]
         proc = sh(python, *command, env={"TORCHINDUCTOR_CACHE_DIR": cache, **env}, cwd=cache)  # not this checkout's
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -130,6 +145,7 @@ def one(version: str, out: Path, find_links: list[str], keep: bool) -> dict:
         row["warm_8_threads"] = sample(python, {}, threads=8)
         row["warm_omp_1"] = sample(python, {"OMP_NUM_THREADS": "1"})
         row["warm_stand_in"] = sample(python, {"CXX": str(stand_in_compiler(out))})
+        row["triton_hashed"] = sample(python, {}, code=TRITON_HASHED)["triton_hashed"]
     except Exception as exc:  # a row says what went wrong; the matrix goes on
         row["error"] = str(exc)[-2000:]
     finally:
@@ -185,7 +201,7 @@ def speed_table(rows: list[dict]) -> str:
         return ""
     best = min(added for _, _, added in measured.values())
     lines = ["| torch | first step cold | precompiled (median) | compile-off floor (median) | precompiled - floor | "
-             "against the best |", "|---|---|---|---|---|---|"]
+             "against the best | Triton hashed |", "|---|---|---|---|---|---|---|"]
     for row in rows:
         found = speed(row)
         if not found:
@@ -193,8 +209,12 @@ def speed_table(rows: list[dict]) -> str:
         warm, floor, added = found
         verdict_ = "ok" if added <= SLOWER * best else f"**slow: {added / best:.2f}x the best's**"
         lines.append(f"| {row['warm']['torch']} | {row['cold']['first_step_seconds']:.2f} s | {warm:.2f} s | "
-                     f"{floor:.2f} s | {added:.2f} s | {verdict_} |")
+                     f"{floor:.2f} s | {added:.2f} s | {verdict_} | {_yes_no(row.get('triton_hashed'))} |")
     return "\n".join(lines) + "\n"
+
+
+def _yes_no(value: bool | None) -> str:
+    return "-" if value is None else ("yes" if value else "no")
 
 
 def table(rows: list[dict]) -> str:

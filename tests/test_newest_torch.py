@@ -2,7 +2,7 @@
 
 Every supported torch is proven by scripts/torch_matrix.py (docs/torch-versions.md); CI runs
 this one besides the default: the torch-first flow, the first step warm, outputs as cold; on a
-CUDA build, that a changed Triton changes the key the speedups compute in the background.
+CUDA build, that a changed Triton changes its key, and that Triton is hashed only where graphs are keyed on it.
 ``HATCH_PRECOMPILE_TEST_TORCH`` names another requirement; set it empty to skip.
 """
 
@@ -48,25 +48,29 @@ def test_newest_torch_builds_installs_and_starts_warm(hp_dist):
         shutil.rmtree(tmp_path / "venv")
 
 
-# Triton's key as torch reads it after load() started computing it in the background, whether
-# that background computation is what answered, and whether torch puts it into this machine's graph
-# keys (a CUDA build on a machine without a GPU leaves it out before torch 2.15: CPU kernels are C++).
+# After a warm step: whether Triton's key had been computed or started (torch 2.13+ keeps it in a
+# prefetchable cache; None: another shape), then Triton's key as torch reads it, torch's system
+# answer, and whether torch puts the key into this machine's graph keys (a CUDA build on a machine
+# without a GPU leaves it out before torch 2.15: CPU kernels are C++).
 TRITON_KEY = """
-import json, torch.utils._functools as functools_
+import inspect, json, torch.utils._functools as functools_
 import sample_pkg
+trainer = sample_pkg.Trainer(sample_pkg.make_model())
+trainer.step(*sample_pkg.make_batch())
 from torch._inductor import codecache
-executor = getattr(functools_, "_prefetch_executor", None)
-started = bool(getattr(executor, "_threads", ())) if executor is not None else None
+state = inspect.getclosurevars(codecache.triton_key).nonlocals
+sentinel = getattr(functools_, "_cache_sentinel", None)
+hashed = (state["_cache"] is not sentinel or state["_future"] is not None) if {"_cache", "_future"} <= set(state) else None
 key = codecache.triton_key()
 system = codecache.CacheBase.get_system()
-print(json.dumps({"key": key, "prefetch_started": started,
+print(json.dumps({"key": key, "hashed_by_the_step": hashed, "system": system,
                   "in_graph_keys": (system.get("version") or {}).get("triton") == key}))
 """
 
 
 def assert_changed_triton_changes_the_key(python: Path, tmp_path: Path, cold: dict) -> None:
-    """The speedup hashes Triton's sources in the background, in every process, and stores
-    nothing: a changed Triton changes the key. Where torch keys graphs on it, the shipped graphs
+    """The speedups hash Triton's sources in the background, or not at all where torch leaves
+    them out of the graphs' keys, and store nothing: a changed Triton changes the key. Where torch keys graphs on it, the shipped graphs
     (keyed by the build's Triton) then miss and compile; where it does not, they hit; the outputs
     are the cold ones either way."""
     def key(**env) -> dict:
@@ -74,15 +78,18 @@ def assert_changed_triton_changes_the_key(python: Path, tmp_path: Path, cold: di
 
     before, before_unpatched = key(), key(HATCH_PRECOMPILE_NO_PATCHES="1")
     assert before["key"] and before["key"] == before_unpatched["key"]
-    # The executor is torch's, but torch itself never prefetches: a started one is load()'s doing.
-    # None: a torch without it (before 2.13 the speedups use a thread of their own).
-    assert before["prefetch_started"] in (True, None) and before_unpatched["prefetch_started"] in (False, None)
-    assert (before["prefetch_started"] is None) == (before_unpatched["prefetch_started"] is None)
+    # Torch's own answer, whether load() answered it without Triton's key or torch computed it.
+    assert before["system"] == before_unpatched["system"] and before["in_graph_keys"] == before_unpatched["in_graph_keys"]
+    # Torch hashes Triton for its first step; the speedups do too (in the background) where the
+    # graphs are keyed on it, and not at all where they are not.
+    assert before_unpatched["hashed_by_the_step"] in (True, None)
+    assert before["hashed_by_the_step"] in ((True, None) if before["in_graph_keys"] else (False, None))
     triton = Path(run([python, "-c", "import triton, os; print(os.path.dirname(triton.__file__))"]).stdout.split()[-1])
     with (triton / "language" / "core.py").open("a") as source:  # this venv's own Triton: deleted after
         source.write("\n# changed after the wheel was built\n")
     after, after_unpatched = key(), key(HATCH_PRECOMPILE_NO_PATCHES="1")
     assert after["key"] != before["key"] and after["key"] == after_unpatched["key"]
+    assert after["system"] == after_unpatched["system"]
     (tmp_path / "changed-triton").mkdir()
     changed = run_sample(python, tmp_path / "changed-triton")
     if after["in_graph_keys"]:

@@ -3,6 +3,7 @@ way a touchpoint can fail safe. (The same against a misbehaving torch: test_touc
 
 from __future__ import annotations
 
+import functools
 import sys
 import types
 from itertools import count
@@ -253,3 +254,93 @@ def test_prefetch_uses_torchs_own_or_a_thread(fake):
     assert home.triton_key() == "triton's key" and getattr(home.triton_key, touchpoints.MARK)
     name, _ = fake(other=None)
     touchpoints.prefetch(name, "triton_key")  # absent, and nowhere else: nothing
+
+
+# Torch's CacheBase.get_system, in the shapes it has had: Triton's key a global (2.13+) or imported
+# in the function (2.7-2.12), and left out of the answer where CUDA shows no GPU (before 2.15).
+SYSTEM = '''
+import functools, hashlib, json
+
+class CacheBase:
+    @staticmethod
+    @functools.cache
+    def get_system():
+        {fetch}
+        system = {{"device": {{"name": None}}, "version": {{"triton": triton_version}}}}
+        if not GPU:
+            system = {{}}
+        system["hash"] = hashlib.sha256(json.dumps(system, sort_keys=True).encode()).hexdigest()
+        return system
+'''
+
+
+def system_module(fake, monkeypatch, fetch="triton_version = triton_key()", gpu=False):
+    """A codecache with ``CacheBase.get_system``; the real Triton key's calls are counted."""
+    calls = []
+
+    def triton_key():
+        calls.append("hashed")
+        return "triton's real key"
+
+    compat_name, _ = fake(triton_key=triton_key, HAS_TRITON=True)
+    name, module = fake(triton_key=triton_key, GPU=gpu)
+    exec(SYSTEM.format(fetch=fetch.replace("COMPAT", compat_name)), module.__dict__)
+    return name, module, calls
+
+
+IMPORTED = "from COMPAT import HAS_TRITON, triton_key\n        triton_version = triton_key() if HAS_TRITON else None"
+
+
+@pytest.mark.parametrize("fetch", ["triton_version = triton_key()", IMPORTED])
+def test_a_system_answer_that_leaves_tritons_key_out_never_computes_it(fake, monkeypatch, fetch):
+    name, module, calls = system_module(fake, monkeypatch, fetch)
+    expected = module.CacheBase.get_system.__wrapped__()  # torch's answer, computed as torch does
+    calls.clear()
+    otherwise = []
+    touchpoints.answer_without(name, "CacheBase.get_system", "triton_key", otherwise=lambda: otherwise.append(1))
+    assert module.CacheBase.get_system() == expected and module.CacheBase().get_system() == expected
+    assert module.CacheBase.get_system() is module.CacheBase.get_system()  # one answer, as a cache gives
+    assert calls == [] and otherwise == []
+
+
+@pytest.mark.parametrize("fetch", ["triton_version = triton_key()", IMPORTED])
+def test_a_system_answer_that_uses_tritons_key_is_left_to_torch(fake, monkeypatch, fetch):
+    name, module, calls = system_module(fake, monkeypatch, fetch, gpu=True)
+    original, otherwise = module.CacheBase.get_system, []
+    touchpoints.answer_without(name, "CacheBase.get_system", "triton_key", otherwise=lambda: otherwise.append(1))
+    assert module.CacheBase.get_system is original and otherwise == [1]
+    assert module.CacheBase.get_system()["version"]["triton"] == "triton's real key" and calls == ["hashed"]
+
+
+def test_a_system_answer_not_as_expected_is_left_to_torch(fake, monkeypatch):
+    def uncached(module):
+        module.CacheBase.get_system = staticmethod(module.CacheBase.get_system.__wrapped__)
+
+    def with_arguments(module):
+        module.CacheBase.get_system = staticmethod(functools.cache(lambda device=None: {"hash": "x"}))
+
+    def answered(module):
+        touchpoints.answer_without(module.__name__, "CacheBase.get_system", "triton_key", otherwise=lambda: None)
+
+    def gone(module):
+        del module.CacheBase
+
+    cases = [("a stand-in raises", "triton_version = triton_key().upper()", None), ("not cached", None, uncached),
+             ("takes arguments", None, with_arguments), ("answered already", None, answered), ("absent", None, gone)]
+    for case, fetch, change in cases:
+        name, module, calls = system_module(fake, monkeypatch, fetch or "triton_version = triton_key()")
+        if change:
+            change(module)
+        before, otherwise = getattr(module, "CacheBase", None), []
+        before = before and before.get_system
+        touchpoints.answer_without(name, "CacheBase.get_system", "triton_key", otherwise=lambda: otherwise.append(1))
+        assert getattr(getattr(module, "CacheBase", None), "get_system", None) is before, case
+        assert otherwise == [1] and calls == [], case  # torch computes it, when it is asked
+
+
+def test_the_switch_leaves_the_system_answer_to_torch(fake, monkeypatch):
+    name, module, calls = system_module(fake, monkeypatch)
+    monkeypatch.setenv("HATCH_PRECOMPILE_NO_PATCHES", "1")
+    original, otherwise = module.CacheBase.get_system, []
+    touchpoints.answer_without(name, "CacheBase.get_system", "triton_key", otherwise=lambda: otherwise.append(1))
+    assert module.CacheBase.get_system is original and otherwise == []  # prefetching is a patch too

@@ -3,7 +3,7 @@
 tests/misbehave/sitecustomize.py breaks the named touchpoints in every process started with it
 on PYTHONPATH. What hatch-precompile only observes (metrics, counters, logs, Mega-Cache, compile
 times) may record less, never fail a build; what it wraps (codecache.write, the header
-precompile, the ISA probe, torch_key) passes through, never crashes the user's first step.
+precompile, the ISA probe, torch_key, the system answer) passes through, never crashes the user's first step.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow  # builds wheels or venvs, or runs torch in fresh 
 MISBEHAVE = Path(__file__).parent / "misbehave"
 OBSERVERS = ("metrics,counters,guard-failures,logs,megacache,compile-times,write-signature,dynamo-compile,"
              "compile-command,key-functions")
-SHORTCUTS = "write-signature,precompile-header,check-build,probe-load,torch-key,hash-details,autotune-recheck"
+SHORTCUTS = "write-signature,precompile-header,check-build,probe-load,torch-key,system,hash-details,autotune-recheck"
 
 
 def misbehaving(names: str, pythonpath: Path | None = None) -> dict[str, str]:

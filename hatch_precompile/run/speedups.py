@@ -24,6 +24,13 @@ accepts the flags (asked with an empty translation unit, ~10 ms, unless it is th
 compiler). Torch's library side of the probe (its Sleef symbols) is proven by the build, which
 ran the same torch. Any other probe runs as usual; so does every probe when no set was loaded.
 
+4. Before its first cache lookup, Inductor hashes torch's sources (``torch_key``) and, on a CUDA
+build, Triton's (``triton_key``: 0.4 s, mostly the 400 MB libtriton.so). Both start in the
+background when Inductor is imported, computed by torch as always and never stored. Where CUDA
+shows no GPU, torch before 2.15 leaves Triton's key out of the graphs' keys: there torch's own
+``CacheBase.get_system`` is run with two stand-ins for it, and when both answers are equal that
+answer is used and Triton is never hashed (touchpoints.answer_without).
+
 Each hooks into a touchpoint of run/touchpoints.py, when the Inductor module is first imported,
 so that `import package` does not pay for importing Inductor; if torch's internals are not what
 we expect, nothing is hooked and torch behaves as usual (only slower).
@@ -64,9 +71,22 @@ def apply(manifest: Manifest | None = None, cpu: frozenset[str] | None = None) -
     # installed (a CUDA build, on a GPU or not) Triton's too, before the first cache lookup: both
     # start in the background (hashlib drops the GIL), computed by torch as always, never stored.
     touchpoints.prefetch(touchpoints.CODECACHE, "torch_key")
-    touchpoints.prefetch(touchpoints.CODECACHE, "triton_key", elsewhere=touchpoints.TRITON_COMPAT)
+    triton = functools.partial(touchpoints.prefetch, touchpoints.CODECACHE, "triton_key", elsewhere=touchpoints.TRITON_COMPAT)
+    if manifest is not None and _shows_no_gpu(manifest):
+        # Then torch before 2.15 leaves Triton's key out of every graph's key (its C++ kernels
+        # do not use Triton), yet computes it first (0.4 s of hashing a CUDA build's libtriton).
+        touchpoints.answer_without(touchpoints.CODECACHE, "CacheBase.get_system", "triton_key", otherwise=triton)
+    else:
+        triton()
     touchpoints.wrap(touchpoints.VEC_ISA, "VecISA.check_build", instead=_vouched_probe, after=_note_probe)
     touchpoints.wrap(touchpoints.VEC_ISA, "VecISA._probe_load", instead=_remembered_probe, after=_remember_probe)
+
+
+def _shows_no_gpu(manifest: Manifest) -> bool:
+    """Whether CUDA shows this process no GPU: load() matched a set keyed without one (asked of
+    NVML, run/gpu.py), on a CUDA build of torch or one without a GPU backend; not ROCm's."""
+    torch = sys.modules.get("torch")
+    return manifest.env.get("gpu") is None and getattr(getattr(torch, "version", None), "hip", None) is None
 
 
 def passed_probes() -> list[str]:

@@ -17,6 +17,9 @@ touchpoint               torch's                                          who ho
                                                                           background (speedups)
 ``triton-key``           ``_inductor.codecache.triton_key`` (2.13+; else  hash Triton's too (speedups)
                          ``..runtime.triton_compat.triton_key``)
+``system``               ``_inductor.codecache.CacheBase.get_system``     without a GPU: answered without
+                                                                          Triton's key where it is
+                                                                          unused (speedups)
 ``check-build``          ``_inductor.cpu_vec_isa.VecISA.check_build``     answer ISA probes a shipped
                                                                           set proved (speedups)
 ``probe-load``           ``_inductor.cpu_vec_isa.VecISA._probe_load``     remember passed probes (speedups)
@@ -49,6 +52,7 @@ graph would miss.
 
 from __future__ import annotations
 
+import builtins
 import functools
 import importlib
 import importlib.abc
@@ -56,7 +60,7 @@ import importlib.util
 import inspect
 import sys
 import threading
-from types import ModuleType
+from types import FunctionType, ModuleType
 from typing import Any, Callable
 
 from hatch_precompile.run import variables
@@ -131,6 +135,77 @@ def prefetch(module: str, qualname: str, elsewhere: str | None = None) -> None:
             setattr(owner, qualname.rsplit(".", 1)[-1], _computed_in_background(function, qualname))
 
     after_import(module, start)
+
+
+def answer_without(module: str, qualname: str, callee: str, otherwise: Callable[[], None]) -> None:
+    """Once ``module`` is imported, let ``module.qualname`` (a cached function of no arguments:
+    ``CacheBase.get_system``) answer without ever calling ``callee`` (``triton_key``) where its
+    answer cannot depend on it; else run ``otherwise()`` (prefetch ``callee``).
+
+    Torch's own code is run twice, with two different stand-ins for ``callee`` (in its globals,
+    and in what its ``from ... import`` statements bring in): when both answers are equal, the
+    callee's value is discarded (torch before 2.15 on a machine where CUDA shows no GPU), and that
+    answer is the function's from then on. Anything unexpected, a difference or an error: nothing
+    is replaced, and torch computes it as always."""
+    if not enabled():
+        return
+
+    def install(loaded: ModuleType) -> None:
+        try:
+            replaced = _answer_without(loaded, qualname, callee)
+        except Exception:
+            replaced = False
+        if not replaced:
+            otherwise()
+
+    after_import(module, install)
+
+
+_STAND_INS = (None, "hatch-precompile: a stand-in value")  # another type too: a use of it differs
+
+
+def _answer_without(module: ModuleType, qualname: str, callee: str) -> bool:
+    owner, cached = _resolve(module, qualname)
+    raw = getattr(cached, "__wrapped__", None)
+    name = qualname.rsplit(".", 1)[-1]
+    if (getattr(cached, MARK, False) or not callable(getattr(cached, "cache_clear", None))
+            or not isinstance(raw, FunctionType) or inspect.signature(raw).parameters):
+        return False  # not functools' cache of a function of no arguments
+    first, second = (_run_with(raw, callee, value) for value in _STAND_INS)
+    if first != second:
+        return False
+
+    def answer() -> Any:
+        return first
+
+    functools.update_wrapper(answer, cached)
+    answer.cache_clear = lambda: None  # type: ignore[attr-defined]  # nothing of torch's to clear
+    setattr(answer, MARK, True)
+    static = isinstance(inspect.getattr_static(owner, name, None), staticmethod)
+    setattr(owner, name, staticmethod(answer) if static else answer)
+    return True
+
+
+def _run_with(function: FunctionType, callee: str, value: Any) -> Any:
+    """``function()`` run as written, but where ``callee`` (global or imported) answers ``value``."""
+    def stand_in(*args: Any, **kwargs: Any) -> Any:
+        return value
+
+    def importing(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
+        imported = builtins.__import__(name, globals, locals, fromlist, level)
+        if fromlist and callee in fromlist:  # `from triton_compat import HAS_TRITON, triton_key`
+            copy = ModuleType(imported.__name__)
+            copy.__dict__.update(vars(imported))
+            setattr(copy, callee, stand_in)
+            return copy
+        return imported
+
+    scope = dict(function.__globals__)
+    if callee in scope:
+        scope[callee] = stand_in
+    scope["__builtins__"] = {**vars(builtins), "__import__": importing}
+    copy = FunctionType(function.__code__, scope, function.__name__, function.__defaults__, function.__closure__)
+    return copy()
 
 
 def _computed_in_background(function: Callable[[], Any], qualname: str) -> Callable[..., Any]:
