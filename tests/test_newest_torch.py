@@ -68,15 +68,40 @@ print(json.dumps({"key": key, "hashed_by_the_step": hashed, "system": system,
 """
 
 
+# Triton's key where torch keys graphs on it (torch 2.15, or a GPU), through the memo the speedups
+# use there: whether Triton's own key function ran (in any thread), and the key torch then holds.
+MEMO_KEY = """
+import json, sys, threading
+seen = []
+def profile(frame, event, arg):
+    if event == "call" and frame.f_code.co_name == "triton_key" and "/triton/" in frame.f_code.co_filename:
+        seen.append(1)
+sys.setprofile(profile); threading.setprofile(profile)
+from hatch_precompile.run import speedups, touchpoints
+touchpoints.prefetch(touchpoints.CODECACHE, "triton_key", memo=speedups.TritonKeyMemo())
+from torch._inductor import codecache
+key = codecache.triton_key()
+sys.setprofile(None); threading.setprofile(None)
+print(json.dumps({"key": key, "hashed": bool(seen)}))
+"""
+
+
 def assert_changed_triton_changes_the_key(python: Path, tmp_path: Path, cold: dict) -> None:
     """The speedups hash Triton's sources in the background, or not at all where torch leaves
-    them out of the graphs' keys, and store nothing: a changed Triton changes the key. Where torch keys graphs on it, the shipped graphs
-    (keyed by the build's Triton) then miss and compile; where it does not, they hit; the outputs
-    are the cold ones either way."""
+    them out of the graphs' keys; where it keys on them, a remembered key is used only while
+    every file of Triton is unchanged: a changed Triton changes the key. Where torch keys graphs
+    on it, the shipped graphs (keyed by the build's Triton) then miss and compile; where it does
+    not, they hit; the outputs are the cold ones either way."""
     def key(**env) -> dict:
         return json.loads(run([python, "-c", TRITON_KEY], env=env).stdout.strip().splitlines()[-1])
 
+    def remembered() -> dict:
+        env = {"XDG_CACHE_HOME": str(tmp_path / "user-cache")}
+        return json.loads(run([python, "-c", MEMO_KEY], env=env).stdout.strip().splitlines()[-1])
+
     before, before_unpatched = key(), key(HATCH_PRECOMPILE_NO_PATCHES="1")
+    first, second = remembered(), remembered()
+    assert first["hashed"] and not second["hashed"] and first["key"] == second["key"] == before_unpatched["key"]
     assert before["key"] and before["key"] == before_unpatched["key"]
     # Torch's own answer, whether load() answered it without Triton's key or torch computed it.
     assert before["system"] == before_unpatched["system"] and before["in_graph_keys"] == before_unpatched["in_graph_keys"]
@@ -90,6 +115,8 @@ def assert_changed_triton_changes_the_key(python: Path, tmp_path: Path, cold: di
     after, after_unpatched = key(), key(HATCH_PRECOMPILE_NO_PATCHES="1")
     assert after["key"] != before["key"] and after["key"] == after_unpatched["key"]
     assert after["system"] == after_unpatched["system"]
+    changed_memo = remembered()
+    assert changed_memo["hashed"] and changed_memo["key"] == after_unpatched["key"]
     (tmp_path / "changed-triton").mkdir()
     changed = run_sample(python, tmp_path / "changed-triton")
     if after["in_graph_keys"]:

@@ -4,6 +4,7 @@ way a touchpoint can fail safe. (The same against a misbehaving torch: test_touc
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import types
 from itertools import count
@@ -344,3 +345,94 @@ def test_the_switch_leaves_the_system_answer_to_torch(fake, monkeypatch):
     original, otherwise = module.CacheBase.get_system, []
     touchpoints.answer_without(name, "CacheBase.get_system", "triton_key", otherwise=lambda: otherwise.append(1))
     assert module.CacheBase.get_system is original and otherwise == []  # prefetching is a patch too
+
+
+class ListMemo:
+    def __init__(self, value=None, broken=False):
+        self.value, self.broken, self.put_values = value, broken, []
+
+    def get(self):
+        if self.broken:
+            raise OSError("unreadable")
+        return self.value
+
+    def put(self, value):
+        self.put_values.append(value)
+
+
+def prefetchable(calls):
+    """Torch 2.13+'s prefetchable cache, in small: ``.set`` fills it, a call computes it once."""
+    state = {}
+
+    def key():
+        if "value" not in state:
+            calls.append("hashed")
+            state["value"] = "computed key"
+        return state["value"]
+
+    def set_value(value):
+        if "value" in state:
+            raise RuntimeError("prefetchable_cache value already set")
+        state["value"] = value
+
+    key.set, key.prefetch = set_value, lambda: calls.append("torch's prefetch")
+    return key
+
+
+def test_prefetch_with_a_memo_sets_torchs_cache_or_remembers_what_torch_computed(fake):
+    calls = []
+    name, module = fake(triton_key=prefetchable(calls))
+    touchpoints.prefetch(name, "triton_key", memo=ListMemo("remembered key"))
+    assert module.triton_key() == "remembered key" and calls == []  # set through torch's own .set
+
+    for memo in (ListMemo(), ListMemo(broken=True)):  # nothing remembered, or the memo unreadable
+        calls = []
+        name, module = fake(triton_key=prefetchable(calls))
+        touchpoints.prefetch(name, "triton_key", memo=memo)
+        assert module.triton_key() == "computed key" and module.triton_key() == "computed key"
+        assert calls == ["hashed"] and memo.put_values == ["computed key"]  # remembered before the caller goes on
+
+    # A torch whose cache takes no value (before 2.13): the memo is not used, torch prefetches.
+    calls = []
+
+    def older():
+        calls.append("hashed")
+        return "computed key"
+
+    older.prefetch = lambda: calls.append("torch's prefetch")
+    name, module = fake(triton_key=older)
+    memo = ListMemo("remembered key")
+    touchpoints.prefetch(name, "triton_key", memo=memo)
+    assert calls == ["torch's prefetch"] and module.triton_key() == "computed key" and memo.put_values == []
+
+
+def test_tritons_key_is_remembered_until_any_file_of_triton_changes(tmp_path, monkeypatch):
+    from hatch_precompile.run import speedups
+
+    package = tmp_path / "site" / "triton"
+    (package / "_C").mkdir(parents=True)
+    (package / "__init__.py").write_text("__version__ = '3.9.0'\n")
+    (package / "_C" / "libtriton.so").write_bytes(b"\0" * 1000)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.delitem(sys.modules, "triton", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+    first = speedups.TritonKeyMemo()
+    assert first.get() is None
+    first.put("3.9.0-abc")
+    (package / "__pycache__").mkdir()  # what importing it writes: never hashed by Triton's key
+    (package / "__pycache__" / "__init__.cpython-311.pyc").write_bytes(b"pyc")
+    assert speedups.TritonKeyMemo().get() == "3.9.0-abc"
+    assert speedups.TritonKeyMemo().get() == "3.9.0-abc"
+
+    library = package / "_C" / "libtriton.so"
+    stat = library.stat()
+    library.write_bytes(b"\1" * 1000)  # same size, and the old mtime put back: the ctime still moves
+    os.utime(library, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    changed = speedups.TritonKeyMemo()
+    assert changed.get() is None
+    # Changed while torch hashed it: what was computed is not remembered under either state.
+    (package / "language.py").write_text("# new\n")
+    changed.put("3.9.0-stale")
+    assert speedups.TritonKeyMemo().get() is None
+    assert sorted(p.read_text() for p in (tmp_path / "cache" / "hatch-precompile" / ".triton-keys").iterdir()) == ["3.9.0-abc"]

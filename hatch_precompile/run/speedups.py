@@ -29,7 +29,10 @@ build, Triton's (``triton_key``: 0.4 s, mostly the 400 MB libtriton.so). Both st
 background when Inductor is imported, computed by torch as always and never stored. Where CUDA
 shows no GPU, torch before 2.15 leaves Triton's key out of the graphs' keys: there torch's own
 ``CacheBase.get_system`` is run with two stand-ins for it, and when both answers are equal that
-answer is used and Triton is never hashed (touchpoints.answer_without).
+answer is used and Triton is never hashed (touchpoints.answer_without). Where the key is used
+(torch 2.15, or a GPU), the value torch computed is remembered in the per-user cache under a
+fingerprint of every file in Triton's dir (``TritonKeyMemo``), and later processes set it into
+torch's cache (2.13+) instead of hashing 400 MB again.
 
 Each hooks into a touchpoint of run/touchpoints.py, when the Inductor module is first imported,
 so that `import package` does not pay for importing Inductor; if torch's internals are not what
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import os
 import platform
 import shlex
@@ -71,7 +75,9 @@ def apply(manifest: Manifest | None = None, cpu: frozenset[str] | None = None) -
     # installed (a CUDA build, on a GPU or not) Triton's too, before the first cache lookup: both
     # start in the background (hashlib drops the GIL), computed by torch as always, never stored.
     touchpoints.prefetch(touchpoints.CODECACHE, "torch_key")
-    triton = functools.partial(touchpoints.prefetch, touchpoints.CODECACHE, "triton_key", elsewhere=touchpoints.TRITON_COMPAT)
+    # Remembered only where a set was loaded: not for each build env's short-lived Triton.
+    triton = functools.partial(touchpoints.prefetch, touchpoints.CODECACHE, "triton_key", elsewhere=touchpoints.TRITON_COMPAT,
+                               memo=TritonKeyMemo() if manifest is not None else None)
     if manifest is not None and _shows_no_gpu(manifest):
         # Then torch before 2.15 leaves Triton's key out of every graph's key (its C++ kernels
         # do not use Triton), yet computes it first (0.4 s of hashing a CUDA build's libtriton).
@@ -80,6 +86,47 @@ def apply(manifest: Manifest | None = None, cpu: frozenset[str] | None = None) -
         triton()
     touchpoints.wrap(touchpoints.VEC_ISA, "VecISA.check_build", instead=_vouched_probe, after=_note_probe)
     touchpoints.wrap(touchpoints.VEC_ISA, "VecISA._probe_load", instead=_remembered_probe, after=_remember_probe)
+
+
+class TritonKeyMemo:
+    """Triton's key as torch computed it on this machine, kept under a fingerprint of every file
+    in Triton's package dir, which holds all that the key hashes: path, size, mtime, ctime, inode.
+    A changed Triton changes it, even a file rewritten with its old mtime (the ctime moves)."""
+
+    def __init__(self) -> None:
+        self._read_under: Path | None = None
+
+    def get(self) -> str | None:
+        self._read_under = self._path()
+        try:
+            return self._read_under.read_text() if self._read_under is not None else None
+        except OSError:
+            return None
+
+    def put(self, value: object) -> None:
+        path = self._path()
+        if not isinstance(value, str) or path is None or path != self._read_under:
+            return  # no Triton, or it changed while torch hashed it
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        temp.write_text(value)
+        os.replace(temp, path)
+
+    @staticmethod
+    def _path() -> Path | None:
+        base = usercache.base_dir()
+        spec = importlib.util.find_spec("triton")
+        roots = list(spec.submodule_search_locations or []) if spec is not None else []
+        if base is None or len(roots) != 1:
+            return None
+        hasher = hashlib.sha256(f"{roots[0]}\0{sys.implementation.cache_tag}".encode())
+        for directory, subdirs, files in os.walk(roots[0]):
+            subdirs[:] = sorted(d for d in subdirs if d != "__pycache__")  # never hashed; written by imports
+            for name in sorted(files):
+                stat = os.stat(os.path.join(directory, name), follow_symlinks=False)
+                hasher.update(f"\n{os.path.relpath(os.path.join(directory, name), roots[0])}\0{stat.st_size}\0"
+                              f"{stat.st_mtime_ns}\0{stat.st_ctime_ns}\0{stat.st_ino}\0{stat.st_dev}".encode())
+        return base / ".triton-keys" / hasher.hexdigest()  # dot: never a package name
 
 
 def _shows_no_gpu(manifest: Manifest) -> bool:

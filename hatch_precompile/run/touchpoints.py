@@ -61,7 +61,7 @@ import inspect
 import sys
 import threading
 from types import FunctionType, ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from hatch_precompile.run import variables
 
@@ -114,11 +114,22 @@ def set_config(module: str, name: str, value: Any) -> None:
     after_import(module, lambda loaded: _set(loaded, name, value))
 
 
-def prefetch(module: str, qualname: str, elsewhere: str | None = None) -> None:
+class Memo(Protocol):
+    """A value this machine computed before, kept under a key of everything its computation reads."""
+
+    def get(self) -> Any: ...  # the value, or None
+    def put(self, value: Any) -> None: ...
+
+
+def prefetch(module: str, qualname: str, elsewhere: str | None = None, memo: Memo | None = None) -> None:
     """Start ``module.qualname()`` (a cached computation: ``torch_key``) in the background once
     ``module`` is imported: torch's own ``.prefetch()`` where it has one (2.13+), else a thread
     whose result a caller waits for rather than computing it a second time. Where ``module``
-    lacks it, ``elsewhere``'s function of that name (an older torch's home of ``triton_key``)."""
+    lacks it, ``elsewhere``'s function of that name (an older torch's home of ``triton_key``).
+
+    With ``memo``, where torch's cache takes a value (``.set``, 2.13+): the remembered value is
+    set, and nothing is computed; else torch's computation runs in the background and its result
+    is remembered."""
     if not enabled():
         return
 
@@ -129,12 +140,26 @@ def prefetch(module: str, qualname: str, elsewhere: str | None = None) -> None:
             if elsewhere is None:
                 return
             owner, function = _resolve(importlib.import_module(elsewhere), qualname)
-        if callable(getattr(function, "prefetch", None)):
+        name = qualname.rsplit(".", 1)[-1]
+        if memo is not None and callable(getattr(function, "set", None)) and not getattr(function, MARK, False):
+            value = _guarded_call(memo.get)
+            if value is not None:
+                function.set(value)  # torch's own way to fill its cache (RuntimeError: filled already)
+            else:
+                setattr(owner, name, _computed_in_background(function, qualname, then=memo.put))
+        elif callable(getattr(function, "prefetch", None)):
             function.prefetch()
         elif callable(function) and not getattr(function, MARK, False):
-            setattr(owner, qualname.rsplit(".", 1)[-1], _computed_in_background(function, qualname))
+            setattr(owner, name, _computed_in_background(function, qualname))
 
     after_import(module, start)
+
+
+def _guarded_call(function: Callable[[], Any]) -> Any:
+    try:
+        return function()
+    except Exception:
+        return None
 
 
 def answer_without(module: str, qualname: str, callee: str, otherwise: Callable[[], None]) -> None:
@@ -208,9 +233,11 @@ def _run_with(function: FunctionType, callee: str, value: Any) -> Any:
     return copy()
 
 
-def _computed_in_background(function: Callable[[], Any], qualname: str) -> Callable[..., Any]:
+def _computed_in_background(function: Callable[[], Any], qualname: str,
+                            then: Callable[[Any], None] | None = None) -> Callable[..., Any]:
     """``function`` started in a thread now; a call without arguments waits for that result (an
-    error there: the call computes it as torch would). Torch's attributes (``.set``) are kept."""
+    error there: the call computes it as torch would), which ``then`` is given too. Torch's
+    attributes (``.set``) are kept."""
     done = threading.Event()
     result: dict[str, Any] = {}
 
@@ -218,6 +245,11 @@ def _computed_in_background(function: Callable[[], Any], qualname: str) -> Calla
         try:
             result["value"] = function()
         except BaseException:  # the caller computes it again, and sees the error there
+            pass
+        try:
+            if then is not None and "value" in result:
+                then(result["value"])  # before the caller goes on: a short process exits soon after
+        except Exception:
             pass
         finally:
             done.set()
