@@ -117,8 +117,9 @@ def measure(label: str, flow: str, hp_dir: Path, out: Path) -> dict:
                                   cwd=home, check=True)
             result = json.loads(proc.stdout.strip().splitlines()[-1])
         else:
-            # Not from this checkout's dir: `-m` puts the working dir first on sys.path.
-            result = json.loads(sh(python, "-m", "sample_pkg", "--json", env={"TORCHINDUCTOR_CACHE_DIR": cache},
+            # Not from this checkout's dir, nor the cache dir: `-m` puts the working dir first on
+            # sys.path, where a cache shard named like a module torch imports (`z3/`) shadows it.
+            result = json.loads(sh(python, "-m", "sample_pkg", "--json", env={"TORCHINDUCTOR_CACHE_DIR": f"{cache}/cache"},
                                    cwd=cache).strip().splitlines()[-1])
     return {"install_seconds": seconds, "build_env_bytes": bytes_, "build_env_wheels": wheels,
             "build_line": line, **result}

@@ -144,9 +144,11 @@ def measure_version(label: str, ref: str | None, project: str, out: Path) -> dic
     runtime = venv(work / "run-venv", TORCH, source, wheel)
     rows = {}
     for row, (env, setup) in machine_rows(out).items():
-        with tempfile.TemporaryDirectory(prefix="user-machine-") as cache:
+        with tempfile.TemporaryDirectory(prefix="user-machine-") as tmp:
+            # Not in the cache dir: `-c` puts the working dir on sys.path, where a cache shard named
+            # like a module torch imports (`z3/`) would shadow it.
             proc = sh(runtime, "-c", FIRST_STEP.replace("{setup}", setup), project,
-                      env={"TORCHINDUCTOR_CACHE_DIR": cache, **env}, cwd=cache)
+                      env={"TORCHINDUCTOR_CACHE_DIR": f"{tmp}/cache", **env}, cwd=tmp)
         rows[row] = json.loads(proc.stdout.strip().splitlines()[-1])
         print(f"  {label} {project}: {row}: {rows[row]['seconds']:.2f} s", flush=True)
     return {"build_seconds": build_seconds, "wheel_bytes": wheel.stat().st_size, "wheel": wheel.name,
@@ -156,8 +158,9 @@ def measure_version(label: str, ref: str | None, project: str, out: Path) -> dic
 def steady(runtime: str, project: str, steps: int) -> dict:
     found = {}
     for threads in (1, 2):
-        with tempfile.TemporaryDirectory(prefix="user-machine-steady-") as cache:
-            proc = sh(runtime, "-c", STEADY, project, threads, steps, env={"TORCHINDUCTOR_CACHE_DIR": cache}, cwd=cache)
+        with tempfile.TemporaryDirectory(prefix="user-machine-steady-") as tmp:  # cwd: not the cache dir (above)
+            proc = sh(runtime, "-c", STEADY, project, threads, steps, env={"TORCHINDUCTOR_CACHE_DIR": f"{tmp}/cache"},
+                      cwd=tmp)
         found[threads] = json.loads(proc.stdout.strip().splitlines()[-1])
     return found
 

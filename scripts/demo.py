@@ -66,9 +66,12 @@ def main() -> None:
     results = {}
     for kind, wheel in wheels.items():
         python = venv(out / f"run-{kind}", TORCH, ROOT, wheel)
-        with tempfile.TemporaryDirectory(prefix="demo-cache-") as cache:
+        with tempfile.TemporaryDirectory(prefix="demo-cache-") as tmp:
             print(f"- running python -m sample_pkg ({kind} wheel, empty cache dir)", flush=True)
-            line = sh(python, "-m", "sample_pkg", "--json", env={"TORCHINDUCTOR_CACHE_DIR": cache}, cwd=cache)
+            # Not in the cache dir: `-m` puts the working dir on sys.path, where a cache shard named
+            # like a module torch tries to import (`z3/`) would shadow it.
+            cache = os.path.join(tmp, "cache")
+            line = sh(python, "-m", "sample_pkg", "--json", env={"TORCHINDUCTOR_CACHE_DIR": cache}, cwd=tmp)
             results[kind] = json.loads(line.strip().splitlines()[-1])
 
     print()

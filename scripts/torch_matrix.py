@@ -97,10 +97,13 @@ TRITON_HASHED = (
 
 
 def sample(python: Path, env: dict[str, str], threads: int | None = None, code: str | None = None) -> dict:
-    with tempfile.TemporaryDirectory(prefix="matrix-cache-") as cache:
+    with tempfile.TemporaryDirectory(prefix="matrix-cache-") as tmp:
+        cache = os.path.join(tmp, "cache")
         command = ["-m", "sample_pkg", "--json"] if threads is None else ["-c", AT_THREADS.format(threads)]
         command = command if code is None else ["-c", code]
-        proc = sh(python, *command, env={"TORCHINDUCTOR_CACHE_DIR": cache, **env}, cwd=cache)  # not this checkout's
+        # Not this checkout's dir, nor the cache dir: `-m`/`-c` put the working dir on sys.path, and a
+        # cache shard named like a module torch tries to import (`z3/`) shadows it.
+        proc = sh(python, *command, env={"TORCHINDUCTOR_CACHE_DIR": cache, **env}, cwd=tmp)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 

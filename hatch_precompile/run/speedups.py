@@ -26,8 +26,8 @@ ran the same torch. Any other probe runs as usual; so does every probe when no s
 
 4. Before its first cache lookup, Inductor hashes torch's sources (``torch_key``) and, on a CUDA
 build, Triton's (``triton_key``: 0.4 s, mostly the 400 MB libtriton.so). Both start in the
-background when Inductor is imported, computed by torch as always and never stored. Where CUDA
-shows no GPU, torch before 2.15 leaves Triton's key out of the graphs' keys: there torch's own
+background when Inductor is imported, computed by torch as always (torch's key is never stored).
+Where CUDA shows no GPU, torch before 2.15 leaves Triton's key out of the graphs' keys: its own
 ``CacheBase.get_system`` is run with two stand-ins for it, and when both answers are equal that
 answer is used and Triton is never hashed (touchpoints.answer_without). Where the key is used
 (torch 2.15, or a GPU), the value torch computed is remembered in the per-user cache under a
@@ -73,7 +73,7 @@ def apply(manifest: Manifest | None = None, cpu: frozenset[str] | None = None) -
     touchpoints.wrap(touchpoints.CODECACHE, "_precompile_header", instead=_skip_header_when_built)
     # Inductor hashes torch's whole source tree (torch_key, 0.3-0.7 s here), and where Triton is
     # installed (a CUDA build, on a GPU or not) Triton's too, before the first cache lookup: both
-    # start in the background (hashlib drops the GIL), computed by torch as always, never stored.
+    # start in the background (hashlib drops the GIL), computed by torch as always (item 4).
     touchpoints.prefetch(touchpoints.CODECACHE, "torch_key")
     # Remembered only where a set was loaded: not for each build env's short-lived Triton.
     triton = functools.partial(touchpoints.prefetch, touchpoints.CODECACHE, "triton_key", elsewhere=touchpoints.TRITON_COMPAT,

@@ -15,8 +15,9 @@ touchpoint               torch's                                          who ho
                                                                           kernel (speedups)
 ``torch-key``            ``_inductor.codecache.torch_key``                hash torch's sources in the
                                                                           background (speedups)
-``triton-key``           ``_inductor.codecache.triton_key`` (2.13+; else  hash Triton's too (speedups)
-                         ``..runtime.triton_compat.triton_key``)
+``triton-key``           ``_inductor.codecache.triton_key`` (2.13+; else  hash Triton's too, or set
+                         ``..runtime.triton_compat.triton_key``)          the key this machine computed
+                                                                          before (speedups)
 ``system``               ``_inductor.codecache.CacheBase.get_system``     without a GPU: answered without
                                                                           Triton's key where it is
                                                                           unused (speedups)
