@@ -99,8 +99,9 @@ TRITON_HASHED = (
 def sample(python: Path, env: dict[str, str], threads: int | None = None, code: str | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="matrix-cache-") as tmp:
         cache = os.path.join(tmp, "cache")
-        command = ["-m", "sample_pkg", "--json"] if threads is None else ["-c", AT_THREADS.format(threads)]
-        command = command if code is None else ["-c", code]
+        if code is None:
+            code = None if threads is None else AT_THREADS.format(threads)
+        command = ["-m", "sample_pkg", "--json"] if code is None else ["-c", code]
         # Not this checkout's dir, nor the cache dir: `-m`/`-c` put the working dir on sys.path, and a
         # cache shard named like a module torch tries to import (`z3/`) shadows it.
         proc = sh(python, *command, env={"TORCHINDUCTOR_CACHE_DIR": cache, **env}, cwd=tmp)
