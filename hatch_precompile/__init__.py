@@ -20,6 +20,8 @@ _LAZY = {
     "load": "run.loader",
     "load_torchscript": "run.torchscript",
     "save_torchscript": "run.torchscript",
+    "load_step": "run.steps",
+    "save_step": "run.steps",
 }
 
 __all__ = ["__version__", *_LAZY]

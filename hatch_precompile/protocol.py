@@ -10,6 +10,7 @@ Layout of ``<package>/_precompiled/`` in a wheel (or of a ``hatch-precompile war
                                  megacache.bin          torch.compiler.save_cache_artifacts() bytes
                                  inductor/...           the Inductor cache dir (FX graph, AOTAutograd, kernels)
                                  torchscript/<name>.pt  modules recorded with save_torchscript()
+                                 steps/<name>.py|.cache|.json  steps captured with save_step()
     blobs/<sha256>             every file's bytes, stored once however many sets list them
 
 and in every wheel's ``.dist-info/extra_metadata/hatch-precompile.json``, the Declaration.
@@ -32,6 +33,7 @@ MANIFEST_FILE = "manifest.json"
 INDUCTOR_DIR = "inductor"
 MEGACACHE_FILE = "megacache.bin"
 TORCHSCRIPT_DIR = "torchscript"
+STEPS_DIR = "steps"
 DECLARATION_FILE = "hatch-precompile.json"
 DECLARATION_PATH = f"extra_metadata/{DECLARATION_FILE}"  # inside a wheel's .dist-info
 APP = "hatch-precompile"  # the per-user cache dir's name
@@ -46,6 +48,7 @@ NO_PATCHES_VAR = "HATCH_PRECOMPILE_NO_PATCHES"  # torch untouched: run/touchpoin
 NO_SPEEDUPS_VAR = "HATCH_PRECOMPILE_NO_SPEEDUPS"  # its older name
 BUILDING_VAR = "HATCH_PRECOMPILE_BUILDING"  # set in a build's child: load() stays off there
 TORCHSCRIPT_DIR_VAR = "HATCH_PRECOMPILE_TORCHSCRIPT_DIR"  # where save_torchscript() writes
+STEPS_DIR_VAR = "HATCH_PRECOMPILE_STEPS_DIR"  # where save_step() writes
 CACHE_DIR_VAR = "TORCHINDUCTOR_CACHE_DIR"  # torch's
 # Set on build machines, not on users': each changes a torch default that is part of every cache
 # key, so a build (and `verify`) runs without them. CI=true (every CI service sets it) turns on
@@ -143,7 +146,7 @@ def is_safe_relpath(path: Any) -> bool:
     )
 
 
-FILE_KINDS = ("aotautograd", "fxgraph", "kernel_binary", "other_inductor", "megacache", "torchscript", "other")
+FILE_KINDS = ("aotautograd", "fxgraph", "kernel_binary", "other_inductor", "megacache", "torchscript", "step", "other")
 
 
 def file_kind(path: str) -> str:
@@ -160,6 +163,8 @@ def file_kind(path: str) -> str:
         return "megacache"
     if path.startswith(f"{TORCHSCRIPT_DIR}/"):
         return "torchscript"
+    if path.startswith(f"{STEPS_DIR}/"):
+        return "step"
     return "other"
 
 

@@ -19,6 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_pkg"
+STEP_PKG = ROOT / "tests" / "step_pkg"  # save_step / load_step, end to end
 TEST_USER_CACHE = tempfile.mkdtemp(prefix="hatch-precompile-tests-user-cache-")
 # The test processes' temp dir, removed at the end: torch leaves a ~150 MB prefix header per venv
 # under the temp dir after a cold compile, and this suite makes dozens of venvs.
@@ -137,6 +138,15 @@ def run_sample(python: Path, cache_dir: Path, env=None, pythonpath: Path | None 
     if pythonpath:
         extra["PYTHONPATH"] = str(pythonpath)
     proc = run([python, "-m", "sample_pkg", "--json"], env=extra, cwd=cache_dir.parent)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_step_pkg(python: Path, cache_dir: Path, env=None, pythonpath: Path | None = None) -> dict:
+    """`python -m step_pkg` in a fresh process with ``cache_dir`` as Inductor's cache."""
+    extra = {"TORCHINDUCTOR_CACHE_DIR": str(cache_dir), **(env or {})}
+    if pythonpath:
+        extra["PYTHONPATH"] = str(pythonpath)
+    proc = run([python, "-m", "step_pkg"], env=extra, cwd=cache_dir.parent)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from hatch_precompile import __version__
 from hatch_precompile.child import runner
 from hatch_precompile.protocol import (
-    CACHE_DIR_VAR, DIRNAME, INDUCTOR_DIR, MANIFEST_FILE, MEGACACHE_FILE, SETS_DIR, TORCHSCRIPT_DIR,
+    CACHE_DIR_VAR, DIRNAME, INDUCTOR_DIR, MANIFEST_FILE, MEGACACHE_FILE, SETS_DIR, STEPS_DIR, TORCHSCRIPT_DIR,
     ChildResult, FileEntry, Kernel, Manifest, Workload, blob_path, is_safe_relpath, pack_keys, set_name,
     sha256,
 )
@@ -238,6 +238,8 @@ def _store_files(target: Path, cache_dir: Path, out_dir: Path) -> tuple[dict[str
         sources[MEGACACHE_FILE] = out_dir / MEGACACHE_FILE
     for path in sorted((out_dir / TORCHSCRIPT_DIR).glob("*.pt")):
         sources[f"{TORCHSCRIPT_DIR}/{path.name}"] = path
+    for path in sorted((out_dir / STEPS_DIR).glob("*.*")):
+        sources[f"{STEPS_DIR}/{path.name}"] = path
     files, skipped = {}, 0
     for logical, path in sources.items():
         if not is_safe_relpath(logical):

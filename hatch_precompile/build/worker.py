@@ -1,7 +1,7 @@
 """The build's child process: run the workloads, then save what compiling produced.
 
 Started by capture.py (through child/runner.py) with a fresh, private ``TORCHINDUCTOR_CACHE_DIR``.
-Writes into the spec's ``out`` dir: the ChildResult, ``megacache.bin`` and ``torchscript/``; the
+Writes into the spec's ``out`` dir: the ChildResult, ``megacache.bin``, ``torchscript/`` and ``steps/``; the
 parent copies the cache dir itself.
 """
 
@@ -21,8 +21,8 @@ from typing import Any
 from hatch_precompile.build import isa
 from hatch_precompile.child import observe, work
 from hatch_precompile.protocol import (
-    BUILDING_VAR, CACHE_DIR_VAR, EXIT_OK, EXIT_WORKLOAD_FAILED, MEGACACHE_FILE, SETTINGS, TORCHSCRIPT_DIR,
-    TORCHSCRIPT_DIR_VAR, ChildResult, Failure,
+    BUILDING_VAR, CACHE_DIR_VAR, EXIT_OK, EXIT_WORKLOAD_FAILED, MEGACACHE_FILE, SETTINGS, STEPS_DIR, STEPS_DIR_VAR,
+    TORCHSCRIPT_DIR, TORCHSCRIPT_DIR_VAR, ChildResult, Failure,
 )
 
 # docs/torch-versions.md: every minor release from OLDEST_TORCH to NEWEST_TESTED, end to end.
@@ -38,6 +38,7 @@ def main(argv: list[str]) -> int:
     sys.path[:0] = spec["paths"]
     os.environ[BUILDING_VAR] = "1"
     os.environ[TORCHSCRIPT_DIR_VAR] = str(out / TORCHSCRIPT_DIR)
+    os.environ[STEPS_DIR_VAR] = str(out / STEPS_DIR)
     os.environ.setdefault(DYNAMIC_THREADS_VAR, "1")  # an explicit choice of the builder's stays
 
     started = time.perf_counter()

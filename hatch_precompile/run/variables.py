@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from hatch_precompile.protocol import (
     BUILDER_ONLY_VARS, BUILDING_VAR, GLOBAL_SWITCH, HEARTBEAT_VAR, NO_PATCHES_VAR, NO_SPEEDUPS_VAR, PREFERENCES_VAR, TARGET_VAR,
-    TORCHSCRIPT_DIR_VAR,
+    STEPS_DIR_VAR, TORCHSCRIPT_DIR_VAR,
     package_switch,
 )
 
@@ -75,6 +75,11 @@ def building(environ: Mapping[str, str] | None = None) -> bool:
 def torchscript_dir(environ: Mapping[str, str] | None = None) -> str | None:
     """Set in a build's child: where save_torchscript() writes."""
     return _text(TORCHSCRIPT_DIR_VAR, environ) or None
+
+
+def steps_dir(environ: Mapping[str, str] | None = None) -> str | None:
+    """Set in a build's child: where save_step() writes."""
+    return _text(STEPS_DIR_VAR, environ) or None
 
 
 def no_patches(environ: Mapping[str, str] | None = None) -> bool:

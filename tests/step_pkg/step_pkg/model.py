@@ -1,0 +1,41 @@
+"""The model and its two steps, as a package author writes them with load_step()."""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import hatch_precompile
+
+
+class MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.LayerNorm(64), nn.Linear(64, 10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def make_model(seed: int = 0) -> MLP:
+    torch.manual_seed(seed)
+    return MLP()
+
+
+def make_batch(n: int = 16, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 32, generator=generator), torch.randint(0, 10, (n,), generator=generator)
+
+
+def training_step(model: MLP, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    return loss.detach()
+
+
+def forward(model: MLP, x: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model(x)
+
+
+train_step = hatch_precompile.load_step(__package__, "train_step", training_step)
+predict = hatch_precompile.load_step(__package__, "predict", forward)

@@ -1,0 +1,207 @@
+"""save_step / load_step: the contract a captured step keeps, the build's check, the fallback.
+
+In-process, on the suite's torch, but for the last test: the capture itself needs torch 2.14
+(torch.compiler.precompile) and is proven end to end, wheel to fresh process, in
+test_newest_torch.py; the last test builds and runs the same package on a torch without it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+from conftest import STEP_PKG, build_wheel, copy_project, run_step_pkg, unpack
+from hatch_precompile.protocol import STEPS_DIR_VAR
+from hatch_precompile.run import steps
+
+
+def model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.0), nn.LayerNorm(8), nn.Linear(8, 2))
+
+
+def batch(n: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(1)
+    return torch.randn(n, 4, generator=generator), torch.randint(0, 2, (n,), generator=generator)
+
+
+def training_step(m, x, y, scale=1.0):
+    loss = nn.functional.cross_entropy(m(x) * scale, y)
+    loss.backward()
+    return loss.detach()
+
+
+def contract(*args) -> dict:
+    return {"modes": steps.modes(), "args": steps.describe(args)}
+
+
+def test_the_same_arguments_keep_the_contract_and_other_weights_too():
+    m, (x, y) = model(), batch()
+    captured = contract(m, x, y, 1.0)
+    assert steps.mismatch(captured, (m, x, y, 1.0)) is None
+    other = model()
+    with torch.no_grad():
+        other[0].weight.add_(1.0)  # other values, the same structure: the intended use
+    assert steps.mismatch(captured, (other, *batch(), 1.0)) is None
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda m, x, y, s: (m, *batch(5), s), "argument 1 differs from the capture's: {\"tensor\": [[5, 4]"),
+    (lambda m, x, y, s: (m, x.double(), y, s), "argument 1 differs"),
+    (lambda m, x, y, s: (m, x.t().contiguous().t(), y, s), "argument 1 differs"),
+    (lambda m, x, y, s: (m, x, y, 2.0), "argument 3 differs from the capture's: {\"value\": [\"float\", \"2.0\"]}"),
+    (lambda m, x, y, s: (m, x, y, 1), "argument 3 differs"),
+    (lambda m, x, y, s: (m.eval(), x, y, s), "argument 0 differs from the capture's: a train()/eval() mode"),
+    (lambda m, x, y, s: (m.requires_grad_(False), x, y, s), "its parameters or buffers"),
+    (lambda m, x, y, s: (m.double(), x, y, s), "its parameters or buffers"),
+    (lambda m, x, y, s: (nn.Sequential(*m[:3], nn.Linear(8, 3)), x, y, s), "its submodules or their settings"),
+    (lambda m, x, y, s: (m, x, y), "called with 3 arguments, captured with 4"),
+    (lambda m, x, y, s: (m, [x], y, s), "a list where the capture had a tensor"),
+    (lambda m, x, y, s: (m, x, y, object()), "argument 3 is a object"),
+])
+def test_a_broken_contract_is_named(change, says):
+    m, (x, y) = model(), batch()
+    captured = contract(m, x, y, 1.0)
+    assert says in steps.mismatch(captured, change(m, x, y, 1.0))
+
+
+def test_a_changed_submodule_setting_breaks_the_contract():
+    m, (x, y) = model(), batch()
+    captured = contract(m, x, y)
+    m[1].p = 0.5  # the trace baked dropout's p in; nothing in the tensors shows it
+    assert "its submodules or their settings" in steps.mismatch(captured, (m, x, y))
+
+
+def test_the_process_modes_are_part_of_the_contract():
+    m, (x, y) = model(), batch()
+    captured = contract(m, x, y)
+    with torch.no_grad():
+        assert "the process modes" in steps.mismatch(captured, (m, x, y))
+    with torch.autocast("cpu"):
+        assert "the process modes" in steps.mismatch(captured, (m, x, y))
+
+
+def test_containers_and_values_are_described_to_the_leaf():
+    described = steps.describe(({"b": torch.zeros(2), "a": (1, "x", None)},))
+    assert described == [{"dict": {
+        "a": {"tuple": [{"value": ["int", "1"]}, {"value": ["str", "'x'"]}, {"value": ["NoneType", "None"]}]},
+        "b": {"tensor": [[2], [1], "torch.float32", "cpu", False]},
+    }}]
+    with pytest.raises(TypeError, match=r"argument 0\[1\] is a set"):
+        steps.describe(([1, {2}],))
+
+
+def test_changed_arguments_differ_from_the_originals_which_stay_as_they_were():
+    m, (x, y) = model(), batch(32)
+    mask = torch.ones(3, dtype=torch.bool)
+    weight, inputs, labels = m[0].weight.clone(), x.clone(), y.clone()
+    cm, cx, cy, cmask = steps._changed((m, x, y, mask))
+    assert not torch.equal(cm[0].weight, weight) and not torch.equal(cx, inputs)
+    assert sorted(cy.tolist()) == sorted(labels.tolist()) and not torch.equal(cy, labels)  # shuffled: in range
+    assert torch.equal(cmask, mask)
+    assert torch.equal(m[0].weight, weight) and torch.equal(x, inputs) and torch.equal(y, labels)
+    again = steps._changed((m, x, y, mask))  # the same change every time: both runs compare alike
+    assert torch.equal(again[1], cx)
+
+
+def test_the_check_accepts_a_faithful_step():
+    m, (x, y) = model(), batch()
+    steps._check_against_reference("train", training_step, (m, x, y), training_step, "eager")
+
+
+def test_the_check_catches_a_step_that_baked_in_a_weight():
+    m, (x, y) = model(), batch()
+    frozen = model()  # what a trace that read a weight outside its arguments would compute
+
+    def baked(m_, x_, y_):
+        loss = nn.functional.cross_entropy(frozen(x_), y_)
+        loss.backward()
+        return loss.detach()
+
+    with pytest.raises(steps.StepMismatch, match=r"step 'train': the captured step computes something else "
+                                                 r"than training_step run eagerly .*the result"):
+        steps._check_against_reference("train", training_step, (m, x, y), baked, "eager")
+
+
+def test_the_check_catches_a_branch_the_changed_inputs_take_otherwise():
+    m, (x, y) = model(), batch(8)
+    first = int(y[0])
+
+    def branched(m_, x_, y_):  # a trace follows the example's branch, whatever the input
+        return m_(x_ if first == 0 else -x_).sum().detach()
+
+    def step(m_, x_, y_):
+        return m_(x_ if y_[0] == 0 else -x_).sum().detach()
+
+    flipped = [labels for labels in (torch.tensor([0] + [1] * 7), torch.tensor([1] + [0] * 7), torch.arange(8) % 2)
+               if steps._changed((m, x, labels))[2][0] != labels[0]]
+    assert flipped  # the shuffle moves the first label for some of these
+    for labels in flipped:
+        first = int(labels[0])
+        with pytest.raises(steps.StepMismatch):
+            steps._check_against_reference("branch", step, (m, x, labels), branched, "eager")
+
+
+def test_the_check_catches_missing_gradients():
+    m, (x, y) = model(), batch()
+
+    def no_backward(m_, x_, y_):
+        return nn.functional.cross_entropy(m_(x_), y_).detach()
+
+    with pytest.raises(steps.StepMismatch, match="the arguments after the step"):
+        steps._check_against_reference("train", training_step, (m, x, y), no_backward, "eager")
+
+
+def test_save_step_outside_a_build_does_nothing(monkeypatch):
+    monkeypatch.delenv(STEPS_DIR_VAR, raising=False)
+    m, (x, y) = model(), batch()
+    assert steps.save_step("train", training_step, m, x, y) is None
+    assert m[0].weight.grad is None
+
+
+@pytest.mark.skipif(hasattr(torch.compiler, "precompile"), reason="this torch can capture")
+def test_save_step_on_a_torch_without_precompile_says_so(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv(STEPS_DIR_VAR, str(tmp_path / "steps"))
+    m, (x, y) = model(), batch()
+    assert steps.save_step("train", training_step, m, x, y) is None
+    assert "step 'train' not captured" in capsys.readouterr().out
+    assert not (tmp_path / "steps").exists()
+
+
+def test_bad_names_and_options_are_named():
+    with pytest.raises(ValueError, match=r"step name '\.\./x' must be"):
+        steps.save_step("../x", training_step)
+    with pytest.raises(ValueError, match=r"save_step\('t', \.\.\.\): check='exact' must be one of eager, compile"):
+        steps.save_step("t", training_step, check="exact")
+    with pytest.raises(TypeError, match=r"load_step\('pkg', 't', fn\): fn must be callable"):
+        steps.load_step("pkg", "t", 3)
+
+
+def test_a_step_of_a_package_without_artifacts_runs_the_fallback():
+    calls = []
+    step = steps.load_step("no_such_package_here", "train", training_step,
+                           fallback=lambda *args, **kwargs: calls.append(args) or "fell back")
+    assert step.route is None
+    m, (x, y) = model(), batch()
+    assert step(m, x, y) == "fell back" and len(calls) == 1
+    assert step.route == "fallback" and "not in use" in step.reason
+    assert step(m, x=x, y=y) == "fell back" and calls[-1] == (m,)
+    assert step.reason == "called with keyword arguments (x, y)"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(hasattr(torch.compiler, "precompile"), reason="this torch can capture")
+def test_a_torch_without_precompile_builds_the_package_and_its_steps_fall_back_warm(tmp_path):
+    proc, wheel = build_wheel(copy_project(tmp_path / "step_pkg", STEP_PKG), tmp_path / "dist")
+    for name in ("train_step", "predict"):
+        assert f"precompile: warning: step {name!r} not captured: torch {torch.__version__} has no " in proc.stdout
+    (tmp_path / "run").mkdir()
+    result = run_step_pkg(sys.executable, tmp_path / "run" / "cache", pythonpath=unpack(wheel, tmp_path / "site"))
+    assert result["precompiled"] and result["routes"] == ["fallback", "fallback"]
+    assert all("has no torch.compiler.precompile" in reason for reason in result["reasons"])
+    assert result["kernels_compiled"] == 0  # the workload warmed the torch.compile path they fall back to
+    route, _, got, want = result["other_shape"]
+    assert route == "fallback" and got == pytest.approx(want, rel=1e-6)
