@@ -12,7 +12,7 @@ import dataclasses
 from typing import Any
 
 from hatch_precompile.child import pitfalls
-from hatch_precompile.protocol import ENV_FIELDS, SETS_DIR, Manifest
+from hatch_precompile.protocol import ENV_FIELDS, SETS_DIR, Manifest, file_kind
 from hatch_precompile.tools.targets import Artifacts
 
 
@@ -53,12 +53,14 @@ def summarize(manifest: Manifest) -> dict[str, Any]:
             "other_inductor": sizes["other_inductor"],
             "megacache": sizes["megacache"],
             "torchscript": sizes["torchscript"],
+            "steps": sizes["step"],
         },
         "aotautograd_entries": manifest.count("aotautograd"),
         "fxgraph_entries": manifest.count("fxgraph"),
         "kernel_binaries": manifest.count("kernel_binary"),
         "relocatable_kernels": len(manifest.kernels),
         "torchscript": sorted(manifest.torchscript),
+        "steps": sorted({p.split("/", 1)[1].rsplit(".", 1)[0] for p in manifest.files if file_kind(p) == "step"}),
         "workloads": workloads,
         "compile_times": manifest.compile_times,
         "warmed": manifest.warmed,
@@ -154,6 +156,8 @@ def _render_one(s: dict[str, Any]) -> list[str]:
     out.append(f"    Mega-Cache                 {_mb(sizes['megacache'])}")
     names = ", ".join(s["torchscript"]) or "none"
     out.append(f"    TorchScript modules  {len(s['torchscript']):4}  {_mb(sizes['torchscript'])}  ({names})")
+    steps = ", ".join(s["steps"]) or "none"
+    out.append(f"    captured steps       {len(s['steps']):4}  {_mb(sizes['steps'])}  ({steps})")
     for w in s["workloads"]:
         out.extend(_render_workload(w))
     phases = compile_phases(s["compile_times"])
