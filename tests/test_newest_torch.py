@@ -2,7 +2,8 @@
 
 Every supported torch is proven by scripts/torch_matrix.py (docs/torch-versions.md); CI runs
 this one besides the default: the torch-first flow, the first step warm, outputs as cold; on a
-CUDA build, that a changed Triton changes its key, and that Triton is hashed only where graphs are keyed on it.
+CUDA build, that a changed Triton changes its key, and that Triton is hashed only where graphs are keyed on it;
+from torch 2.14, steps shipped with save_step() run with no Dynamo and fall back where they must.
 ``HATCH_PRECOMPILE_TEST_TORCH`` names another requirement; set it empty to skip.
 """
 
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import copy_project, make_venv, run, run_sample
+from conftest import STEP_PKG, copy_project, make_venv, run, run_sample, run_step_pkg
 
 pytestmark = pytest.mark.slow  # builds wheels or venvs, or runs torch in fresh processes
 
@@ -42,10 +43,53 @@ def test_newest_torch_builds_installs_and_starts_warm(hp_dist):
         assert warm["torch"] == version and warm["precompiled"], warm["precompile_reason"]
         assert warm["aot_autograd"]["autograd_cache_hit"] >= 2 and not warm["aot_autograd"].get("autograd_cache_miss")
         assert warm["kernels_compiled"] == 0 and cold["kernels_compiled"] > 0
-        assert warm["loss"] == cold["loss"] and warm["logits_sum"] == cold["logits_sum"]
+        # The shipped kernels read the thread count when they run (built for any thread count); a
+        # reduction split another way can round the last bits otherwise than the cold compile's
+        # kernels with the count built in (seen on an AMD EPYC with 2.14.1: 1.3e-8 of the logits'
+        # sum; bit for bit against a cold run with TORCHINDUCTOR_CPP_DYNAMIC_THREADS=1).
+        assert warm["loss"] == pytest.approx(cold["loss"], rel=1e-6)
+        assert warm["logits_sum"] == pytest.approx(cold["logits_sum"], rel=1e-6)
         if run([python, "-c", "import triton"], check=False).returncode == 0:  # a CUDA build's Triton
             assert_changed_triton_changes_the_key(python, tmp_path, cold)
+        if run([python, "-c", "import torch; torch.compiler.precompile"], check=False).returncode == 0:
+            assert_steps_ship_past_dynamo(python, tmp_path, links)
         shutil.rmtree(tmp_path / "venv")
+
+
+def assert_steps_ship_past_dynamo(python: Path, tmp_path: Path, links: str) -> None:
+    """save_step / load_step on a torch with torch.compiler.precompile: the package's steps run
+    captured, with no Dynamo and no kernel built; outside their contract, or with a damaged
+    artifact, they fall back to torch.compile and compute the same."""
+    proc = run([python, "-m", "pip", "install", "-v", copy_project(tmp_path / "step_pkg", STEP_PKG)],
+               env={"PIP_FIND_LINKS": links})
+    assert "TorchScript module(s), 2 step(s) ahead of time;" in proc.stdout
+    results = {}
+    for name, env in (("steps-cold", {"PRECOMPILE": "0"}), ("steps-warm", {})):
+        (tmp_path / name).mkdir()
+        results[name] = run_step_pkg(python, tmp_path / name / "cache", env=env)
+    cold, warm = results["steps-cold"], results["steps-warm"]
+    assert cold["routes"] == ["fallback", "fallback"] and cold["dynamo_frames"] > 0 and cold["kernels_compiled"] > 0
+    assert warm["routes"] == ["precompiled", "precompiled"], warm["reasons"]
+    assert warm["dynamo_frames"] == 0 and warm["kernels_compiled"] == 0
+    assert warm["loss"] == pytest.approx(cold["loss"], rel=1e-6)
+    assert warm["grad_norm"] == pytest.approx(cold["grad_norm"], rel=1e-6)
+    assert warm["logits_sum"] == pytest.approx(cold["logits_sum"], rel=1e-5, abs=1e-5)
+    route, reason, got, want = warm["other_shape"]  # another batch size
+    assert route == "fallback" and "argument 1 differs from the capture's" in reason and got == pytest.approx(want, rel=1e-6)
+    route, reason, got, want = warm["eval_mode"]
+    assert route == "fallback" and "a train()/eval() mode" in reason and got == pytest.approx(want, rel=1e-5)
+
+    # A damaged step: that step compiles as usual, the other still runs captured, import works.
+    site = Path(run([python, "-c", "import step_pkg, os; print(os.path.dirname(step_pkg.__file__))"]).stdout.split()[-1])
+    (manifest,) = (site / "_precompiled" / "sets").glob("*/manifest.json")
+    digest = json.loads(manifest.read_text())["files"]["steps/train_step.py"]["sha256"]
+    blob = site / "_precompiled" / "blobs" / digest
+    blob.write_text(blob.read_text() + "\nraise SystemExit('not the shipped code')\n")
+    (tmp_path / "steps-damaged").mkdir()
+    damaged = run_step_pkg(python, tmp_path / "steps-damaged" / "cache")
+    assert damaged["routes"] == ["fallback", "precompiled"]
+    assert "does not match its sha256" in damaged["reasons"][0]
+    assert damaged["loss"] == pytest.approx(cold["loss"], rel=1e-6)
 
 
 # After a warm step: whether Triton's key had been computed or started (torch 2.13+ keeps it in a
@@ -123,4 +167,5 @@ def assert_changed_triton_changes_the_key(python: Path, tmp_path: Path, cold: di
         assert changed["aot_autograd"].get("autograd_cache_miss") and changed["kernels_compiled"] > 0
     else:
         assert not changed["aot_autograd"].get("autograd_cache_miss") and changed["kernels_compiled"] == 0
-    assert changed["loss"] == cold["loss"] and changed["logits_sum"] == cold["logits_sum"]
+    assert changed["loss"] == pytest.approx(cold["loss"], rel=1e-6)  # to the last bits: see the warm start's
+    assert changed["logits_sum"] == pytest.approx(cold["logits_sum"], rel=1e-6)

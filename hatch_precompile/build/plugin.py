@@ -20,7 +20,7 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 from hatch_precompile.build import options as options_module
 from hatch_precompile.build import settings as settings_module
 from hatch_precompile.protocol import (
-    BLOBS_DIR, DECLARATION_FILE, DIRNAME, MANIFEST_FILE, SETS_DIR, Declaration, Manifest,
+    BLOBS_DIR, DECLARATION_FILE, DIRNAME, MANIFEST_FILE, SETS_DIR, Declaration, Manifest, file_kind,
 )
 from hatch_precompile.run import variables
 
@@ -184,11 +184,12 @@ class PrecompileBuildHook(BuildHookInterface):
         for manifest in manifests:
             total = sum(entry.size for entry in manifest.files.values())
             breaks = sum(len(w.graph_breaks) for w in manifest.workloads)
+            steps = sum(path.endswith(".json") for path in manifest.files if file_kind(path) == "step")
             env = manifest.env
             self.app.display_info(
                 f"precompile: captured {manifest.graph_entries} compiled graph(s), "
                 f"{manifest.count('kernel_binary')} kernel binaries, {len(manifest.torchscript)} TorchScript "
-                f"module(s); {len(manifest.files)} files, {total / 1e6:.2f} MB, in "
+                f"module(s)" + (f", {steps} step(s) ahead of time" if steps else "") + f"; {len(manifest.files)} files, {total / 1e6:.2f} MB, in "
                 f"{manifest.timings['total_seconds']:.1f} s" + (f"; {breaks} graph break(s)" if breaks else "")
             )
             self.app.display_info(
