@@ -22,6 +22,7 @@ _LAZY = {
     "save_torchscript": "run.torchscript",
     "load_step": "run.steps",
     "save_step": "run.steps",
+    "StepMismatch": "run.steps",
 }
 
 __all__ = ["__version__", *_LAZY]

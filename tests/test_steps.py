@@ -95,16 +95,18 @@ def test_containers_and_values_are_described_to_the_leaf():
 
 
 def test_changed_arguments_differ_from_the_originals_which_stay_as_they_were():
-    m, (x, y) = model(), batch(32)
-    mask = torch.ones(3, dtype=torch.bool)
-    weight, inputs, labels = m[0].weight.clone(), x.clone(), y.clone()
-    cm, cx, cy, cmask = steps._changed((m, x, y, mask))
-    assert not torch.equal(cm[0].weight, weight) and not torch.equal(cx, inputs)
-    assert sorted(cy.tolist()) == sorted(labels.tolist()) and not torch.equal(cy, labels)  # shuffled: in range
-    assert torch.equal(cmask, mask)
-    assert torch.equal(m[0].weight, weight) and torch.equal(x, inputs) and torch.equal(y, labels)
-    again = steps._changed((m, x, y, mask))  # the same change every time: both runs compare alike
-    assert torch.equal(again[1], cx)
+    m, (x, _) = model(), batch(32)
+    ids, mask, ones = torch.arange(32) % 5, torch.ones(64, dtype=torch.bool), torch.ones(4, 16, dtype=torch.long)
+    originals = [m[0].weight.clone(), x.clone(), ids.clone(), mask.clone(), ones.clone()]
+    cm, cx, cids, cmask, cones = steps._changed((m, x, ids, mask, ones))
+    assert not torch.equal(cm[0].weight, originals[0]) and not torch.equal(cx, originals[1])
+    assert sorted(cids.tolist()) == sorted(ids.tolist()) and not torch.equal(cids, ids)  # shuffled: in range
+    assert not cmask.all() and cmask.any()  # masks: some entries flipped, as padding would
+    assert set(cones.unique().tolist()) == {0, 1} and cones.dtype == torch.long
+    for now, was in zip((m[0].weight, x, ids, mask, ones), originals):
+        assert torch.equal(now, was)
+    again = steps._changed((m, x, ids, mask, ones))  # the same change every time: both runs compare alike
+    assert torch.equal(again[1], cx) and torch.equal(again[4], cones)
 
 
 def test_the_check_accepts_a_faithful_step():
@@ -136,7 +138,7 @@ def test_the_check_catches_a_branch_the_changed_inputs_take_otherwise():
     def step(m_, x_, y_):
         return m_(x_ if y_[0] == 0 else -x_).sum().detach()
 
-    flipped = [labels for labels in (torch.tensor([0] + [1] * 7), torch.tensor([1] + [0] * 7), torch.arange(8) % 2)
+    flipped = [labels for labels in (torch.tensor([0] + [2] * 7), torch.tensor([2] + [0] * 7), torch.arange(8) % 3)
                if steps._changed((m, x, labels))[2][0] != labels[0]]
     assert flipped  # the shuffle moves the first label for some of these
     for labels in flipped:
@@ -157,9 +159,68 @@ def test_the_check_catches_missing_gradients():
 
 def test_save_step_outside_a_build_does_nothing(monkeypatch):
     monkeypatch.delenv(STEPS_DIR_VAR, raising=False)
+    calls = []
+    assert steps.save_step("train", lambda *args: calls.append(args), *model(), *batch()) is None
+    assert calls == []  # neither captured nor checked: the workload runs by hand as it is
+
+
+def test_the_check_catches_a_result_that_lost_its_gradient():
     m, (x, y) = model(), batch()
-    assert steps.save_step("train", training_step, m, x, y) is None
-    assert m[0].weight.grad is None
+
+    def loss(m_, x_, y_):  # the user calls backward() on what the step returns
+        return nn.functional.cross_entropy(m_(x_), y_)
+
+    with pytest.raises(steps.StepMismatch, match=r"the result needs gradients from \S*loss but does not from the "
+                                                 r"captured step \(call backward\(\) inside the step\)"):
+        steps._check_against_reference("loss", loss, (m, x, y), lambda *a: loss(*a).detach(), "eager")
+
+
+def test_module_attributes_config_and_hooks_are_in_the_contract():
+    class Attention(nn.Module):
+        def __init__(self, heads):
+            super().__init__()
+            self.heads, self.proj = heads, nn.Linear(8, 8)  # repr does not show heads
+
+        def forward(self, x):
+            return self.proj(x).view(x.shape[0], self.heads, -1).softmax(-1).flatten(1)
+
+    x = torch.randn(2, 8)
+    captured = contract(Attention(2), x)
+    assert steps.mismatch(captured, (Attention(2), x)) is None
+    assert "its submodules' attributes, config or hooks" in steps.mismatch(captured, (Attention(4), x))
+    hooked = Attention(2)
+    hooked.register_forward_hook(lambda *a: None)
+    assert "its submodules' attributes, config or hooks" in steps.mismatch(captured, (hooked, x))
+
+    class Config:
+        def __init__(self, n):
+            self.n = n
+
+        def to_dict(self):
+            return {"n": self.n}
+
+    with_config = Attention(2)
+    with_config.config = Config(1)
+    captured = contract(with_config, x)
+    with_config.config = Config(2)
+    assert "config" in steps.mismatch(captured, (with_config, x))
+
+
+def test_a_module_that_cannot_be_described_falls_back_instead_of_raising():
+    class Broken(nn.Linear):
+        def extra_repr(self):
+            raise RuntimeError("no repr today")
+
+    x = torch.randn(2, 4)
+    captured = contract(nn.Linear(4, 4), x)
+    assert "could not be described: RuntimeError('no repr today')" in steps.mismatch(captured, (Broken(4, 4), x))
+
+
+def test_a_step_saved_twice_under_one_name_is_an_error(monkeypatch, tmp_path):
+    monkeypatch.setenv(STEPS_DIR_VAR, str(tmp_path))
+    (tmp_path / "train.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"save_step\('train', \.\.\.\): a step named 'train' was already saved"):
+        steps.save_step("train", training_step, *batch())
 
 
 @pytest.mark.skipif(hasattr(torch.compiler, "precompile"), reason="this torch can capture")

@@ -29,6 +29,9 @@ _VALUES = (bool, int, float, str, type(None))
 CHECKS = ("eager", "compile")  # what save_step() compares the captured step with
 
 
+_LOADING = threading.Lock()  # precompile.load primes torch's process-wide caches: one at a time
+
+
 class StepMismatch(AssertionError):
     """At build: the captured step computed something else than the reference (fails the workload)."""
 
@@ -61,6 +64,7 @@ def _describe(arg: Any, where: str) -> dict[str, Any]:
             "module": f"{type(arg).__module__}.{type(arg).__qualname__}",
             # repr shows each submodule's settings (dropout p, eps, ...), which the trace baked in
             "repr": _digest(repr(arg)),
+            "settings": _digest(json.dumps([_settings(m) for m in arg.modules()], default=repr)),
             "tensors": _digest(json.dumps(tensors)),
             "training": _digest(json.dumps([m.training for m in arg.modules()])),
         }
@@ -74,6 +78,18 @@ def _describe(arg: Any, where: str) -> dict[str, Any]:
         return {"value": [type(arg).__name__, repr(arg)]}
     raise TypeError(f"{where} is a {type(arg).__name__}; a step's arguments are modules, tensors, "
                     "numbers, strings, None, and lists, tuples and dicts of those")
+
+
+def _settings(module: Any) -> list:
+    """What ``repr`` may not show of a submodule and the trace baked in: its plain attributes
+    (``num_heads``, ``batch_first``), its ``config`` where it has one (transformers), its hooks."""
+    plain = sorted((k, repr(v)) for k, v in vars(module).items()
+                   if k != "training" and isinstance(v, _VALUES + (tuple,)) and not k.startswith("__"))
+    config = getattr(module, "config", None)
+    to_dict = getattr(config, "to_dict", None)
+    hooks = [[getattr(h, "__qualname__", type(h).__name__) for h in getattr(module, kind, {}).values()]
+             for kind in ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")]
+    return [plain, to_dict() if callable(to_dict) else None, hooks]
 
 
 def _tensor(t: Any) -> list:
@@ -103,6 +119,8 @@ def mismatch(contract: dict[str, Any], args: tuple) -> str | None:
         now = describe(args)
     except TypeError as exc:
         return str(exc)
+    except Exception as exc:  # a module whose repr or config raises: compile it, never raise
+        return f"the arguments could not be described: {exc!r}"
     for i, (was, got) in enumerate(zip(contract["args"], now)):
         if was != got:
             return f"argument {i} differs from the capture's: {_difference(was, got)}"
@@ -114,9 +132,10 @@ def _difference(was: dict, got: dict) -> str:
         return f"a {_kind(got)} where the capture had a {_kind(was)}"
     if "module" in was:
         parts = {"module": "its class", "repr": "its submodules or their settings",
+                 "settings": "its submodules' attributes, config or hooks",
                  "tensors": "its parameters or buffers (names, shapes, layouts, dtypes, devices, requires_grad)",
                  "training": "a train()/eval() mode"}
-        return ", ".join(text for key, text in parts.items() if was[key] != got[key])
+        return ", ".join(text for key, text in parts.items() if was.get(key) != got.get(key))
     return f"{json.dumps(got)[:200]} instead of {json.dumps(was)[:200]}"
 
 
@@ -146,6 +165,8 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
     directory = variables.steps_dir()
     if not directory:
         return None
+    if (Path(directory) / Path(step_files(name)["json"]).name).exists():
+        raise ValueError(f"save_step({name!r}, ...): a step named {name!r} was already saved by this build")
     import torch
 
     precompile = getattr(torch.compiler, "precompile", None)
@@ -187,14 +208,15 @@ def _check_against_reference(name: str, fn: Callable, args: tuple, loaded: Calla
         raise StepMismatch(
             f"step {name!r}: the captured step computes something else than {fn.__qualname__} run "
             f"{'eagerly' if check == 'eager' else 'with torch.compile'} on changed weights and inputs: "
-            + "; ".join(problems[:5])
+            + "; ".join(problems[:5]).replace("{fn}", fn.__qualname__)
             + ". The step breaks torch.compiler.precompile's contract (a tensor read outside its "
               "arguments, a branch on a value, randomness: try check=\"compile\"); it is not shipped."
         )
 
 
 def _changed(args: tuple) -> tuple:
-    """Copies of ``args`` with other floating-point weights and inputs, and integer inputs shuffled."""
+    """Copies of ``args`` with other floating-point weights and inputs, a quarter of the entries of
+    masks (bool, or integers all 0 or 1) flipped, and other integer inputs shuffled."""
     import torch
 
     copies = copy.deepcopy(args)
@@ -204,10 +226,18 @@ def _changed(args: tuple) -> tuple:
             if tensor.is_floating_point():
                 noise = torch.randn(tensor.shape, generator=generator, dtype=torch.float32).to(tensor.device, tensor.dtype)
                 tensor.mul_(1 + 0.1 * noise).add_(0.01 * noise)
-            elif tensor.dtype != torch.bool and tensor.numel() > 1 and not tensor.is_complex():
+            elif tensor.dtype == torch.bool or tensor.numel() > 1 and not tensor.is_complex() and _zero_one(tensor):
+                flip = (torch.rand(tensor.shape, generator=generator) < 0.25).to(tensor.device)
+                tensor.copy_(torch.where(flip, 1 - tensor.to(torch.int8), tensor.to(torch.int8)).to(tensor.dtype))
+            elif tensor.numel() > 1 and not tensor.is_complex():
                 order = torch.randperm(tensor.numel(), generator=generator).to(tensor.device)
                 tensor.copy_(tensor.flatten()[order].reshape(tensor.shape))
     return copies
+
+
+def _zero_one(tensor: Any) -> bool:
+    """An integer tensor of zeros and ones: a mask, whose values branches read (padding, packing)."""
+    return bool(((tensor == 0) | (tensor == 1)).all())
 
 
 def _tensors(value: Any) -> list:
@@ -244,6 +274,9 @@ def _compare(want: Any, got: Any, where: str) -> list[str]:
     if isinstance(want, torch.Tensor) or isinstance(got, torch.Tensor):
         if not (isinstance(want, torch.Tensor) and isinstance(got, torch.Tensor)):
             return [f"{where} is {type(got).__name__}, expected {type(want).__name__}"]
+        if want.requires_grad != got.requires_grad:
+            return [f"{where} {'needs' if want.requires_grad else 'does not need'} gradients from {{fn}} but "
+                    f"{'does' if got.requires_grad else 'does not'} from the captured step (call backward() inside the step)"]
         try:
             torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-4, equal_nan=True)
         except AssertionError as exc:
@@ -278,6 +311,7 @@ class Step:
         self._contract: dict[str, Any] | None = None
         self._files: tuple[str, bytes] | None = None
         self._loaded: Callable[..., Any] | None = None
+        self._unavailable: str | None = None  # why the captured step cannot run in this process
         self.route: str | None = None
         self.reason: str | None = None
 
@@ -286,7 +320,7 @@ class Step:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs:  # the capture's calling convention is positional
-            self.route, self.reason = "fallback", f"called with keyword arguments ({', '.join(kwargs)})"
+            self._ran("fallback", f"called with keyword arguments ({', '.join(kwargs)})")
             return self.fallback(*args, **kwargs)
         loaded, why = self._precompiled_for(args)
         if loaded is not None:
@@ -297,10 +331,14 @@ class Step:
             except torch.compiler.precompile.PrecompileError as exc:  # torch's own checks, before any work
                 why = f"torch.compiler.precompile refused the arguments: {exc}"
             else:
-                self.route, self.reason = "precompiled", None
+                self._ran("precompiled", None)
                 return result
-        self.route, self.reason = "fallback", why
+        self._ran("fallback", why)
         return self.fallback(*args)
+
+    def _ran(self, route: str, reason: str | None) -> None:
+        with self._lock:
+            self.route, self.reason = route, reason
 
     @property
     def fallback(self) -> Callable[..., Any]:
@@ -317,13 +355,14 @@ class Step:
                 self._resolved = True
                 self._contract = self._read_contract()
             if self._contract is None:
-                return None, self.reason
+                return None, self._unavailable
             why = mismatch(self._contract, args)
             if why is not None:
                 return None, why
             if self._loaded is None and self._files is not None:
-                self._loaded = self._load()
-            return self._loaded, self.reason
+                with _LOADING:
+                    self._loaded = self._load()
+            return self._loaded, self._unavailable
 
     def _read_contract(self) -> dict[str, Any] | None:
         """The step's contract where the step can run here (its files read and checked), or None
@@ -367,9 +406,12 @@ class Step:
             logging.getLogger("torch._precompile").removeFilter(quiet)
 
     def _skip(self, reason: str, quiet: bool = False) -> None:
-        self.reason = reason
+        self._unavailable = reason
         if not quiet:
-            loader.report_skip(loader.LoadResult(self.package, False, f"{reason}; compiling it instead"))
+            try:
+                loader.report_skip(loader.LoadResult(self.package, False, f"{reason}; compiling it instead"))
+            except Exception:  # warnings turned into errors (-W error): the step still falls back
+                pass
         return None
 
 
