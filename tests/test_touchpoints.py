@@ -68,7 +68,10 @@ def test_warm_start_with_every_wrapped_internal_changed_is_still_warm_and_correc
     result = run_sample(runtime_python, cache, env=misbehaving(SHORTCUTS))
     assert result["precompiled"] and result["kernels_compiled"] == 0, result
     assert result["aot_autograd"]["autograd_cache_hit"] >= 2 and not result["aot_autograd"].get("autograd_cache_miss")
-    assert result["loss"] == cold_result["loss"] and result["logits_sum"] == cold_result["logits_sum"]
+    # as test_runtime's warm start: the shipped kernels run for any thread count, and may round a
+    # reduction's last bits otherwise than a cold compile with the count built in (an AMD EPYC does)
+    assert result["loss"] == pytest.approx(cold_result["loss"], rel=1e-6)
+    assert result["logits_sum"] == pytest.approx(cold_result["logits_sum"], rel=1e-6, abs=1e-5)
 
 
 def test_a_stand_in_compiler_with_the_key_internals_changed_is_still_warm(runtime_python, cold_result, tmp_path):
