@@ -146,6 +146,15 @@ def is_safe_relpath(path: Any) -> bool:
     )
 
 
+_ARTIFACT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+def check_artifact_name(name: object, what: str) -> None:
+    """A name a workload gives an artifact (a TorchScript module, a step): one safe path component."""
+    if not isinstance(name, str) or not _ARTIFACT_NAME.fullmatch(name) or ".." in name:
+        raise ValueError(f"{what} name {name!r} must be letters, digits, '_', '-' or '.' (at most 128)")
+
+
 FILE_KINDS = ("aotautograd", "fxgraph", "kernel_binary", "other_inductor", "megacache", "torchscript", "step", "other")
 
 

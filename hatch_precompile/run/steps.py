@@ -15,16 +15,14 @@ import copy
 import hashlib
 import json
 import logging
-import re
 import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from hatch_precompile.protocol import STEPS_DIR
+from hatch_precompile.protocol import STEPS_DIR, check_artifact_name
 from hatch_precompile.run import artifacts, loader, variables
 
 CONTRACT_FORMAT = 1
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _VALUES = (bool, int, float, str, type(None))
 CHECKS = ("eager", "compile")  # what save_step() compares the captured step with
 
@@ -37,8 +35,7 @@ class StepMismatch(AssertionError):
 
 
 def _check_name(name: str) -> None:
-    if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name:
-        raise ValueError(f"step name {name!r} must be letters, digits, '_', '-' or '.' (at most 128)")
+    check_artifact_name(name, "step")
 
 
 def step_files(name: str) -> dict[str, str]:

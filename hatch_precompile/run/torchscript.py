@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import io
-import re
 from pathlib import Path
 from typing import Any
 
+from hatch_precompile.protocol import check_artifact_name
 from hatch_precompile.run import artifacts, loader, variables
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
-
-
 def _check_name(name: str) -> None:
-    if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name:
-        raise ValueError(
-            f"TorchScript name {name!r} must be letters, digits, '_', '-' or '.' (at most 128)"
-        )
+    check_artifact_name(name, "TorchScript")
 
 
 def save_torchscript(name: str, module: Any) -> Path | None:
