@@ -227,7 +227,7 @@ def speed_table(rows: list[dict]) -> str:
         warm, floor, added = found
         verdict_ = "ok" if added <= SLOWER * best else f"**slow: {added / best:.2f}x the best's**"
         traced = tracing(row)
-        if traced is None or not best_rest:
+        if traced is None or best_rest is None or best_rest <= 0:
             traced_cell, rest_cell, rest_verdict = "-", "-", "-"
         else:
             rest = added - traced

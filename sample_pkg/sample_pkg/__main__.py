@@ -17,38 +17,33 @@ def count_kernels() -> int:
     return sum(1 for _ in Path(cache_dir()).rglob("*.so"))
 
 
-def compile_phases(since: int) -> dict:
-    """Where the compiled frames since metric ``since`` spent their time: Dynamo tracing them, and the
-    backend (on a warm start: loading the cached graphs). Read with defaults, as every torch internal."""
+def compilation_metrics() -> list:
+    """torch's record of each compiled frame, or none where that internal moved."""
     try:
         from torch._dynamo.utils import get_compilation_metrics
 
-        frames = get_compilation_metrics()[since:]
-        whole = sum(getattr(m, "entire_frame_compile_time_s", None) or 0.0 for m in frames)
-        backend = sum(getattr(m, "backend_compile_time_s", None) or 0.0 for m in frames)
-    except Exception:  # an internal that moved: no phases, the rest of the report stands
-        return {}
-    return {"frames": len(frames), "dynamo_seconds": whole - backend, "backend_seconds": backend}
-
-
-def metrics_so_far() -> int:
-    try:
-        from torch._dynamo.utils import get_compilation_metrics
-
-        return len(get_compilation_metrics())
+        return list(get_compilation_metrics())
     except Exception:
-        return 0
+        return []
+
+
+def compile_phases(frames: list) -> dict:
+    """Where ``frames`` spent their time: Dynamo tracing them, and the backend (on a warm start:
+    loading the cached graphs). Fields read with defaults, as every torch internal."""
+    whole = sum(getattr(m, "entire_frame_compile_time_s", None) or 0.0 for m in frames)
+    backend = sum(getattr(m, "backend_compile_time_s", None) or 0.0 for m in frames)
+    return {"frames": len(frames), "dynamo_seconds": whole - backend, "backend_seconds": backend}
 
 
 def main() -> None:
     kernels_before = count_kernels()
     trainer = sample_pkg.Trainer(sample_pkg.make_model())
     images, labels = sample_pkg.make_batch()
-    metrics_before = metrics_so_far()
+    metrics_before = len(compilation_metrics())
     t0 = time.perf_counter()
     loss = trainer.step(images, labels).item()  # .item() waits for the GPU, if any
     step_seconds = time.perf_counter() - t0
-    step_phases = compile_phases(metrics_before)
+    step_phases = compile_phases(compilation_metrics()[metrics_before:])
     t0 = time.perf_counter()
     logits_sum = trainer.predict(images).double().sum().item()
     predict_seconds = time.perf_counter() - t0
