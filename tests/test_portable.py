@@ -72,7 +72,7 @@ def test_warm_at_any_thread_count(runtime_python, eager_result, tmp_path, thread
 
 def test_shipped_kernels_take_the_thread_count_of_the_process_they_run_in(precompiled_wheel):
     """From the code they run: no kernel has a thread count compiled in; each parallel region takes
-    OpenMP's (torch.set_num_threads / OMP_NUM_THREADS), and per-thread buffers are sized at run time."""
+    OpenMP's (torch.set_num_threads / OMP_NUM_THREADS)."""
     wheel = precompiled_wheel[0]
     manifest = read_manifest(wheel)
     assert manifest["settings"] == {"cpp.dynamic_threads": True}
@@ -83,7 +83,8 @@ def test_shipped_kernels_take_the_thread_count_of_the_process_they_run_in(precom
     assert parallel, "the sample's kernels run in parallel regions"
     for path, source in sources.items():
         assert "num_threads(" not in source, path
-    assert any("omp_get_max_threads()" in s for s in parallel.values()), "reductions size their buffers at run time"
+    # Whether some reduction sizes per-thread buffers (omp_get_max_threads) depends on the build
+    # CPU's vector ISA: the sample's AVX-512 kernels do, its AVX2 kernels have no such buffers.
 
 
 # -- any compiler of the build's family ------------------------------------------------------------
