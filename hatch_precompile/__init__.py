@@ -19,10 +19,11 @@ _LAZY = {
     "PrecompileWarning": "run.loader",
     "load": "run.loader",
     "load_torchscript": "run.torchscript",
-    "save_torchscript": "run.torchscript",
+    "save_torchscript": "build.torchscript",
     "load_step": "run.steps",
-    "save_step": "run.steps",
-    "StepMismatch": "run.steps",
+    "save_step": "build.steps",
+    "StepMismatch": "build.steps",
+    "StepCaptureError": "build.steps",
 }
 
 __all__ = ["__version__", *_LAZY]

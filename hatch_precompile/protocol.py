@@ -49,6 +49,8 @@ NO_SPEEDUPS_VAR = "HATCH_PRECOMPILE_NO_SPEEDUPS"  # its older name
 BUILDING_VAR = "HATCH_PRECOMPILE_BUILDING"  # set in a build's child: load() stays off there
 TORCHSCRIPT_DIR_VAR = "HATCH_PRECOMPILE_TORCHSCRIPT_DIR"  # where save_torchscript() writes
 STEPS_DIR_VAR = "HATCH_PRECOMPILE_STEPS_DIR"  # where save_step() writes
+STEPS_VERIFY_VAR = "HATCH_PRECOMPILE_VERIFY_STEPS"  # set in verify's child: save_step() checks the shipped step
+PACKAGE_VAR = "HATCH_PRECOMPILE_PACKAGE"  # in a child: the package whose artifacts it builds or checks
 CACHE_DIR_VAR = "TORCHINDUCTOR_CACHE_DIR"  # torch's
 # Set on build machines, not on users': each changes a torch default that is part of every cache
 # key, so a build (and `verify`) runs without them. CI=true (every CI service sets it) turns on
@@ -62,6 +64,22 @@ EXIT_FOUND = 1  # `verify` found a miss, `report` found no artifacts
 EXIT_USAGE = 2  # a usage error, a package not installed, a workload that raised
 EXIT_WORKLOAD_FAILED = 3  # a build's or verify's child: a workload raised
 EXIT_INTERRUPTED = 130
+
+# -- steps -----------------------------------------------------------------------------------------
+
+STEP_CHECKS = ("eager", "compile")  # what save_step() compares the captured step with
+ON_FAILURE = ("error", "warn")  # a workload's or a step's failure: fail the build, or warn and go on
+# The routes a shipped step runs by: AOTInductor (inference, no compiler at run time) and
+# torch.compiler.precompile (training, torch 2.14+); "fallback" is load_step's torch.compile.
+STEP_ROUTES = ("aotinductor", "precompiled")
+
+
+def step_files(name: str) -> dict[str, str]:
+    """The logical paths of a step's files in an artifact set (which exist depends on its route):
+    its contract (json); precompile's code and cache (py, cache); AOTInductor's package and the
+    constants shipped beside it (pt2, constants)."""
+    return {part: f"{STEPS_DIR}/{name}.{part}" for part in ("json", "py", "cache", "pt2", "constants")}
+
 
 # -- workloads -----------------------------------------------------------------------------------
 
@@ -306,6 +324,9 @@ class Manifest:
     keys: dict[str, Any] | None = None
     # The process settings the graphs were compiled under that load() can see (run/visible.py).
     visible: dict[str, Any] | None = None
+    # Each step the workloads saved: its route, the torch that captured it and those it was proven
+    # on, and for an exported step its inputs' dims and ranges (build/capture.py; report shows it).
+    steps: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     format: int = FORMAT
 
     @classmethod
@@ -346,6 +367,7 @@ class Manifest:
             probes={k: list(v) for k, v in (data.get("probes") or {}).items()},
             keys=data.get("keys") if isinstance(data.get("keys"), dict) else None,
             visible=data.get("visible") if isinstance(data.get("visible"), dict) else None,
+            steps={k: dict(v) for k, v in (data.get("steps") or {}).items()},
             format=data.get("format", FORMAT),
         )
 
@@ -437,6 +459,12 @@ def validate(data: Any) -> None:
     torchscript = data.get("torchscript") or {}
     if not isinstance(torchscript, dict) or not all(p in files for p in torchscript.values()):
         raise ManifestError("manifest names a TorchScript module that is not in its file list")
+    steps = data.get("steps") or {}
+    if not isinstance(steps, dict) or not all(
+        isinstance(name, str) and isinstance(step, dict) and step_files(name)["json"] in files
+        for name, step in steps.items()
+    ):
+        raise ManifestError("manifest names a step whose contract is not in its file list")
     _validate_machine(data)
 
 

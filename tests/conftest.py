@@ -32,6 +32,7 @@ TORCH_REQUIREMENT = f"torch=={metadata.version('torch').split('+')[0]}"
 SLOW_FIXTURES = frozenset({
     "hp_dist", "precompiled_wheel", "runtime_python", "notorch_python", "cold_result", "eager_result", "links",
     "target", "torch_wheels", "fleet_wheel", "single_wheels", "graph_break_build", "gpu_site", "build_tmpdir",
+    "step_wheel",
 })
 
 
@@ -172,6 +173,15 @@ def precompiled_wheel(tmp_path_factory, build_tmpdir) -> tuple[Path, str]:
     env = {"CI": "true", "TMPDIR": str(build_tmpdir)}
     proc, wheel = build_wheel(project, tmp_path_factory.mktemp("precompiled-dist"), env=env)
     return wheel, proc.stdout
+
+
+@pytest.fixture(scope="session")
+def step_wheel(tmp_path_factory) -> Path:
+    """tests/step_pkg built in this environment: its inference step exported, its training steps
+    captured where this torch can (2.14+)."""
+    project = copy_project(tmp_path_factory.mktemp("step-src") / "step_pkg", STEP_PKG)
+    _, wheel = build_wheel(project, tmp_path_factory.mktemp("step-dist"))
+    return wheel
 
 
 @pytest.fixture(scope="session")

@@ -14,8 +14,10 @@ import torch
 from torch import nn
 
 from conftest import STEP_PKG, build_wheel, copy_project, run_step_pkg, unpack
+from hatch_precompile.build import steps as capture
 from hatch_precompile.protocol import STEPS_DIR_VAR
-from hatch_precompile.run import steps
+from hatch_precompile.run import contract as steps
+from hatch_precompile.run import steps as run_steps
 
 
 def model() -> nn.Module:
@@ -98,20 +100,20 @@ def test_changed_arguments_differ_from_the_originals_which_stay_as_they_were():
     m, (x, _) = model(), batch(32)
     ids, mask, ones = torch.arange(32) % 5, torch.ones(64, dtype=torch.bool), torch.ones(4, 16, dtype=torch.long)
     originals = [m[0].weight.clone(), x.clone(), ids.clone(), mask.clone(), ones.clone()]
-    cm, cx, cids, cmask, cones = steps._changed((m, x, ids, mask, ones))
+    cm, cx, cids, cmask, cones = capture._changed((m, x, ids, mask, ones))
     assert not torch.equal(cm[0].weight, originals[0]) and not torch.equal(cx, originals[1])
     assert sorted(cids.tolist()) == sorted(ids.tolist()) and not torch.equal(cids, ids)  # shuffled: in range
     assert not cmask.all() and cmask.any()  # masks: some entries flipped, as padding would
     assert set(cones.unique().tolist()) == {0, 1} and cones.dtype == torch.long
     for now, was in zip((m[0].weight, x, ids, mask, ones), originals):
         assert torch.equal(now, was)
-    again = steps._changed((m, x, ids, mask, ones))  # the same change every time: both runs compare alike
+    again = capture._changed((m, x, ids, mask, ones))  # the same change every time: both runs compare alike
     assert torch.equal(again[1], cx) and torch.equal(again[4], cones)
 
 
 def test_the_check_accepts_a_faithful_step():
     m, (x, y) = model(), batch()
-    steps._check_against_reference("train", training_step, (m, x, y), training_step, "eager")
+    capture.check_against_reference("train", training_step, (m, x, y), training_step, "eager")
 
 
 def test_the_check_catches_a_step_that_baked_in_a_weight():
@@ -123,9 +125,9 @@ def test_the_check_catches_a_step_that_baked_in_a_weight():
         loss.backward()
         return loss.detach()
 
-    with pytest.raises(steps.StepMismatch, match=r"step 'train': the captured step computes something else "
+    with pytest.raises(capture.StepMismatch, match=r"step 'train': the captured step computes something else "
                                                  r"than training_step run eagerly .*the result"):
-        steps._check_against_reference("train", training_step, (m, x, y), baked, "eager")
+        capture.check_against_reference("train", training_step, (m, x, y), baked, "eager")
 
 
 def test_the_check_catches_a_branch_the_changed_inputs_take_otherwise():
@@ -139,12 +141,12 @@ def test_the_check_catches_a_branch_the_changed_inputs_take_otherwise():
         return m_(x_ if y_[0] == 0 else -x_).sum().detach()
 
     flipped = [labels for labels in (torch.tensor([0] + [2] * 7), torch.tensor([2] + [0] * 7), torch.arange(8) % 3)
-               if steps._changed((m, x, labels))[2][0] != labels[0]]
+               if capture._changed((m, x, labels))[2][0] != labels[0]]
     assert flipped  # the shuffle moves the first label for some of these
     for labels in flipped:
         first = int(labels[0])
-        with pytest.raises(steps.StepMismatch):
-            steps._check_against_reference("branch", step, (m, x, labels), branched, "eager")
+        with pytest.raises(capture.StepMismatch):
+            capture.check_against_reference("branch", step, (m, x, labels), branched, "eager")
 
 
 def test_the_check_catches_missing_gradients():
@@ -153,14 +155,14 @@ def test_the_check_catches_missing_gradients():
     def no_backward(m_, x_, y_):
         return nn.functional.cross_entropy(m_(x_), y_).detach()
 
-    with pytest.raises(steps.StepMismatch, match="the arguments after the step"):
-        steps._check_against_reference("train", training_step, (m, x, y), no_backward, "eager")
+    with pytest.raises(capture.StepMismatch, match="the arguments after the step"):
+        capture.check_against_reference("train", training_step, (m, x, y), no_backward, "eager")
 
 
 def test_save_step_outside_a_build_does_nothing(monkeypatch):
     monkeypatch.delenv(STEPS_DIR_VAR, raising=False)
     calls = []
-    assert steps.save_step("train", lambda *args: calls.append(args), *model(), *batch()) is None
+    assert capture.save_step("train", lambda *args: calls.append(args), *model(), *batch()) is None
     assert calls == []  # neither captured nor checked: the workload runs by hand as it is
 
 
@@ -170,9 +172,9 @@ def test_the_check_catches_a_result_that_lost_its_gradient():
     def loss(m_, x_, y_):  # the user calls backward() on what the step returns
         return nn.functional.cross_entropy(m_(x_), y_)
 
-    with pytest.raises(steps.StepMismatch, match=r"the result needs gradients from \S*loss but does not from the "
+    with pytest.raises(capture.StepMismatch, match=r"the result needs gradients from \S*loss but does not from the "
                                                  r"captured step \(call backward\(\) inside the step\)"):
-        steps._check_against_reference("loss", loss, (m, x, y), lambda *a: loss(*a).detach(), "eager")
+        capture.check_against_reference("loss", loss, (m, x, y), lambda *a: loss(*a).detach(), "eager")
 
 
 def test_module_attributes_config_and_hooks_are_in_the_contract():
@@ -220,30 +222,30 @@ def test_a_step_saved_twice_under_one_name_is_an_error(monkeypatch, tmp_path):
     monkeypatch.setenv(STEPS_DIR_VAR, str(tmp_path))
     (tmp_path / "train.json").write_text("{}")
     with pytest.raises(ValueError, match=r"save_step\('train', \.\.\.\): a step named 'train' was already saved"):
-        steps.save_step("train", training_step, *batch())
+        capture.save_step("train", training_step, *batch())
 
 
 @pytest.mark.skipif(hasattr(torch.compiler, "precompile"), reason="this torch can capture")
 def test_save_step_on_a_torch_without_precompile_says_so(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv(STEPS_DIR_VAR, str(tmp_path / "steps"))
     m, (x, y) = model(), batch()
-    assert steps.save_step("train", training_step, m, x, y) is None
+    assert capture.save_step("train", training_step, m, x, y) is None
     assert "step 'train' not captured" in capsys.readouterr().out
     assert not (tmp_path / "steps").exists()
 
 
 def test_bad_names_and_options_are_named():
     with pytest.raises(ValueError, match=r"step name '\.\./x' must be"):
-        steps.save_step("../x", training_step)
+        capture.save_step("../x", training_step)
     with pytest.raises(ValueError, match=r"save_step\('t', \.\.\.\): check='exact' must be one of eager, compile"):
-        steps.save_step("t", training_step, check="exact")
+        capture.save_step("t", training_step, check="exact")
     with pytest.raises(TypeError, match=r"load_step\('pkg', 't', fn\): fn must be callable"):
-        steps.load_step("pkg", "t", 3)
+        run_steps.load_step("pkg", "t", 3)
 
 
 def test_a_step_of_a_package_without_artifacts_runs_the_fallback():
     calls = []
-    step = steps.load_step("no_such_package_here", "train", training_step,
+    step = run_steps.load_step("no_such_package_here", "train", training_step,
                            fallback=lambda *args, **kwargs: calls.append(args) or "fell back")
     assert step.route is None
     m, (x, y) = model(), batch()
@@ -266,3 +268,70 @@ def test_a_torch_without_precompile_builds_the_package_and_its_steps_fall_back_w
     assert result["kernels_compiled"] == 0  # the workload warmed the torch.compile path they fall back to
     route, _, got, want = result["other_shape"]
     assert route == "fallback" and got == pytest.approx(want, rel=1e-6)
+
+
+# -- save_step's routes and its errors -------------------------------------------------------------
+
+
+def branch_on_value(m, x):
+    return m(x) if x.sum() > 0 else -m(x)  # data-dependent control flow: no export traces it
+
+
+def test_an_inference_step_that_cannot_be_exported_fails_naming_step_route_and_reason(monkeypatch, tmp_path):
+    monkeypatch.setenv(STEPS_DIR_VAR, str(tmp_path / "steps"))
+    m, (x, _) = model().eval(), batch()
+    with torch.no_grad(), pytest.raises(capture.StepCaptureError) as raised:
+        capture.save_step("serve", branch_on_value, m, x)
+    message = str(raised.value)
+    assert message.startswith(f"step 'serve' (aotinductor route): torch {torch.__version__} could not capture it: ")
+    assert "data-dependent" in message.lower() and 'on_failure="warn"' in message
+    assert not (tmp_path / "steps" / "serve.json").exists()
+
+
+def test_on_failure_warn_ships_the_package_without_the_step(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv(STEPS_DIR_VAR, str(tmp_path / "steps"))
+    m, (x, _) = model().eval(), batch()
+    with torch.no_grad():
+        assert capture.save_step("serve", branch_on_value, m, x, on_failure="warn") is None
+    said = capsys.readouterr().out
+    assert "precompile: warning: step 'serve' (aotinductor route) not shipped: torch " in said
+    assert "load_step() falls back to torch.compile" in said
+
+
+def test_a_training_step_torch_cannot_capture_names_the_step_and_what_to_do(monkeypatch, tmp_path):
+    """The training route's own failure (transformers' ``padding_mask.all()`` under
+    torch.compiler.precompile raises a bare RuntimeError on torch 2.14): named, with the way out."""
+    def precompile(*args, **kwargs):
+        raise RuntimeError("Could not guard on data-dependent expression Eq(u0, 1)")
+
+    monkeypatch.setattr(torch.compiler, "precompile", precompile, raising=False)
+    monkeypatch.setenv(STEPS_DIR_VAR, str(tmp_path / "steps"))
+    m, (x, y) = model(), batch()
+    with pytest.raises(capture.StepCaptureError, match=r"step 'train' \(precompile route\): torch \S+ could not "
+                       r"capture it: RuntimeError: Could not guard on data-dependent expression Eq\(u0, 1\)\. The "
+                       r"training route traces the whole step.*under torch.no_grad\(\) with the model in eval\(\)"):
+        capture.save_step("train", training_step, m, x, y)
+
+
+def test_dynamic_shapes_are_checked_against_the_step(monkeypatch, tmp_path):
+    monkeypatch.setenv(STEPS_DIR_VAR, str(tmp_path / "steps"))
+    m, (x, y) = model(), batch()
+    with pytest.raises(ValueError, match=r"dynamic_shapes is for an exported step: save it under torch.no_grad\(\)"):
+        capture.save_step("train", training_step, m, x, y, dynamic_shapes=(None, {0: 8}, None))
+    m.eval()
+    with torch.no_grad():
+        with pytest.raises(ValueError, match=r"dynamic_shapes must have one entry per argument of forward \(2\)"):
+            capture.save_step("serve", lambda_free_forward, m, x, dynamic_shapes=({0: 8},))
+        with pytest.raises(ValueError, match=r"dynamic_shapes\[0\] must be None: argument 0 is a module"):
+            capture.save_step("serve", lambda_free_forward, m, x, dynamic_shapes=({0: 8}, None))
+        with pytest.raises(ValueError, match=r"dynamic_shapes names y, which are not arguments of forward \(m, x\)"):
+            capture.save_step("serve", lambda_free_forward, m, x, dynamic_shapes={"y": None})
+    with pytest.raises(ValueError, match=r"on_failure='skip' must be one of error, warn"):
+        capture.save_step("serve", lambda_free_forward, m, x, on_failure="skip")
+
+
+def lambda_free_forward(m, x):
+    return m(x)
+
+
+lambda_free_forward.__qualname__ = "forward"

@@ -6,6 +6,7 @@ progress, and copies files. Backend-neutral, so that ``warm`` runs exactly what 
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shutil
@@ -110,7 +111,7 @@ def _capture_set(
     cache_dir, out_dir = run_dir / "inductor-cache", run_dir / "out"
     cache_dir.mkdir(parents=True)
     paths = [] if root is None else [str(root)] + ([str(root / "src")] if (root / "src").is_dir() else [])
-    spec = {"workloads": workloads, "paths": paths, **options}
+    spec = {"workloads": workloads, "paths": paths, "package": package, **options}
     child = _run_workloads(python, run_dir, spec, {**env, CACHE_DIR_VAR: str(cache_dir)}, limits, say)
     if child.status == "cannot_compile":
         raise CannotCompile(f"this machine cannot build C++ kernels: {child.detail}")
@@ -124,9 +125,14 @@ def _capture_set(
     result = {**child.data, "workloads": child.workloads}
     if not any((cache_dir / kind).is_dir() for kind in ("aotautograd", "fxgraph")) and not (
         out_dir / TORCHSCRIPT_DIR
-    ).is_dir():
+    ).is_dir() and not (out_dir / STEPS_DIR).is_dir():
         return None
     libraries, unreadable = _native_needs(cache_dir)
+    steps = _steps(out_dir)
+    for step in steps.values():  # an exported step's model library needs these of the system too
+        from hatch_precompile.build import elf
+
+        elf.merge(libraries, step.get("libraries") or {})
     for path, problem in unreadable.items():  # not shipped: torch compiles that kernel where it is used
         say(f"precompile: warning: {problem}; {path.name} is not shipped")
         path.unlink()
@@ -145,9 +151,7 @@ def _capture_set(
             f"precompile: {unverified} kernel(s) are not relocatable with this torch; they hit "
             "only where torch is installed at the same path as in this build"
         )
-    manifest = _manifest(package, result, files, kernels)
-    manifest.libraries = libraries
-    manifest.platform = _platform(libraries, result)
+    manifest = _manifest(package, result, files, kernels, steps, libraries)
     manifest.timings["total_seconds"] = round(time.perf_counter() - started, 3)
     set_dir = target / SETS_DIR / set_name(manifest.env)
     set_dir.mkdir(parents=True, exist_ok=True)
@@ -155,7 +159,26 @@ def _capture_set(
     return manifest
 
 
-def _manifest(package: str, result: dict[str, Any], files: dict[str, FileEntry], kernels: list[Kernel]) -> Manifest:
+def _steps(out_dir: Path) -> dict[str, dict[str, Any]]:
+    """What the manifest says of each step the workloads saved (report shows it): its route, the
+    torch that captured it and those it was proven on, and an exported step's inputs and ranges."""
+    found = {}
+    for path in sorted((out_dir / STEPS_DIR).glob("*.json")):
+        record = json.loads(path.read_text())
+        name = path.name.removesuffix(".json")
+        summary = {"route": record.get("route", "precompile"), "torch": record.get("torch"),
+                   "proven": record.get("proven") or []}
+        export = record.get("export")
+        if isinstance(export, dict):
+            summary.update(inputs=[leaf.get("dims", leaf.get("value")) for leaf in export["leaves"]],
+                           ranges=export["ranges"], cpu_features=export.get("cpu_features") or [],
+                           libraries=export.get("libraries") or {})
+        found[name] = summary
+    return found
+
+
+def _manifest(package: str, result: dict[str, Any], files: dict[str, FileEntry], kernels: list[Kernel],
+              steps: dict[str, dict[str, Any]], libraries: dict[str, dict[str, str]]) -> Manifest:
     """The manifest of one set, from what the child reported."""
     return Manifest(
         package=package,
@@ -178,6 +201,9 @@ def _manifest(package: str, result: dict[str, Any], files: dict[str, FileEntry],
         probes=result.get("probes") or {},
         visible=result.get("visible"),
         keys=pack_keys([e for w in result["workloads"] for e in w.get("keys") or []]),
+        steps=steps,
+        libraries=libraries,
+        platform=_platform(libraries, result),
     )
 
 

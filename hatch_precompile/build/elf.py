@@ -110,6 +110,8 @@ def _disallowed(policy: dict[str, Any], libraries: dict[str, dict[str, str]], ar
     if allowed_versions is None:
         return f"{policy['name']} has no policy for {arch}"
     for library, versions in libraries.items():
+        if _dynamic_linker(library):
+            continue  # on every system of its libc, and never judged by a policy (as auditwheel does)
         if library not in policy.get("lib_whitelist", []):
             return f"{library} is neither allowed by manylinux nor shipped with torch"
         for version in versions:
@@ -117,6 +119,10 @@ def _disallowed(policy: dict[str, Any], libraries: dict[str, dict[str, str]], ar
             if number not in allowed_versions.get(prefix, []):
                 return f"{library} {version} is newer than {policy['name']} allows"
     return None
+
+
+def _dynamic_linker(library: str) -> bool:
+    return library.startswith("ld-linux") or library in ("ld64.so.2", "ld64.so.1")
 
 
 def wheel_platform(platforms: list[dict[str, Any] | None]) -> tuple[str | None, str]:

@@ -12,9 +12,8 @@ import dataclasses
 import re
 from typing import Any, Callable
 
-from hatch_precompile.protocol import CPU_TARGETS, DEFAULT_TIMEOUT, DEVICES, DOTTED_NAME, WORKLOAD
+from hatch_precompile.protocol import CPU_TARGETS, DEFAULT_TIMEOUT, DEVICES, DOTTED_NAME, ON_FAILURE, WORKLOAD
 
-ON_FAILURE = ("error", "warn")
 CHECKS = ("off", "warn", "error")
 CAPABILITY = re.compile(r"[a-z][a-z0-9_]*")  # what ATEN_CPU_CAPABILITY takes: default, avx2, avx512, ...
 # Keys hatchling itself reads from every hook table.

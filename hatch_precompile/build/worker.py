@@ -21,7 +21,8 @@ from typing import Any
 from hatch_precompile.build import isa
 from hatch_precompile.child import observe, work
 from hatch_precompile.protocol import (
-    BUILDING_VAR, CACHE_DIR_VAR, EXIT_OK, EXIT_WORKLOAD_FAILED, MEGACACHE_FILE, SETTINGS, STEPS_DIR, STEPS_DIR_VAR,
+    BUILDING_VAR, CACHE_DIR_VAR, EXIT_OK, EXIT_WORKLOAD_FAILED, MEGACACHE_FILE, PACKAGE_VAR, SETTINGS, STEPS_DIR,
+    STEPS_DIR_VAR,
     TORCHSCRIPT_DIR, TORCHSCRIPT_DIR_VAR, ChildResult, Failure,
 )
 
@@ -39,6 +40,7 @@ def main(argv: list[str]) -> int:
     os.environ[BUILDING_VAR] = "1"
     os.environ[TORCHSCRIPT_DIR_VAR] = str(out / TORCHSCRIPT_DIR)
     os.environ[STEPS_DIR_VAR] = str(out / STEPS_DIR)
+    os.environ[PACKAGE_VAR] = spec.get("package") or ""
     os.environ.setdefault(DYNAMIC_THREADS_VAR, "1")  # an explicit choice of the builder's stays
 
     started = time.perf_counter()

@@ -95,6 +95,25 @@ def _shipped(package: str) -> ArtifactSet | None:
     return choose(package, root, manifests, warmed=False)
 
 
+def all_sets(package: str) -> list[ArtifactSet]:
+    """Every set ``package`` ships whose manifest is sound, whatever environment it is for."""
+    try:
+        root = resources.files(package).joinpath(DIRNAME)
+        sets = root.joinpath(SETS_DIR)
+        if not sets.is_dir():
+            return []
+        found = []
+        for entry in sorted(sets.iterdir(), key=lambda e: e.name):
+            try:
+                found.append(ArtifactSet(root, entry.name, Manifest.parse(entry.joinpath(MANIFEST_FILE).read_bytes()),
+                                         False))
+            except (ManifestError, OSError):
+                continue
+        return found
+    except (ModuleNotFoundError, TypeError, OSError, ValueError):
+        return []
+
+
 def _warmed(package: str) -> ArtifactSet | None:
     directory = usercache.package_dir(package)
     if directory is None or not directory.is_dir():

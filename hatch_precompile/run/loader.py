@@ -88,6 +88,12 @@ def _warn_once(message: str, stacklevel: int) -> None:
     warnings.warn(message, PrecompileWarning, stacklevel=stacklevel)
 
 
+def note_once(note: str) -> None:
+    """A note about every package loaded (what this process will compile anyway), once."""
+    for package in list(_installed):
+        _warn_once(f"hatch-precompile: {package}'s precompiled caches are installed, but {note}", 4)
+
+
 def disabled_reason(package: str) -> str | None:
     """Why loading is off for ``package`` (a quiet skip), or None."""
     if variables.building():

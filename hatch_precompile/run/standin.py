@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from typing import Any
 
 from hatch_precompile.protocol import Manifest
@@ -51,21 +52,32 @@ def apply(manifest: Manifest) -> list[str]:
 
 
 def _compiler_notes(built: dict[str, Any]) -> list[str]:
-    here = envkey.compiler()
-    if here["version"].startswith("unavailable"):
-        return [f"no working C++ compiler here ({here['command']}: {here['version']}): torch needs one, of the "
-                f"{built.get('family')} family, even to load the shipped kernels"]
-    if here["family"] != built.get("family"):
+    """What load() can say of this process's compiler without running it: its family, by name (as
+    Inductor tells). Whether it works is asked once Inductor is imported (``--version``): a process
+    that compiles nothing (an exported step) never starts the compiler."""
+    command = envkey.cxx_command()
+    here = envkey.compiler_family(command) if sys.platform != "darwin" else envkey.compiler()["family"]
+    if here != built.get("family"):
         # Its name is part of the graphs' key; the rest of its command line, of the kernels'.
-        what = "their kernels compile" if here["command"] == built.get("command") else "the graphs compile"
-        return [f"the C++ compiler here ({here['command']}) is not of the build's family ({built.get('family')}, "
+        what = "their kernels compile" if command == built.get("command") else "the graphs compile"
+        return [f"the C++ compiler here ({command}) is not of the build's family ({built.get('family')}, "
                 f"{built.get('command')}): {what} again"]
     _built_compiler.setdefault("config", built["config"])
     _built_compiler.setdefault("family", built["family"])
+    touchpoints.after_import(touchpoints.CODECACHE, lambda _: _say_if_unavailable(built))
     # After torch made the key's details: a hook that raises leaves them as torch made them.
     touchpoints.wrap(touchpoints.CODECACHE, "FxGraphHashDetails.__init__",
                      after=lambda arguments, _: agree_compiler(arguments["self"].inductor_config))
     return []
+
+
+def _say_if_unavailable(built: dict[str, Any]) -> None:
+    here = envkey.compiler()
+    if here["version"].startswith("unavailable"):
+        from hatch_precompile.run import loader
+
+        loader.note_once(f"no working C++ compiler here ({here['command']}: {here['version']}): torch needs one, "
+                         f"of the {built.get('family')} family, even to load the shipped kernels")
 
 
 def agree_compiler(inductor_config: dict[str, Any]) -> None:

@@ -1,39 +1,16 @@
-"""TorchScript modules recorded by a workload at build time and loaded back at run time."""
+"""``load_torchscript``: a TorchScript module the workload recorded at build (build/torchscript.py)."""
 
 from __future__ import annotations
 
 import io
-from pathlib import Path
 from typing import Any
 
 from hatch_precompile.protocol import check_artifact_name
-from hatch_precompile.run import artifacts, loader, variables
+from hatch_precompile.run import artifacts, loader
+
 
 def _check_name(name: str) -> None:
     check_artifact_name(name, "TorchScript")
-
-
-def save_torchscript(name: str, module: Any) -> Path | None:
-    """Record a scripted or traced ``module`` under ``name`` when called from a build workload.
-
-    Outside a precompile build (a user running the workload by hand) this does nothing and
-    returns None, so workloads can call it unconditionally.
-    """
-    _check_name(name)
-    directory = variables.torchscript_dir()
-    if not directory:
-        return None
-    import torch
-
-    if not isinstance(module, torch.jit.ScriptModule):
-        raise TypeError(
-            f"save_torchscript({name!r}, ...) needs a torch.jit.ScriptModule "
-            f"(from torch.jit.script or torch.jit.trace), got {type(module).__name__}"
-        )
-    path = Path(directory) / f"{name}.pt"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.jit.save(module, str(path))
-    return path
 
 
 def load_torchscript(package: str, name: str, map_location: Any = None) -> Any:

@@ -387,3 +387,42 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
         loader.exec_module = exec_then_patch
         return spec
+
+
+# -- torch's AOTInductor C++ loader (run/exported.py): called, never replaced ---------------------
+
+
+def aoti_loader(torch: Any) -> Any:
+    """``torch._C._aoti.AOTIModelPackageLoader``, or None where this torch has none."""
+    return getattr(getattr(getattr(torch, "_C", None), "_aoti", None), "AOTIModelPackageLoader", None)
+
+
+# The loader's arguments by torch version: (path, model name, run single-threaded, runners, device
+# index) from 2.8; fewer before. The first form this torch takes is used.
+_AOTI_FORMS = (("model", False, 1, -1), ("model", False), ("model",))
+
+
+def aoti_open(torch: Any, path: str) -> Any:
+    """The loader on the package at ``path``; raises (TypeError, RuntimeError) where it refuses."""
+    loader = aoti_loader(torch)
+    if loader is None:
+        raise RuntimeError(f"torch {torch.__version__} has no AOTInductor loader")
+    for form in _AOTI_FORMS:
+        try:
+            return loader(path, *form)
+        except TypeError:  # another signature: try the next
+            continue
+    raise TypeError(f"torch {torch.__version__}'s AOTInductor loader takes none of the known argument forms")
+
+
+def aoti_bind(loader: Any, constants: dict[str, Any]) -> None:
+    """Make ``constants`` the model's own tensors, in place (``user_managed``): the caller's
+    later in-place updates are what the model reads. A loader without that form raises."""
+    loader.load_constants(constants, False, True, True)  # use_inactive, check_full_update, user_managed
+
+
+def aoti_compile(torch: Any, program: Any, package_path: str, configs: dict[str, Any]) -> Any:
+    """AOTInductor's package of an exported program (build side: the export route)."""
+    from torch._inductor import aoti_compile_and_package
+
+    return aoti_compile_and_package(program, package_path=package_path, inductor_configs=configs)

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from hatch_precompile.protocol import (
     BUILDER_ONLY_VARS, BUILDING_VAR, GLOBAL_SWITCH, HEARTBEAT_VAR, NO_PATCHES_VAR, NO_SPEEDUPS_VAR, PREFERENCES_VAR, TARGET_VAR,
-    STEPS_DIR_VAR, TORCHSCRIPT_DIR_VAR,
+    PACKAGE_VAR, STEPS_DIR_VAR, STEPS_VERIFY_VAR, TORCHSCRIPT_DIR_VAR,
     package_switch,
 )
 
@@ -80,6 +80,16 @@ def torchscript_dir(environ: Mapping[str, str] | None = None) -> str | None:
 def steps_dir(environ: Mapping[str, str] | None = None) -> str | None:
     """Set in a build's child: where save_step() writes."""
     return _text(STEPS_DIR_VAR, environ) or None
+
+
+def steps_verify(environ: Mapping[str, str] | None = None) -> bool:
+    """Set in verify's child: save_step() runs the shipped step against the workload's function."""
+    return bool(_text(STEPS_VERIFY_VAR, environ))
+
+
+def package(environ: Mapping[str, str] | None = None) -> str | None:
+    """Set in a child: the package whose artifacts it builds or checks."""
+    return _text(PACKAGE_VAR, environ) or None
 
 
 def no_patches(environ: Mapping[str, str] | None = None) -> bool:

@@ -61,6 +61,7 @@ def summarize(manifest: Manifest) -> dict[str, Any]:
         "relocatable_kernels": len(manifest.kernels),
         "torchscript": sorted(manifest.torchscript),
         "steps": sorted({p.split("/", 1)[1].rsplit(".", 1)[0] for p in manifest.files if file_kind(p) == "step"}),
+        "step_routes": manifest.steps,
         "workloads": workloads,
         "compile_times": manifest.compile_times,
         "warmed": manifest.warmed,
@@ -158,6 +159,8 @@ def _render_one(s: dict[str, Any]) -> list[str]:
     out.append(f"    TorchScript modules  {len(s['torchscript']):4}  {_mb(sizes['torchscript'])}  ({names})")
     steps = ", ".join(s["steps"]) or "none"
     out.append(f"    captured steps       {len(s['steps']):4}  {_mb(sizes['steps'])}  ({steps})")
+    for name, step in sorted((s.get("step_routes") or {}).items()):
+        out.append(f"      {name}: {describe_step(step)}")
     for w in s["workloads"]:
         out.extend(_render_workload(w))
     phases = compile_phases(s["compile_times"])
@@ -184,6 +187,23 @@ def compile_phases(text: Any) -> list[tuple[str, float]]:
         except ValueError:
             continue  # the title and header lines
     return phases
+
+
+def describe_step(step: dict[str, Any]) -> str:
+    """``aotinductor, exported with torch 2.13.0+cpu, proven on 2.14.1: input 0 [s0 1..256, 32]``."""
+    line = f"{step.get('route')}, captured with torch {step.get('torch')}"
+    if step.get("proven"):
+        line += f", proven on torch {', '.join(step['proven'])}"
+    ranges = step.get("ranges") or {}
+    inputs = []
+    for i, dims in enumerate(step.get("inputs") or []):
+        if isinstance(dims, list) and all(isinstance(d, (int, str)) for d in dims):
+            shown = [d if isinstance(d, int) else f"{d} {ranges.get(d, ['?', None])[0]}.."
+                     f"{'' if ranges.get(d, [0, None])[1] is None else ranges[d][1]}" for d in dims]
+            inputs.append(f"input {i} [{', '.join(map(str, shown))}]")
+        else:
+            inputs.append(f"input {i} = {dims[1] if isinstance(dims, list) and len(dims) == 2 else dims}")
+    return line + (": " + "; ".join(inputs) if inputs else "")
 
 
 def _render_workload(w: dict[str, Any]) -> list[str]:

@@ -100,6 +100,7 @@ def analyse(result: dict[str, Any], tmin: float, manifests: Callable[[str], list
         "gaps": [gap for g in graphs if g["seconds"] >= tmin for gap in _gap(g, loads, manifests, result.get("keys"))],
         "pitfalls": pitfalls.find(result, graphs),
         "loads": result["loads"],
+        "steps": result.get("steps") or [],
         "counters": result.get("counters", {}),
     }
     return report
@@ -254,6 +255,10 @@ def render(report: dict[str, Any]) -> str:
         if "coverage" in p:
             line += f"; coverage {p['coverage']:.0%} of its graphs served by its artifacts ({p['artifacts']})"
         out.append(line)
+    if report.get("steps"):
+        out.append("shipped steps, calls by route (aotinductor and precompiled: no compile; fallback: torch.compile):")
+        for step in report["steps"]:
+            out.append(f"  {step['package']}:{step['name']}: {step['calls']} call(s) by {step['route']}")
     if report["gaps"]:
         out.append("workload gaps (graphs of hatch-precompile packages compiled fresh):")
         for gap in report["gaps"]:

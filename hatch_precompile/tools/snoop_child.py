@@ -44,7 +44,8 @@ def main(argv: list[str]) -> int:
     owners = _owners()
     for graph in record["graphs"]:
         graph["distribution"] = owners(graph.get("location"))
-    work.write_result(out, ChildResult("ok", workloads=[record], data={**ended, "loads": _loads(owners)}))
+    work.write_result(out, ChildResult("ok", workloads=[record], data={**ended, "loads": _loads(owners),
+                                                                        "steps": _steps()}))
     return EXIT_OK
 
 
@@ -83,6 +84,15 @@ def _owners() -> Any:
         return "(program)"
 
     return owner
+
+
+def _steps() -> list[dict[str, Any]]:
+    """How many calls of each shipped step each route served (run/steps.py counts them)."""
+    steps = sys.modules.get("hatch_precompile.run.steps")
+    if steps is None:
+        return []
+    return [{"package": package, "name": name, "route": route, "calls": calls}
+            for (package, name, route), calls in sorted(steps.served.items())]
 
 
 def _loads(owners: Any) -> list[dict[str, Any]]:

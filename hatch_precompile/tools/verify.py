@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hatch_precompile.child import runner
-from hatch_precompile.protocol import BUILDING_VAR, CACHE_DIR_VAR, TORCHSCRIPT_DIR_VAR
+from hatch_precompile.protocol import BUILDING_VAR, CACHE_DIR_VAR, PACKAGE_VAR, STEPS_VERIFY_VAR, TORCHSCRIPT_DIR_VAR
 from hatch_precompile.run import variables
 from hatch_precompile.tools import why as why_module
 
@@ -67,6 +67,7 @@ def run(package: str, workloads: list[str], timeout: float, say: Callable[[str],
         env, removed = variables.as_on_users_machines(os.environ)
         env = {k: v for k, v in env.items() if k not in (BUILDING_VAR, TORCHSCRIPT_DIR_VAR)}
         env[CACHE_DIR_VAR] = str(work / "cache")
+        env[STEPS_VERIFY_VAR], env[PACKAGE_VAR] = "1", package  # save_step() runs the shipped step
         if "env" in setting:
             env[setting["env"][0]] = setting["env"][1]
         if removed:  # the build ran without them too: verify asks what users' machines get
@@ -152,6 +153,10 @@ def misses(package: str, result: dict[str, Any], manifests: list[Any] = (),
                 found.append(f"{w['name']}: {count} graph(s) bypassed the {kind} cache (torch does not cache them)")
         if w["kernels_compiled"]:
             found.append(f"{w['name']}: {w['kernels_compiled']} C++ kernel(s) were compiled")
+    for step in result.get("steps") or []:
+        found.extend(f"step {step['name']}: {problem}" for problem in step["problems"])
+        if step["shipped"] and step["route"] == "fallback":
+            found.append(f"step {step['name']} was shipped but ran torch.compile instead: {step['reason']}")
     return found
 
 
@@ -169,6 +174,11 @@ def render(package: str, result: dict[str, Any]) -> str:
             f"{aot.get('autograd_cache_miss', 0)} miss(es); FX graph {fx.get('fxgraph_cache_hit', 0)} hit(s), "
             f"{fx.get('fxgraph_cache_miss', 0)} miss(es); {w['kernels_compiled']} kernel(s) compiled"
         )
+    for step in result.get("steps") or []:
+        how = (f"ran by its shipped route ({step['route']})" if step["route"] != "fallback" else
+               f"ran torch.compile ({step['reason']})")
+        same = "matches" if not step["problems"] else "DIFFERS from"
+        out.append(f"  step {step['name']}: {how}; {same} the workload's function on changed weights and inputs")
     out.extend(f"CANNOT TELL: {line}" for line in result["unknown"])
     if not result["misses"] and result["unknown"]:
         out.append("UNKNOWN: without torch's cache counters verify has no evidence that the artifacts work")

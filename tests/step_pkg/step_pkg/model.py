@@ -1,4 +1,4 @@
-"""The model and its two steps, as a package author writes them with load_step()."""
+"""The model and its steps, as a package author writes them with load_step()."""
 
 import torch
 import torch.nn.functional as F
@@ -37,5 +37,12 @@ def forward(model: MLP, x: torch.Tensor) -> torch.Tensor:
         return model(x)
 
 
+def classify(model: MLP, x: torch.Tensor) -> torch.Tensor:
+    """Inference as served: called under no_grad with the model in eval() (the exported route)."""
+    return model(x).softmax(-1)
+
+
+BATCH = torch.export.Dim("batch", min=1, max=256)
 train_step = hatch_precompile.load_step(__package__, "train_step", training_step)
 predict = hatch_precompile.load_step(__package__, "predict", forward)
+classify_step = hatch_precompile.load_step(__package__, "classify", classify)

@@ -1,7 +1,11 @@
-"""The build's workload: capture both steps, and warm the torch.compile path they fall back to."""
+"""The build's workload: capture the steps, and warm the torch.compile path they fall back to."""
+
+import torch
 
 import hatch_precompile
-from step_pkg.model import forward, make_batch, make_model, predict, train_step, training_step
+from step_pkg.model import (
+    BATCH, classify, classify_step, forward, make_batch, make_model, predict, train_step, training_step,
+)
 
 
 def workload() -> None:
@@ -11,3 +15,7 @@ def workload() -> None:
     hatch_precompile.save_step("predict", forward, model, x)
     train_step.fallback(model, x, y)  # older torch, or arguments the captured step was not made for
     predict.fallback(model, x)
+    served = make_model().eval()
+    with torch.no_grad():  # inference, in eval(): exported, any batch size up to 256
+        hatch_precompile.save_step("classify", classify, served, x, dynamic_shapes=(None, {0: BATCH}))
+        classify_step.fallback(served, x)

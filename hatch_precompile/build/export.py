@@ -1,0 +1,395 @@
+"""The exported route at build: ``torch.export`` a step, compile it with AOTInductor, prove it.
+
+``fn(model, x, ...)`` becomes a module whose submodules are ``fn``'s module arguments (``arg0``,
+...) and whose inputs are the rest; ``torch.export`` traces it (non-strict) with the author's
+``dynamic_shapes``, and AOTInductor compiles it into a package whose constants are not in it
+(``package_constants_in_so = False``): at run time they are the caller's tensors. What a
+checkpoint does not hold (buffers that are not persistent, constants the trace lifted) is saved
+beside it. The compile uses a private Inductor cache dir, so nothing of it is shipped twice, and
+its compiler commands go through the build's portable-kernel rewrite (build/isa.py): the CPU
+features its kernels may use are recorded with it.
+
+Before it is stored, the package is loaded exactly as users load it (run/exported.py) and run on
+changed weights and inputs, and where dims may vary, on other sizes too, against ``fn``. When the
+package being built already ships the step from another torch (``bake`` under another
+interpreter), that package is tried here first: if it loads and matches, it is shipped again for
+this torch with the proof, and nothing is compiled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import inspect
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from hatch_precompile.build import steps as build_steps
+from hatch_precompile.protocol import CACHE_DIR_VAR, step_files
+from hatch_precompile.run import contract, exported, touchpoints, variables
+
+ROUTE = exported.ROUTE
+_flags: list[tuple[str, ...]] = []  # arch flags of the compiles while one is recorded
+_recording = [False]
+
+
+def save(name: str, fn: Callable, args: tuple, shapes: Any, check: str, out: Path) -> Path:
+    """Export, compile, check and store step ``name`` (``shapes``: from input_shapes); raises
+    NotAvailable, StepMismatch, or torch's error (which save_step turns into a StepCaptureError)."""
+    import torch
+
+    problem = available(torch)
+    if problem:
+        raise build_steps.NotAvailable(problem)
+    reused = _reuse_shipped(name, fn, args, check, out)
+    if reused is not None:
+        return reused
+    positions = [i for i, a in enumerate(args) if isinstance(a, torch.nn.Module)]
+    inputs = tuple(a for i, a in enumerate(args) if i not in positions)
+    wrapper = _Wrapper(fn, args, positions)
+    program = torch.export.export(wrapper, inputs, dynamic_shapes=None if shapes is None else {"inputs": shapes},
+                                  strict=False)
+    with tempfile.TemporaryDirectory(prefix="hatch-precompile-export-") as tmp:
+        package_path = os.path.join(tmp, "step.pt2")
+        flags = _compile(torch, program, package_path, tmp)
+        package = Path(package_path).read_bytes()
+    spec, shipped = _spec(torch, name, program, args, positions, inputs, package, flags)
+    step = exported.ExportedStep(name, spec, package, shipped)
+    _prove(name, fn, args, check, step, spec)
+    record = {"format": build_steps.CONTRACT_FORMAT, "route": ROUTE, "torch": spec["torch"], "export": spec}
+    return _store_proven(name, out, record, package, shipped, proven=[])
+
+
+def available(torch: Any) -> str | None:
+    """Why this torch cannot export a step for the route, or None."""
+    problem = exported.loader_problem(torch)
+    if problem:
+        return problem
+    try:
+        from torch._inductor import aoti_compile_and_package, config  # noqa: F401
+    except ImportError:
+        return f"torch {torch.__version__} has no torch._inductor.aoti_compile_and_package"
+    if not hasattr(config.aot_inductor, "package_constants_in_so"):
+        return f"torch {torch.__version__}'s AOTInductor cannot leave the weights out of a package"
+    return None
+
+
+class _Wrapper:
+    """Built lazily as a torch module: ``forward(*inputs)`` is ``fn`` with its modules put back."""
+
+    def __new__(cls, fn: Callable, args: tuple, positions: list[int]) -> Any:
+        import torch
+
+        class Step(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                for i in positions:
+                    self.add_module(f"arg{i}", args[i])
+
+            def forward(self, *inputs: Any) -> Any:
+                rest = iter(inputs)
+                return fn(*[getattr(self, f"arg{i}") if i in positions else next(rest) for i in range(len(args))])
+
+        return Step()
+
+
+def input_shapes(name: str, fn: Callable, args: tuple, dynamic_shapes: Any) -> Any:
+    """torch.export's ``dynamic_shapes`` for the inputs, from the author's (one entry per argument
+    of ``fn``, or a dict by its parameter names); None for modules. ValueError naming the mistake."""
+    import torch
+
+    positions = [i for i, a in enumerate(args) if isinstance(a, torch.nn.Module)]
+    if dynamic_shapes is None:
+        return None
+    if isinstance(dynamic_shapes, dict):
+        try:
+            names = list(inspect.signature(fn).parameters)[:len(args)]
+        except (TypeError, ValueError):
+            raise ValueError(f"save_step({name!r}, ...): dynamic_shapes by name needs fn's signature; give a "
+                             "tuple, one entry per argument") from None
+        unknown = sorted(set(dynamic_shapes) - set(names))
+        if unknown:
+            raise ValueError(f"save_step({name!r}, ...): dynamic_shapes names {', '.join(unknown)}, which are not "
+                             f"arguments of {fn.__qualname__} ({', '.join(names)})")
+        dynamic_shapes = [dynamic_shapes.get(n) for n in names]
+    if not isinstance(dynamic_shapes, (list, tuple)) or len(dynamic_shapes) != len(args):
+        raise ValueError(f"save_step({name!r}, ...): dynamic_shapes must have one entry per argument of "
+                         f"{fn.__qualname__} ({len(args)}), or be a dict by argument name")
+    for i in positions:
+        if dynamic_shapes[i] is not None:
+            raise ValueError(f"save_step({name!r}, ...): dynamic_shapes[{i}] must be None: argument {i} is a module")
+    return tuple(s for i, s in enumerate(dynamic_shapes) if i not in positions)
+
+
+def _compile(torch: Any, program: Any, package_path: str, tmp: str) -> list[tuple[str, ...]]:
+    """AOTInductor's package of ``program`` at ``package_path``, compiled in a private cache dir;
+    the arch flags its compiles used."""
+    touchpoints.wrap(touchpoints.CPP_BUILDER, "run_compile_cmd", before=_record_flags)
+    _flags.clear()
+    _recording[0] = True
+    try:
+        with _cache_dir(os.path.join(tmp, "inductor-cache")):
+            touchpoints.aoti_compile(torch, program, package_path, {"aot_inductor.package_constants_in_so": False})
+    finally:
+        _recording[0] = False
+    return list(dict.fromkeys(_flags))
+
+
+def _record_flags(arguments: dict[str, Any]) -> None:
+    from hatch_precompile.build import isa
+
+    if _recording[0] and isinstance(arguments.get("cmd_line"), str):  # after the portable rewrite
+        _flags.append(isa.arch_flags(arguments["cmd_line"]))
+
+
+@contextlib.contextmanager
+def _cache_dir(path: str) -> Any:
+    before = os.environ.get(CACHE_DIR_VAR)
+    os.environ[CACHE_DIR_VAR] = path
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(CACHE_DIR_VAR, None)
+        else:
+            os.environ[CACHE_DIR_VAR] = before
+
+
+def _spec(torch: Any, name: str, program: Any, args: tuple, positions: list[int], inputs: tuple, package: bytes,
+          flags: list[tuple[str, ...]]) -> tuple[dict[str, Any], bytes | None]:
+    """The export's contract (run/exported.py reads it) and the constants shipped beside it."""
+    pytree = torch.utils._pytree
+    leaves, in_spec = pytree.tree_flatten((inputs, {}))
+    placeholders = _user_input_values(program)
+    ranges: dict[str, list] = {}
+    for symbol, bounds in program.range_constraints.items():
+        ranges[str(symbol)] = [_bound(bounds.lower), _bound(bounds.upper)]
+    described, tensors = [], iter(placeholders)
+    for i, leaf in enumerate(leaves):
+        if not isinstance(leaf, torch.Tensor):
+            described.append({"value": [type(leaf).__name__, repr(leaf)]})
+            continue
+        value = next(tensors)
+        described.append({
+            "dims": [_dim(name, i, d) for d in value.shape], "dtype": str(leaf.dtype), "device": str(leaf.device),
+            "stride": None if leaf.is_contiguous() else list(leaf.stride()),
+        })
+    loader = exported._open(torch, package)
+    modules, constants, shipped = {}, {}, {}
+    for i in positions:
+        module = args[i]
+        named = dict(module.named_parameters(remove_duplicate=False))
+        named.update(module.named_buffers(remove_duplicate=False))
+        modules[str(i)] = {"describe": contract.describe_module(module, grads=False), "tensors": {},
+                           "class": f"{type(module).__module__}.{type(module).__qualname__}"}
+        persistent = set(module.state_dict(keep_vars=True))
+        modules[str(i)]["_named"], modules[str(i)]["_persistent"] = named, persistent
+    for fqn in loader.get_constant_fqns():
+        position, _, rest = fqn.partition(".")
+        owner = modules.get(position[3:]) if position.startswith("arg") else None
+        if owner is not None and rest in owner["_named"]:
+            t = owner["_named"][rest]
+            held = rest in owner["_persistent"]
+            owner["tensors"][rest] = [list(t.shape), list(t.stride()), str(t.dtype), str(t.device), held]
+            constants[fqn] = ["arg", int(position[3:]), rest]
+            if not held:  # not in a checkpoint: the package carries it
+                shipped[fqn] = t.detach().clone()
+            continue
+        value = program.constants.get(fqn, program.state_dict.get(fqn))
+        if not isinstance(value, torch.Tensor):
+            raise ValueError(f"the exported program's constant {fqn!r} is neither a tensor of the step's modules "
+                             "nor one the trace lifted")
+        constants[fqn] = ["shipped"]
+        shipped[fqn] = value.detach().clone()
+    for position, owner in modules.items():
+        # What the compile folded into the code (0-dim tensors): its value must be the caller's too.
+        owner["baked"] = sorted(set(owner["_named"]) - set(owner["tensors"]))
+        for rest in owner["baked"]:
+            shipped[f"arg{position}.{rest}"] = owner["_named"][rest].detach().clone()
+        del owner["_named"], owner["_persistent"]
+    spec = {
+        "arity": len(args), "modes": contract.modes(), "modules": modules, "leaves": described,
+        "ranges": ranges, "constants": constants, "call_spec": list(loader.get_call_spec()),
+        "cpu_features": _features(flags), "libraries": _libraries(package), "torch": torch.__version__,
+    }
+    blob = None
+    if shipped:
+        buffer = io.BytesIO()
+        torch.save(shipped, buffer)
+        blob = buffer.getvalue()
+    return spec, blob
+
+
+def _user_input_values(program: Any) -> list[Any]:
+    """The example values (fake tensors) of the program's tensor user inputs, in order."""
+    names = set(program.graph_signature.user_inputs)
+    values = []
+    for node in program.graph.nodes:
+        if node.op == "placeholder" and node.name in names and hasattr(node.meta.get("val"), "shape"):
+            values.append(node.meta["val"])
+    return values
+
+
+def _dim(name: str, leaf: int, size: Any) -> int | str:
+    if isinstance(size, int):
+        return size
+    expr = size.node.expr
+    if getattr(expr, "is_Symbol", False):
+        return str(expr)
+    if getattr(expr, "is_Integer", False):
+        return int(expr)
+    raise ValueError(f"input {leaf} has a dim derived from others ({expr}); hatch-precompile checks dims that "
+                     "vary on their own (torch.export.Dim) or fixed ones")
+
+
+def _bound(value: Any) -> int | None:
+    try:
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None  # int_oo: no upper bound
+    return number if abs(number) < 2**62 else None
+
+
+def _features(flags: list[tuple[str, ...]]) -> list[str]:
+    """The CPU features the package's kernels may use (every feature of this CPU when its compiles
+    could not be read)."""
+    from hatch_precompile.build import isa
+
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+
+        compiler = get_cpp_compiler()
+        return isa.features(compiler, set(flags) if flags else {("-march=native",)})
+    except Exception:
+        return ["?unknown"]  # no CPU has it: load_step refuses the package rather than trust it
+
+
+def _libraries(package: bytes) -> dict[str, dict[str, str]]:
+    """What the package's native libraries need of the system (build/elf.py), as for kernels."""
+    import zipfile
+
+    from hatch_precompile.build import elf
+
+    needed: dict[str, dict[str, str]] = {}
+    with zipfile.ZipFile(io.BytesIO(package)) as archive, tempfile.TemporaryDirectory() as tmp:
+        for member in archive.namelist():
+            if member.endswith(".so"):
+                path = Path(tmp) / "lib.so"
+                path.write_bytes(archive.read(member))
+                elf.merge(needed, elf.needs(path))
+    return needed
+
+
+def _prove(name: str, fn: Callable, args: tuple, check: str, step: exported.ExportedStep, spec: dict[str, Any]) -> None:
+    """The package, run as users run it, against ``fn``: on changed values, then on other sizes."""
+    import torch
+
+    def run(*call: Any) -> Any:
+        try:
+            return step.call(call)
+        except exported.Refused as exc:
+            raise build_steps.StepMismatch(f"step {name!r}: the exported step refused its own example: {exc}") from None
+
+    changed = build_steps._changed(args)
+    with torch.no_grad():  # what the compile folded in keeps its value: another one is refused, not wrong
+        for position, owner in spec["modules"].items():
+            named = {**dict(args[int(position)].named_parameters(remove_duplicate=False)),
+                     **dict(args[int(position)].named_buffers(remove_duplicate=False))}
+            copies = {**dict(changed[int(position)].named_parameters(remove_duplicate=False)),
+                      **dict(changed[int(position)].named_buffers(remove_duplicate=False))}
+            for rest in owner.get("baked", []):
+                copies[rest].copy_(named[rest])
+    build_steps.check_against_reference(name, fn, args, run, check, changed=changed)
+    resized = _resized(torch, changed, spec)
+    if resized is not None:
+        build_steps.check_against_reference(name, fn, args, run, check, changed=resized)
+
+
+def _resized(torch: Any, args: tuple, spec: dict[str, Any]) -> tuple | None:
+    """Copies of ``args`` with every dim that may vary at another size in its range (sliced, or
+    grown by repeating its first entries), or None where no dim varies."""
+    sizes: dict[str, tuple[int, int]] = {}
+    pytree = torch.utils._pytree
+    positions = {int(k) for k in spec["modules"]}
+    inputs = tuple(a for i, a in enumerate(args) if i not in positions)
+    leaves, tree = pytree.tree_flatten((inputs, {}))
+    for leaf, want in zip(leaves, spec["leaves"]):
+        for size, dim in zip(getattr(leaf, "shape", ()), want.get("dims", ())):
+            if isinstance(dim, str) and dim not in sizes:
+                low, high = spec["ranges"][dim]
+                other = size - 1 if size - 1 >= max(low, 1) else size + 1
+                if high is not None and other > high or other < low:
+                    continue
+                sizes[dim] = (size, other)
+    if not sizes:
+        return None
+    changed = []
+    for leaf, want in zip(leaves, spec["leaves"]):
+        if isinstance(leaf, torch.Tensor):
+            for axis, dim in enumerate(want["dims"]):
+                if isinstance(dim, str) and dim in sizes:
+                    size, other = sizes[dim]
+                    leaf = leaf.narrow(axis, 0, other) if other < size else torch.cat(
+                        [leaf, leaf.narrow(axis, 0, other - size)], axis)
+            leaf = leaf.contiguous()
+        changed.append(leaf)
+    new_inputs = iter(pytree.tree_unflatten(changed, tree)[0])
+    return tuple(copy.deepcopy(a) if i in positions else next(new_inputs) for i, a in enumerate(args))
+
+
+def _reuse_shipped(name: str, fn: Callable, args: tuple, check: str, out: Path) -> Path | None:
+    """The package built for this step on another torch, when the package being built ships one that
+    loads and matches here (stored with the proof), else None."""
+    import torch
+
+    for found, record in shipped_exports(variables.package() or "", name):
+        if record.get("torch") == torch.__version__:
+            continue
+        files = step_files(name)
+        try:
+            package = found.read(files["pt2"])
+            shipped = found.read(files["constants"]) if files["constants"] in found.manifest.files else None
+            step = exported.ExportedStep(name, record["export"], package, shipped)
+            _prove(name, fn, args, check, step, record["export"])
+        except (exported.Refused, build_steps.StepMismatch, Exception) as exc:
+            build_steps._note(f"step {name!r} built on torch {record.get('torch')} does not serve torch "
+                              f"{torch.__version__} ({exc}); exporting it again for this torch")
+            continue
+        print(f"precompile: step {name!r}: the package built on torch {record.get('torch')} loads and matches "
+              f"on torch {torch.__version__}: shipped for it as it is, not compiled again", flush=True)
+        proven = sorted({*record.get("proven", []), torch.__version__} - {record.get("torch")})
+        return _store_proven(name, out, record, package, shipped, proven)
+    return None
+
+
+def _store_proven(name: str, out: Path, record: dict[str, Any], package: bytes, shipped: bytes | None,
+                  proven: list[str]) -> Path:
+    files = step_files(name)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / Path(files["pt2"]).name).write_bytes(package)
+    if shipped is not None:
+        (out / Path(files["constants"]).name).write_bytes(shipped)
+    (out / Path(files["json"]).name).write_text(json.dumps({**record, "proven": proven}, indent=1))
+    return out / Path(files["pt2"]).name
+
+
+def shipped_exports(package: str, name: str) -> list[tuple[Any, dict[str, Any]]]:
+    """(artifact set, contract) of each exported step ``name`` that ``package`` already ships."""
+    from hatch_precompile.run import artifacts
+
+    found = []
+    for artifact_set in artifacts.all_sets(package):
+        path = step_files(name)["json"]
+        if path not in artifact_set.manifest.files:
+            continue
+        try:
+            record = json.loads(artifact_set.read(path))
+        except (artifacts.Skip, ValueError):
+            continue
+        if isinstance(record, dict) and record.get("route") == ROUTE and isinstance(record.get("export"), dict):
+            found.append((artifact_set, record))
+    return found

@@ -1,0 +1,265 @@
+"""An exported step: an AOTInductor package run by torch's C++ loader, with the caller's weights.
+
+No compiler in the process: the package's model library was built at wheel build
+(build/export.py); loading it is a zip extract and a ``dlopen`` (``torch._C._aoti``), and neither
+Dynamo nor Inductor is imported. The package holds no parameters: each call binds the tensors of
+the module it is given (or of a mapping of its weights, in ``state_dict`` names) as the model's
+constants, in place (``user_managed``), so ``load_state_dict``, an optimizer step or weights read
+at run time are what the next call computes with. Tensors a checkpoint does not hold (buffers
+that are not persistent, tensors the trace lifted) are shipped beside the package.
+
+Every call is checked against the export's contract (run/contract.py): the process modes, eval
+mode, the module's class, settings and tensors (in full when the module or its tensors change,
+by identity otherwise), and each input's dtype, layout and dims inside the exported ranges. A
+call that does not fit gets a reason and the caller runs its fallback.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from hatch_precompile.run import contract as contracts
+from hatch_precompile.run import machine, touchpoints
+
+ROUTE = "aotinductor"
+
+
+class Refused(Exception):
+    """This process cannot run the exported step; the message says why."""
+
+
+def loader_problem(torch: Any) -> str | None:
+    """Why this torch has no C++ loader the route can use, or None."""
+    loader = touchpoints.aoti_loader(torch)
+    if loader is None:
+        return f"torch {torch.__version__} has no AOTInductor C++ loader (torch._C._aoti.AOTIModelPackageLoader)"
+    if not hasattr(loader, "load_constants") or not hasattr(loader, "get_constant_fqns"):
+        return f"torch {torch.__version__}'s AOTInductor loader cannot take the caller's weights (no load_constants)"
+    return None
+
+
+class ExportedStep:
+    """A loaded package and the contract it serves; ``call(args)`` runs it or raises Refused."""
+
+    def __init__(self, name: str, spec: dict[str, Any], package: bytes, shipped: bytes | None) -> None:
+        import torch
+
+        problem = loader_problem(torch)
+        if problem:
+            raise Refused(problem)
+        lacking = machine.missing_features(spec.get("cpu_features") or [], machine.cpu_features())
+        if lacking is None and spec.get("cpu_features"):
+            raise Refused("this machine's CPU features cannot be read to check those its kernels use")
+        if lacking:
+            raise Refused(f"its kernels use CPU features this CPU lacks: {', '.join(lacking)}")
+        unresolved = machine.missing_libraries(spec.get("libraries") or {})
+        if unresolved:
+            raise Refused(f"its model library needs system libraries this machine lacks: {', '.join(unresolved)}")
+        self.name = name
+        self.spec = spec
+        self.ranges = {k: list(v) for k, v in spec["ranges"].items()}
+        self._loader = _open(torch, package)
+        needed = set(self._loader.get_constant_fqns())
+        if needed != set(spec["constants"]):
+            raise Refused(f"the package asks for the constants {sorted(needed ^ set(spec['constants']))[:5]} "
+                          "otherwise than its contract")
+        self._shipped = _shipped_constants(torch, shipped) if shipped else {}
+        self._pytree = torch.utils._pytree
+        self._in_spec = _spec(self._pytree, spec["call_spec"][0])
+        self._out_spec = _spec(self._pytree, spec["call_spec"][1])
+        self._modules = {int(k): v for k, v in spec["modules"].items()}
+        self._bound: dict[int, _Bound] = {}
+        self._lock = threading.Lock()
+
+    def call(self, args: tuple) -> Any:
+        """The step's result for ``args``; Refused (before anything ran) when they do not fit."""
+        if len(args) != self.spec["arity"]:
+            raise Refused(f"called with {len(args)} arguments, exported with {self.spec['arity']}")
+        if contracts.modes() != self.spec["modes"]:
+            raise Refused(f"the process modes {contracts.modes()} differ from the export's {self.spec['modes']}")
+        inputs = tuple(a for i, a in enumerate(args) if i not in self._modules)
+        flat = self._inputs(inputs)
+        with self._lock:
+            rebind = False
+            for position, recorded in self._modules.items():
+                bound = self._bound.get(position)
+                if bound is None or not bound.holds(args[position]):
+                    self._bound[position] = _Bound.check(args[position], position, recorded)
+                    rebind = True
+            if rebind:
+                self._bind()
+            self._check_baked()
+            outputs = self._loader.run(flat)
+        return self._pytree.tree_unflatten(outputs, self._out_spec)
+
+    def _inputs(self, inputs: tuple) -> list[Any]:
+        """The flat tensors the package takes, once each leaf is what the export allows."""
+        import torch
+
+        leaves, spec = self._pytree.tree_flatten((inputs, {}))
+        if spec != self._in_spec:
+            raise Refused(f"the inputs' structure {spec} is not the export's {self._in_spec}")
+        sizes: dict[str, int] = {}
+        flat = []
+        for i, (leaf, want) in enumerate(zip(leaves, self.spec["leaves"])):
+            if "value" in want:
+                if isinstance(leaf, torch.Tensor) or [type(leaf).__name__, repr(leaf)] != want["value"]:
+                    raise Refused(f"input {i} is {leaf!r:.80}, exported for {want['value'][1]} only")
+                continue
+            if not isinstance(leaf, torch.Tensor):
+                raise Refused(f"input {i} is a {type(leaf).__name__}, exported as a tensor")
+            problem = _tensor_problem(leaf, want, sizes, self.ranges)
+            if problem:
+                raise Refused(f"input {i}: {problem}")
+            flat.append(leaf)
+        return flat
+
+    def _check_baked(self) -> None:
+        """Tensors the compile folded into the code (0-dim ones) must still hold the built values."""
+        import torch
+
+        for position, bound in self._bound.items():
+            for name, value in bound.baked.items():
+                built = self._shipped[f"arg{position}.{name}"]
+                if not torch.equal(value, built):
+                    raise Refused(f"argument {position}'s {name} is not the value the export compiled into the "
+                                  f"package ({built.tolist()!r:.40})")
+
+    def _bind(self) -> None:
+        """The model's constants, in place: the caller's tensors, then those the package ships."""
+        constants = {}
+        for fqn, source in self.spec["constants"].items():
+            found = self._bound[source[1]].tensors.get(source[2]) if source[0] == "arg" else None
+            if found is None:
+                found = self._shipped.get(fqn)
+            if found is None:
+                raise Refused(f"no tensor for the constant {fqn}")
+            constants[fqn] = found
+        try:
+            touchpoints.aoti_bind(self._loader, constants)
+        except Exception as exc:
+            self._bound.clear()
+            raise Refused(f"the loader did not take the weights: {exc!r}") from None
+
+
+class _Bound:
+    """One module argument (or mapping of its weights) as bound into the package, and the identity
+    of everything that made the check pass: a later call with it unchanged skips the full check."""
+
+    def __init__(self, obj: Any, tensors: dict[str, Any], baked: dict[str, Any], slots: list[tuple[Any, str, Any]],
+                 modules: list[Any], pointers: tuple[int, ...]) -> None:
+        self.obj, self.tensors, self.baked, self.slots = obj, tensors, baked, slots
+        self.modules, self.pointers = modules, pointers
+
+    def holds(self, obj: Any) -> bool:
+        if obj is not self.obj:
+            return False
+        if any(m.training for m in self.modules):
+            return False
+        if any(container.get(key) is not value for container, key, value in self.slots):
+            return False  # a submodule, parameter or buffer was replaced
+        return tuple(t.data_ptr() for t in self.tensors.values()) == self.pointers  # `.data =`, `.to()`
+
+    @classmethod
+    def check(cls, obj: Any, position: int, recorded: dict[str, Any]) -> "_Bound":
+        """Check ``obj`` in full against what the export recorded of the module at ``position``."""
+        import torch
+
+        if isinstance(obj, torch.nn.Module):
+            module = contracts.describe_module(obj, grads=False)
+            for key, text in (("module", "its class"), ("repr", "its submodules or their settings"),
+                              ("settings", "its submodules' attributes, config or hooks")):
+                if module[key] != recorded["describe"][key]:
+                    raise Refused(f"argument {position} differs from the export's: {text}")
+            if any(m.training for m in obj.modules()):
+                raise Refused(f"argument {position} is in train() mode; the step was exported in eval()")
+            named = dict(obj.named_parameters(remove_duplicate=False))
+            named.update(obj.named_buffers(remove_duplicate=False))
+            slots = _slots(obj)
+            modules = list(obj.modules())
+        elif isinstance(obj, Mapping):
+            named, slots, modules = dict(obj), [], []
+        else:
+            raise Refused(f"argument {position} is a {type(obj).__name__}; the step was exported with a module there "
+                          "(give it, or a mapping of its weights by state_dict name)")
+        tensors = {}
+        for name, want in recorded["tensors"].items():
+            found = named.get(name)
+            if found is None:
+                if want[4]:  # a tensor a checkpoint holds
+                    raise Refused(f"argument {position} has no tensor {name!r}")
+                continue  # a buffer that is not persistent: the package ships it
+            if not isinstance(found, torch.Tensor):
+                raise Refused(f"argument {position}[{name!r}] is a {type(found).__name__}, not a tensor")
+            got = [list(found.shape), list(found.stride()), str(found.dtype), str(found.device)]
+            if got != want[:4]:
+                raise Refused(f"argument {position}'s {name} is {got}, exported for {want[:4]} "
+                              "(shape, stride, dtype, device)")
+            tensors[name] = found
+        baked = {name: named[name] for name in recorded.get("baked", []) if isinstance(named.get(name), torch.Tensor)}
+        if isinstance(obj, Mapping):
+            slots = [(obj, name, t) for name, t in {**tensors, **baked}.items()]
+        return cls(obj, tensors, baked, slots, modules, tuple(t.data_ptr() for t in tensors.values()))
+
+
+def _slots(module: Any) -> list[tuple[Any, str, Any]]:
+    """(container, name, value) of every submodule, parameter and buffer below ``module``."""
+    slots = []
+    for owner in module.modules():
+        for container in (owner._modules, owner._parameters, owner._buffers):
+            slots.extend((container, name, value) for name, value in container.items())
+    return slots
+
+
+def _tensor_problem(leaf: Any, want: dict[str, Any], sizes: dict[str, int], ranges: dict[str, list]) -> str | None:
+    if str(leaf.dtype) != want["dtype"] or str(leaf.device) != want["device"]:
+        return f"{leaf.dtype} on {leaf.device}, exported for {want['dtype']} on {want['device']}"
+    problem = contracts.dims_problem(want["dims"], leaf.shape, sizes, ranges)
+    if problem:
+        return problem
+    if want["stride"] is None:
+        if not leaf.is_contiguous():
+            return "not contiguous, exported for a contiguous tensor"
+    elif list(leaf.stride()) != want["stride"]:
+        return f"strides {list(leaf.stride())}, exported for {want['stride']}"
+    return None
+
+
+def _spec(pytree: Any, serialized: str) -> Any:
+    try:
+        return pytree.treespec_loads(serialized)
+    except Exception as exc:  # a result type whose module is not imported registers no way to rebuild it
+        raise Refused(f"its calling convention cannot be read here: {exc!r}") from None
+
+
+def _shipped_constants(torch: Any, blob: bytes) -> dict[str, Any]:
+    try:
+        loaded = torch.load(io.BytesIO(blob), weights_only=True, map_location="cpu")
+    except Exception as exc:
+        raise Refused(f"its shipped constants do not load: {exc!r}") from None
+    if not isinstance(loaded, dict):
+        raise Refused("its shipped constants are not a map of tensors")
+    return loaded
+
+
+def _open(torch: Any, package: bytes) -> Any:
+    """The C++ loader on ``package`` (checked bytes), from a private file it may extract."""
+    directory = tempfile.mkdtemp(prefix="hatch-precompile-step-")  # 0700
+    path = os.path.join(directory, "step.pt2")
+    try:
+        with open(path, "xb") as handle:
+            handle.write(package)
+        return touchpoints.aoti_open(torch, path)
+    except Exception as exc:
+        raise Refused(f"the AOTInductor loader refused the package: {exc}") from None
+    finally:
+        try:
+            os.unlink(path)
+            os.rmdir(directory)
+        except OSError:
+            pass

@@ -1,0 +1,190 @@
+"""The exported route: an inference step ships as an AOTInductor package and runs without the compiler.
+
+One wheel of tests/step_pkg (its ``classify`` step is saved under no_grad, in eval(), with a dynamic
+batch) serves every test here: its contents, a fresh process that must import neither Dynamo nor
+Inductor nor start a compiler, the caller's weights, the contract's fallbacks, the tools.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import run
+
+pytestmark = pytest.mark.slow
+
+SERVE = r'''
+import json, os, sys, time
+started = time.perf_counter()
+import torch
+if os.environ.get("THREADS"):
+    torch.set_num_threads(int(os.environ["THREADS"]))
+import step_pkg
+from step_pkg.model import classify
+out = {"threads": torch.get_num_threads()}
+model = step_pkg.make_model().eval()
+step = step_pkg.classify_step
+def call(*args):
+    result = step(*args)
+    return result, step.route, step.reason
+with torch.no_grad():
+    for n in (5, 1, 256):
+        x = step_pkg.make_batch(n)[0]
+        result, route, reason = call(model, x)
+        out[f"batch {n}"] = [route, reason, (result - classify(model, x)).abs().max().item()]
+    x = step_pkg.make_batch(7)[0]
+    other = step_pkg.make_model(seed=3).eval()
+    model.load_state_dict(other.state_dict())  # weights read at run time: the next call computes with them
+    result, route, _ = call(model, x)
+    out["load_state_dict"] = [route, (result - classify(other, x)).abs().max().item()]
+    model.net[0].weight.mul_(1.5)  # in place, as an optimizer step would
+    result, route, _ = call(model, x)
+    out["in place"] = [route, (result - classify(model, x)).abs().max().item()]
+    model.net[3].weight = torch.nn.Parameter(model.net[3].weight * 2)  # a new parameter object
+    result, route, _ = call(model, x)
+    out["new parameter"] = [route, (result - classify(model, x)).abs().max().item()]
+    weights = other.state_dict()  # a checkpoint's tensors, no module: what a server without the model code passes
+    result, route, _ = call(weights, x)
+    out["mapping"] = [route, (result - classify(other, x)).abs().max().item()]
+out["compiler modules"] = sorted(m for m in sys.modules if m.split(".")[:2] in (["torch", "_dynamo"], ["torch", "_inductor"]))
+out["seconds"] = time.perf_counter() - started
+print(json.dumps(out))
+'''
+
+FALLBACKS = r'''
+import json, torch, step_pkg
+from step_pkg.model import MLP, classify
+model = step_pkg.make_model().eval()
+x = step_pkg.make_batch(4)[0]
+step = step_pkg.classify_step
+out = {}
+def case(name, *args, grad=False):
+    with torch.set_grad_enabled(grad):
+        result = step(*args)
+        want = classify(*args)
+    out[name] = [step.route, step.reason, (result - want).abs().max().item()]
+case("as exported", model, x)
+case("batch 300", model, step_pkg.make_batch(300)[0])
+case("float64", model.double(), x.double()); model.float()
+model.train(); case("train mode", model, x); model.eval()
+case("grad enabled", model, x, grad=True)
+wider = MLP(); wider.net[1] = torch.nn.ReLU(); wider.eval()
+case("another submodule", wider, x)
+case("not contiguous", model, torch.randn(32, 4).t())
+case("as exported again", model, x)
+print(json.dumps(out))
+'''
+
+
+@pytest.fixture(scope="session")
+def step_site(step_wheel, tmp_path_factory) -> Path:
+    site = tmp_path_factory.mktemp("step-site")
+    with zipfile.ZipFile(step_wheel) as archive:
+        archive.extractall(site)
+    return site
+
+
+def serve(site: Path, cache: Path, code: str = SERVE, env: dict | None = None) -> dict:
+    cache.mkdir(parents=True, exist_ok=True)
+    full = {"PYTHONPATH": str(site), "TORCHINDUCTOR_CACHE_DIR": str(cache), **(env or {})}
+    proc = run([sys.executable, "-c", code], env=full, cwd=cache.parent)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def manifest_of(site: Path) -> dict:
+    (path,) = (site / "step_pkg" / "_precompiled" / "sets").glob("*/manifest.json")
+    return json.loads(path.read_text())
+
+
+def test_an_inference_step_ships_as_an_exported_package_without_its_weights(step_wheel, step_site):
+    manifest = manifest_of(step_site)
+    step = manifest["steps"]["classify"]
+    assert step["route"] == "aotinductor" and step["torch"] == torch.__version__
+    (dim,) = [d for d in step["inputs"][0] if isinstance(d, str)]
+    assert step["inputs"][0] == [dim, 32] and step["ranges"][dim] == [1, 256]
+    assert {"steps/classify.json", "steps/classify.pt2"} <= set(manifest["files"])
+    package = (step_site / "step_pkg" / "_precompiled" / "blobs" / manifest["files"]["steps/classify.pt2"]["sha256"]).read_bytes()
+    sys.path.insert(0, str(step_site))
+    try:
+        from step_pkg.model import make_model
+    finally:
+        sys.path.pop(0)
+    for name, weight in make_model().state_dict().items():  # the workload's own weights (seed 0)
+        if weight.unique().numel() == 1:
+            continue  # LayerNorm's ones and zeros are in any file
+        head = struct.pack(f"<{min(16, weight.numel())}f", *weight.flatten()[:16].tolist())
+        assert head not in package, f"{name} is in the package"
+
+
+def test_the_exported_step_serves_a_fresh_process_without_the_compiler(step_site, tmp_path):
+    home = tmp_path / "home"  # a fresh container: nothing remembered, nothing probed
+    home.mkdir()
+    compiler = tmp_path / "bin" / "g++"  # any start of a compiler leaves a trace and fails
+    compiler.parent.mkdir()
+    compiler.write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path / 'compiler-ran'}\nexit 1\n")
+    compiler.chmod(0o755)
+    env = {"HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"), "CXX": str(compiler),
+           "PATH": f"{compiler.parent}:{os.environ['PATH']}"}
+    out = serve(step_site, tmp_path / "cache", env=env)
+    assert out["compiler modules"] == []
+    assert not (tmp_path / "compiler-ran").exists()
+    for case in ("batch 5", "batch 1", "batch 256"):
+        route, reason, error = out[case]
+        assert route == "aotinductor" and reason is None and error < 1e-6, (case, out[case])
+    for case in ("load_state_dict", "in place", "new parameter", "mapping"):
+        route, error = out[case]
+        assert route == "aotinductor" and error < 1e-6, (case, out[case])
+
+
+@pytest.mark.parametrize("threads", [{"OMP_NUM_THREADS": "1"}, {}, {"THREADS": "8"}], ids=["1", "2", "8"])
+def test_the_exported_step_runs_at_the_process_thread_count(step_site, tmp_path, threads):
+    out = serve(step_site, tmp_path / "cache", env=threads)
+    assert out["threads"] == {"OMP_NUM_THREADS": 1, "THREADS": 8}.get(next(iter(threads), ""), torch.get_num_threads())
+    for case in ("batch 5", "batch 1", "batch 256"):
+        assert out[case][0] == "aotinductor" and out[case][2] < 1e-6, (case, out[case])
+
+
+def test_a_call_outside_the_contract_runs_the_fallback_with_the_reason(step_site, tmp_path):
+    out = serve(step_site, tmp_path / "cache", FALLBACKS)
+    assert out["as exported"][:2] == ["aotinductor", None] and out["as exported again"][:2] == ["aotinductor", None]
+    says = {
+        "batch 300": "input 0: dim 0 is 300, outside the exported range 1..256",
+        "float64": "input 0: torch.float64 on cpu, exported for torch.float32 on cpu",
+        "train mode": "argument 0 is in train() mode; the step was exported in eval()",
+        "grad enabled": "the process modes {'grad': True",
+        "another submodule": "argument 0 differs from the export's: its submodules or their settings",
+        "not contiguous": "input 0: not contiguous, exported for a contiguous tensor",
+    }
+    for case, reason in says.items():
+        route, why, error = out[case]
+        assert route == "fallback" and why.startswith(reason), (case, out[case])
+        assert error < 1e-5, (case, out[case])  # a failed shortcut costs time, never correctness
+
+
+def test_a_damaged_package_falls_back_with_the_reason(step_site, tmp_path):
+    site = tmp_path / "site"
+    import shutil
+
+    shutil.copytree(step_site, site)
+    manifest = manifest_of(site)
+    blob = site / "step_pkg" / "_precompiled" / "blobs" / manifest["files"]["steps/classify.pt2"]["sha256"]
+    blob.write_bytes(blob.read_bytes()[:-10])
+    code = ("import json, torch, step_pkg\nm = step_pkg.make_model().eval(); x = step_pkg.make_batch()[0]\n"
+            "with torch.no_grad(): step_pkg.classify_step(m, x)\n"
+            "print(json.dumps([step_pkg.classify_step.route, step_pkg.classify_step.reason]))")
+    route, reason = serve(site, tmp_path / "cache", code)
+    assert route == "fallback" and "steps/classify.pt2 does not match its sha256" in reason
+
+
+def test_report_lists_the_exported_step_with_its_ranges(step_wheel):
+    proc = run([sys.executable, "-m", "hatch_precompile", "report", step_wheel])
+    assert "classify: aotinductor, captured with torch " in proc.stdout
+    assert "1..256, 32]" in proc.stdout
