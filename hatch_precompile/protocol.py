@@ -50,6 +50,7 @@ BUILDING_VAR = "HATCH_PRECOMPILE_BUILDING"  # set in a build's child: load() sta
 TORCHSCRIPT_DIR_VAR = "HATCH_PRECOMPILE_TORCHSCRIPT_DIR"  # where save_torchscript() writes
 STEPS_DIR_VAR = "HATCH_PRECOMPILE_STEPS_DIR"  # where save_step() writes
 STEPS_VERIFY_VAR = "HATCH_PRECOMPILE_VERIFY_STEPS"  # set in verify's child: save_step() checks the shipped step
+NO_STEPS_VAR = "HATCH_PRECOMPILE_NO_STEPS"  # a build ships no step: save_step() does nothing (faster builds)
 PACKAGE_VAR = "HATCH_PRECOMPILE_PACKAGE"  # in a child: the package whose artifacts it builds or checks
 CACHE_DIR_VAR = "TORCHINDUCTOR_CACHE_DIR"  # torch's
 # Set on build machines, not on users': each changes a torch default that is part of every cache

@@ -188,3 +188,23 @@ def test_report_lists_the_exported_step_with_its_ranges(step_wheel):
     proc = run([sys.executable, "-m", "hatch_precompile", "report", step_wheel])
     assert "classify: aotinductor, captured with torch " in proc.stdout
     assert "1..256, 32]" in proc.stdout
+
+
+def test_verify_runs_the_exported_step_against_eager(step_site, tmp_path):
+    # Exit 1 on torch 2.13: the training step's resume graph after its backward() misses on replay
+    # (its shipped AOTAutograd entry is there and torch does not use it; so before exported steps).
+    proc = run([sys.executable, "-m", "hatch_precompile", "verify", "step_pkg", "--json"],
+               env={"PYTHONPATH": str(step_site)}, cwd=tmp_path, check=False)
+    result = json.loads(proc.stdout[proc.stdout.index("{"):])
+    (classify,) = [s for s in result["steps"] if s["name"] == "classify"]
+    assert classify == {"name": "classify", "route": "aotinductor", "reason": None, "problems": [], "shipped": True}
+    assert not [miss for miss in result["misses"] if miss.startswith("step ")], result["misses"]
+
+
+def test_snoop_counts_the_calls_the_exported_step_served(step_site, tmp_path):
+    program = ("import torch, step_pkg\nm = step_pkg.make_model().eval()\n"
+               "with torch.no_grad():\n    for n in (3, 4, 300): step_pkg.classify_step(m, step_pkg.make_batch(n)[0])\n")
+    proc = run([sys.executable, "-m", "hatch_precompile", "snoop", "--", sys.executable, "-c", program],
+               env={"PYTHONPATH": str(step_site)}, cwd=tmp_path)
+    assert "step_pkg:classify: 2 call(s) by aotinductor" in proc.stdout
+    assert "step_pkg:classify: 1 call(s) by fallback" in proc.stdout

@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -25,7 +27,7 @@ REQUIREMENT = os.environ.get("HATCH_PRECOMPILE_TEST_TORCH", "torch==2.14.1")
 
 
 @pytest.mark.skipif(not REQUIREMENT, reason="HATCH_PRECOMPILE_TEST_TORCH is empty")
-def test_newest_torch_builds_installs_and_starts_warm(hp_dist):
+def test_newest_torch_builds_installs_and_starts_warm(hp_dist, step_wheel):
     with tempfile.TemporaryDirectory(prefix="hatch-precompile-newest-torch-") as tmp:  # 5 GB: not kept
         tmp_path = Path(tmp)
         python = make_venv(tmp_path / "venv")
@@ -53,6 +55,7 @@ def test_newest_torch_builds_installs_and_starts_warm(hp_dist):
             assert_changed_triton_changes_the_key(python, tmp_path, cold)
         if run([python, "-c", "import torch; torch.compiler.precompile"], check=False).returncode == 0:
             assert_steps_ship_past_dynamo(python, tmp_path, links)
+        assert_an_exported_step_proven_on_this_torch_serves_it(python, tmp_path, step_wheel, version)
         shutil.rmtree(tmp_path / "venv")
 
 
@@ -62,7 +65,7 @@ def assert_steps_ship_past_dynamo(python: Path, tmp_path: Path, links: str) -> N
     artifact, they fall back to torch.compile and compute the same."""
     proc = run([python, "-m", "pip", "install", "-v", copy_project(tmp_path / "step_pkg", STEP_PKG)],
                env={"PIP_FIND_LINKS": links})
-    assert "TorchScript module(s), 2 step(s) ahead of time;" in proc.stdout
+    assert "TorchScript module(s), 3 step(s) ahead of time;" in proc.stdout
     results = {}
     for name, env in (("steps-cold", {"PRECOMPILE": "0"}), ("steps-warm", {})):
         (tmp_path / name).mkdir()
@@ -71,6 +74,7 @@ def assert_steps_ship_past_dynamo(python: Path, tmp_path: Path, links: str) -> N
     assert cold["routes"] == ["fallback", "fallback"] and cold["dynamo_frames"] > 0 and cold["kernels_compiled"] > 0
     assert warm["routes"] == ["precompiled", "precompiled"], warm["reasons"]
     assert warm["dynamo_frames"] == 0 and warm["kernels_compiled"] == 0
+    assert warm["classify"][:2] == ["aotinductor", None] and warm["classify"][2] < 1e-6, warm["classify"]
     assert warm["loss"] == pytest.approx(cold["loss"], rel=1e-6)
     assert warm["grad_norm"] == pytest.approx(cold["grad_norm"], rel=1e-6)
     assert warm["logits_sum"] == pytest.approx(cold["logits_sum"], rel=1e-5, abs=1e-5)
@@ -90,6 +94,49 @@ def assert_steps_ship_past_dynamo(python: Path, tmp_path: Path, links: str) -> N
     assert damaged["routes"] == ["fallback", "precompiled"]
     assert "does not match its sha256" in damaged["reasons"][0]
     assert damaged["loss"] == pytest.approx(cold["loss"], rel=1e-6)
+
+
+SERVE_EXPORTED = """
+import json, sys, torch, step_pkg
+from step_pkg.model import classify
+model = step_pkg.make_model().eval()
+x = step_pkg.make_batch(9)[0]
+with torch.no_grad():
+    got = step_pkg.classify_step(model, x)
+    error = (got - classify(model, x)).abs().max().item()
+compiler = [m for m in sys.modules if m.startswith(("torch._dynamo", "torch._inductor"))]
+print(json.dumps([step_pkg.classify_step.route, step_pkg.classify_step.reason, error, compiler]))
+"""
+
+
+def assert_an_exported_step_proven_on_this_torch_serves_it(python: Path, tmp_path: Path, wheel: Path,
+                                                           version: str) -> None:
+    """The step_pkg wheel built on the suite's torch, baked under this one: its exported step is
+    proven here and shipped for this torch as it is (the same bytes), not compiled again; this
+    torch then serves it with no compiler, and the suite's torch still serves its own."""
+    out = tmp_path / "baked"
+    proc = run([sys.executable, "-m", "hatch_precompile", "bake", "-o", out, "--python", python, wheel])
+    assert (f"step 'classify': the package built on torch {torch_version()} loads and matches on torch {version}: "
+            "shipped for it as it is") in proc.stdout
+    (baked,) = out.glob("*.whl")
+    with zipfile.ZipFile(baked) as archive:
+        manifests = [json.loads(archive.read(n)) for n in archive.namelist() if n.endswith("/manifest.json")]
+    by_torch = {m["env"]["torch"]: m for m in manifests}
+    assert by_torch[version]["steps"]["classify"]["proven"] == [version]
+    assert by_torch[version]["steps"]["classify"]["torch"] == torch_version()
+    digests = {m["files"]["steps/classify.pt2"]["sha256"] for m in manifests}
+    assert len(digests) == 1, "one package, stored once, serves both"
+    run([python, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", baked])
+    route, reason, error, compiler = json.loads(
+        run([python, "-c", SERVE_EXPORTED], env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "proven-cache")})
+        .stdout.strip().splitlines()[-1])
+    assert route == "aotinductor" and reason is None and error < 1e-6 and compiler == []
+
+
+def torch_version() -> str:
+    import torch
+
+    return torch.__version__
 
 
 # After a warm step: whether Triton's key had been computed or started (torch 2.13+ keeps it in a

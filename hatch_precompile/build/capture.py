@@ -128,11 +128,9 @@ def _capture_set(
     ).is_dir() and not (out_dir / STEPS_DIR).is_dir():
         return None
     libraries, unreadable = _native_needs(cache_dir)
+    # An exported step's model library needs more of the system (a newer libstdc++, say): checked
+    # where it loads, so that a system without falls back for that step, not for the whole set.
     steps = _steps(out_dir)
-    for step in steps.values():  # an exported step's model library needs these of the system too
-        from hatch_precompile.build import elf
-
-        elf.merge(libraries, step.get("libraries") or {})
     for path, problem in unreadable.items():  # not shipped: torch compiles that kernel where it is used
         say(f"precompile: warning: {problem}; {path.name} is not shipped")
         path.unlink()

@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from hatch_precompile.protocol import ON_FAILURE, STEP_CHECKS, check_artifact_name, step_files
+from hatch_precompile.protocol import NO_STEPS_VAR, ON_FAILURE, STEP_CHECKS, check_artifact_name, step_files
 from hatch_precompile.run import contract, variables
 
 CONTRACT_FORMAT = 1
@@ -67,6 +67,9 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
         return _verify(name, fn, args, check)
     directory = variables.steps_dir()
     if not directory:
+        return None
+    if variables.no_steps():
+        _note(f"step {name!r} not captured: {NO_STEPS_VAR} is set; load_step() falls back to torch.compile")
         return None
     out = Path(directory)
     if (out / Path(step_files(name)["json"]).name).exists():
@@ -152,22 +155,24 @@ def _save_precompiled(name: str, fn: Callable, args: tuple, check: str, out: Pat
 
 
 def _verify(name: str, fn: Callable, args: tuple, check: str) -> None:
-    """Under verify: the shipped step, loaded as users get it, against ``fn`` on changed arguments."""
+    """Under verify: the shipped step, loaded as users get it, against ``fn`` on changed arguments.
+    A step the set does not ship is left alone: the workload's own calls show what it compiles."""
     from hatch_precompile.run import artifacts, steps
 
     package = variables.package() or ""
-    step = steps.load_step(package, name, fn)
     try:
         found = artifacts.find(package)
     except artifacts.Skip:
         found = None
-    record: dict[str, Any] = {"name": name, "route": None, "reason": None, "problems": [],
-                              "shipped": found is not None and name in found.manifest.steps}
-    try:
-        check_against_reference(name, fn, args, step, check)
-    except StepMismatch as exc:
-        record["problems"].append(str(exc))
-    record["route"], record["reason"] = step.route, step.reason
+    shipped = found is not None and name in found.manifest.steps
+    record: dict[str, Any] = {"name": name, "route": None, "reason": None, "problems": [], "shipped": shipped}
+    if shipped:
+        step = steps.load_step(package, name, fn)
+        try:
+            check_against_reference(name, fn, args, step, check)
+        except StepMismatch as exc:
+            record["problems"].append(str(exc))
+        record["route"], record["reason"] = step.route, step.reason
     verified.append(record)
     return None
 

@@ -38,9 +38,11 @@ class Step:
     ran (None when it did not).
     """
 
-    def __init__(self, package: str, name: str, fn: Callable[..., Any], fallback: Callable[..., Any] | None):
+    def __init__(self, package: str, name: str, fn: Callable[..., Any], fallback: Callable[..., Any] | None,
+                 dynamic: bool | None = None):
         self.package, self.name, self.fn = package, name, fn
         self._fallback = fallback
+        self._dynamic = dynamic
         self._lock = threading.Lock()
         self._resolved = False
         self._contract: dict[str, Any] | None = None
@@ -94,7 +96,7 @@ class Step:
             if self._fallback is None:
                 import torch
 
-                self._fallback = torch.compile(self.fn)
+                self._fallback = torch.compile(self.fn, dynamic=self._dynamic)
             return self._fallback
 
     def _shipped_for(self, args: tuple) -> tuple[Any, str | None, str | None]:
@@ -204,13 +206,16 @@ class _WithoutExecWarning(logging.Filter):
         return not str(record.msg).startswith("torch.compiler.precompile.load is about to EXEC")
 
 
-def load_step(package: str, name: str, fn: Callable[..., Any], fallback: Callable[..., Any] | None = None) -> Step:
+def load_step(package: str, name: str, fn: Callable[..., Any], fallback: Callable[..., Any] | None = None, *,
+              dynamic: bool | None = None) -> Step:
     """``fn`` as ``package`` shipped it under ``name`` (see Step); never raises for an artifact problem.
 
     Cheap at import: nothing is read before the first call. ``fallback`` (default
-    ``torch.compile(fn)``, made on first need) runs wherever the shipped step cannot.
+    ``torch.compile(fn, dynamic=dynamic)``, made on first need) runs wherever the shipped step
+    cannot; ``dynamic=True`` makes it one graph for every size, as an exported step with dynamic
+    dims serves them (the workload warms it by calling ``step.fallback`` once).
     """
     check_artifact_name(name, "step")
     if not callable(fn):
         raise TypeError(f"load_step({package!r}, {name!r}, fn): fn must be callable, got {type(fn).__name__}")
-    return Step(package, name, fn, fallback)
+    return Step(package, name, fn, fallback, dynamic)

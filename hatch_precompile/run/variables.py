@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from hatch_precompile.protocol import (
     BUILDER_ONLY_VARS, BUILDING_VAR, GLOBAL_SWITCH, HEARTBEAT_VAR, NO_PATCHES_VAR, NO_SPEEDUPS_VAR, PREFERENCES_VAR, TARGET_VAR,
-    PACKAGE_VAR, STEPS_DIR_VAR, STEPS_VERIFY_VAR, TORCHSCRIPT_DIR_VAR,
+    NO_STEPS_VAR, PACKAGE_VAR, STEPS_DIR_VAR, STEPS_VERIFY_VAR, TORCHSCRIPT_DIR_VAR,
     package_switch,
 )
 
@@ -80,6 +80,11 @@ def torchscript_dir(environ: Mapping[str, str] | None = None) -> str | None:
 def steps_dir(environ: Mapping[str, str] | None = None) -> str | None:
     """Set in a build's child: where save_step() writes."""
     return _text(STEPS_DIR_VAR, environ) or None
+
+
+def no_steps(environ: Mapping[str, str] | None = None) -> bool:
+    """``HATCH_PRECOMPILE_NO_STEPS``: a build that ships no step (save_step() does nothing)."""
+    return _text(NO_STEPS_VAR, environ) not in ("", "0")
 
 
 def steps_verify(environ: Mapping[str, str] | None = None) -> bool:

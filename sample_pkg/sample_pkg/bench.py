@@ -1,6 +1,7 @@
-"""The benchmark protocol (bench/ttfs.py): each function makes one first call and returns its output."""
+"""The benchmark protocols: bench/ttfs.py's first calls (each returns its output) and bench/serve.py's
+``serve(mode)``, which builds what a server builds and returns ``answer()``, one request's answer."""
 
-from sample_pkg.model import Trainer, make_batch, make_model
+from sample_pkg.model import Trainer, classify, classify_step, make_batch, make_model
 
 
 def train_step():
@@ -9,3 +10,10 @@ def train_step():
 
 def infer():
     return Trainer(make_model()).predict(make_batch()[0])
+
+
+def serve(mode: str):
+    model = make_model().eval()
+    images = make_batch(7, seed=5)[0]  # a batch size the workload never used
+    run = {"eager": classify, "compiled": classify_step.fallback, "step": classify_step}[mode]
+    return lambda: run(model, images)

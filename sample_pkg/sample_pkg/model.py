@@ -76,6 +76,16 @@ class Trainer:
         return self.compiled(images)
 
 
+def classify(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
+    """Class probabilities: inference as served, under no_grad with the model in eval()."""
+    return model(images).softmax(-1)
+
+
+# Shipped as an AOTInductor package (the workload saves it): no compiler in the serving process.
+classify_step = hatch_precompile.load_step("sample_pkg", "classify", classify, dynamic=True)
+BATCH = torch.export.Dim("batch", min=1, max=1024)
+
+
 def scripted_classifier(model: nn.Module | None = None) -> torch.jit.ScriptModule:
     """The shipped TorchScript export of the untrained classifier, or a fresh trace of ``model``."""
     shipped = hatch_precompile.load_torchscript("sample_pkg", "classifier")

@@ -3,7 +3,7 @@
 import torch
 
 import hatch_precompile
-from sample_pkg.model import Trainer, make_batch, make_model
+from sample_pkg.model import BATCH, Trainer, classify, classify_step, make_batch, make_model
 
 
 def workload() -> None:
@@ -11,5 +11,9 @@ def workload() -> None:
     images, labels = make_batch()
     trainer.step(images, labels)  # compiled forward + backward, then the optimizer step
     trainer.predict(images)  # compiled inference (no_grad) graph
+    served = make_model().eval()
+    with torch.no_grad():  # inference in eval(): exported, for any batch of 1 to 1024 images
+        hatch_precompile.save_step("classify", classify, served, images, dynamic_shapes=(None, {0: BATCH}))
+        classify_step.fallback(served, images)  # where the exported step cannot run: warm too
     model = make_model(device="cpu").eval()  # the shipped TorchScript module is the CPU one
     hatch_precompile.save_torchscript("classifier", torch.jit.trace(model, make_batch(device="cpu")[0]))

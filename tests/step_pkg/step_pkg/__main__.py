@@ -43,4 +43,9 @@ model.eval()
 got = step_pkg.predict(model, x).double().sum().item()
 want = step_pkg.model.forward(eager.eval(), x).double().sum().item()
 result["eval_mode"] = [step_pkg.predict.route, step_pkg.predict.reason, got, want]
+served = step_pkg.make_model().eval()
+with torch.no_grad():
+    got = step_pkg.classify_step(served, small_x)
+    error = (got - step_pkg.model.classify(served, small_x)).abs().max().item()
+result["classify"] = [step_pkg.classify_step.route, step_pkg.classify_step.reason, error]
 print(json.dumps(result))

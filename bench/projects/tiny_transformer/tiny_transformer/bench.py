@@ -1,6 +1,6 @@
-"""The benchmark protocol (bench/ttfs.py): each function makes one first call and returns its output."""
+"""The benchmark protocols: bench/ttfs.py's first calls and bench/serve.py's ``serve(mode)``."""
 
-from tiny_transformer.model import Trainer, make_batch, make_model
+from tiny_transformer.model import Trainer, classify, classify_step, make_batch, make_model
 
 
 def train_step():
@@ -9,3 +9,10 @@ def train_step():
 
 def infer():
     return Trainer(make_model()).predict(make_batch()[0])
+
+
+def serve(mode: str):
+    model = make_model().eval()
+    tokens = make_batch(seed=5)[0][:5]  # a batch size the workload never used
+    run = {"eager": classify, "compiled": classify_step.fallback, "step": classify_step}[mode]
+    return lambda: run(model, tokens)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+import hatch_precompile
+
 VOCAB, DIM, HEADS, LAYERS, SEQ, CLASSES, BATCH = 512, 64, 4, 2, 32, 4, 16
 
 
@@ -66,3 +68,12 @@ class Trainer:
     @torch.no_grad()
     def predict(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.compiled(tokens)
+
+
+def classify(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    """Class probabilities of a batch of token sequences (served under no_grad, in eval())."""
+    return model(tokens).softmax(-1)
+
+
+BATCHES = torch.export.Dim("batch", min=1, max=256)
+classify_step = hatch_precompile.load_step("tiny_transformer", "classify", classify, dynamic=True)
