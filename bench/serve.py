@@ -100,7 +100,7 @@ def venv(path: Path, extra: list[str]) -> Path:
 
 def build(python: Path, project: Path, out: Path, env: dict[str, str]) -> tuple[Path, float]:
     started = time.perf_counter()
-    sh(python, "-m", "build", "--wheel", "--no-isolation", "-o", out, project, env=env)
+    sh(python, "-m", "build", "--wheel", "--no-isolation", "-o", out, project, env=env, cwd=out.parent)
     return next(out.glob("*.whl")), time.perf_counter() - started
 
 
@@ -148,11 +148,11 @@ def bench_project(python: Path, spec: str, work: Path, repeats: int, calls: int)
     env = {}
     modes = ["eager", "compiled", "step", "step, long-lived"]
     probe = sh(python, "-c", f"import {package}.bench as b; print(hasattr(b, 'checkpoint'))",
-               env={"PYTHONPATH": str(wheels["after"]["site"])}).stdout.strip().splitlines()[-1]
+               env={"PYTHONPATH": str(wheels["after"]["site"])}, cwd=work).stdout.strip().splitlines()[-1]
     if probe == "True":
         env["BENCH_WEIGHTS"] = str(work / "weights.pt")
         sh(python, "-c", f"import {package}.bench as b; b.checkpoint({str(work / 'weights.pt')!r})",
-           env={"PYTHONPATH": str(wheels["after"]["site"])})
+           env={"PYTHONPATH": str(wheels["after"]["site"])}, cwd=work)
         modes.insert(3, "weights")
     long_lived = work / "long-lived-home"
     serve(python, wheels["after"]["site"], package, "step", work, 0, env, home=long_lived)  # the machine's first
@@ -219,7 +219,7 @@ def main() -> int:
     python = venv(args.out / "venv", extra)
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
-    torch_version = sh(python, "-c", "import torch; print(torch.__version__)").stdout.strip().splitlines()[-1]
+    torch_version = sh(python, "-c", "import torch; print(torch.__version__)", cwd=args.out).stdout.strip().splitlines()[-1]
     results = {"cpu": cpu, "cores": os.cpu_count(), "torch": torch_version, "python": platform.python_version(),
                "date": time.strftime("%Y-%m-%d"), "projects": []}
     for spec in args.projects:

@@ -20,6 +20,12 @@ For each torch version (default: every minor release hatch-precompile supports, 
    rest; and whether the warm start computed Triton's key (a CUDA build's 0.4 s of hashing), seen
    by a profiler in an untimed run.
 
+With ``--exported``, the sample's exported step (its ``classify``, an AOTInductor package) instead,
+across versions: each torch builds the sample's wheel (proving the sample still builds there) and
+keeps that step's package; then every torch loads every package, as load_step would
+(run/exported.py), and runs it against eager ``classify``: which build -> run pairs load and match,
+and what the loader said where not. Writes ``<out>/exported.json`` and ``<out>/exported.md``.
+
 Writes ``<out>/results.json`` and ``<out>/matrix.md`` (the table the docs show) and prints it.
 Standard library only. Versions above a machine's pip cap need ``PIP_CONSTRAINT=/dev/null``;
 torch wheels are downloaded unless ``--find-links`` has them (CUDA builds: ~3 GB each).
@@ -38,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -265,15 +272,155 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Runs under the torch to test, with this checkout first on sys.path: load the package one torch
+# built, as load_step would, and run it against eager classify. argv: step dir.
+PAIR = r"""
+import json, os, sys, time
+step_dir = sys.argv[1]
+import torch
+from hatch_precompile.run import exported
+from sample_pkg.model import classify, make_batch, make_model
+record = json.load(open(os.path.join(step_dir, "classify.json")))
+package = open(os.path.join(step_dir, "classify.pt2"), "rb").read()
+constants = os.path.join(step_dir, "classify.constants")
+shipped = open(constants, "rb").read() if os.path.exists(constants) else None
+model, images = make_model().eval(), make_batch(7, seed=5)[0]
+out = {"torch": torch.__version__, "built": record["torch"]}
+try:
+    started = time.perf_counter()
+    step = exported.ExportedStep("classify", record["export"], package, shipped)
+    out["load_seconds"] = time.perf_counter() - started
+    with torch.no_grad():
+        started = time.perf_counter()
+        got = step.call((model, images))
+        out["first_call_seconds"] = time.perf_counter() - started
+        out["error"] = (got - classify(model, images)).abs().max().item()
+except exported.Refused as exc:
+    out["refused"] = str(exc)
+except Exception as exc:
+    out["failed"] = repr(exc)[:500]
+print(json.dumps(out))
+"""
+
+
+def exported_build(version: str, out: Path, find_links: list[str]) -> dict:
+    """The sample built under ``version``; its classify step's files kept in ``out/exported/<version>``."""
+    label = version.replace(":", "-")
+    row: dict = {"torch": version}
+    build_venv = out / f"build-{label}"
+    try:
+        python = venv(build_venv, f"torch=={version}", "build", "hatchling", str(ROOT), find_links=find_links)
+        row["torch"] = sh(python, "-c", "import torch; print(torch.__version__)").stdout.strip().splitlines()[-1]
+        started = time.perf_counter()
+        proc = sh(python, "-m", "build", "--wheel", "--no-isolation", "-o", out / f"dist-{label}",
+                  ROOT / "sample_pkg", check=False)
+        row["build_seconds"] = round(time.perf_counter() - started, 1)
+        row["build_lines"] = [line for line in proc.stdout.splitlines() if "precompile:" in line and "step" in line]
+        (out / f"build-{label}.log").write_text(proc.stdout)
+        if proc.returncode != 0:
+            row["build"] = f"failed (exit {proc.returncode}); see build-{label}.log"
+            return row
+        wheel = next((out / f"dist-{label}").glob("*.whl"))
+        row["wheel"] = wheel.name
+        sh(python, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", wheel)
+        warm = sample(python, {})
+        row["warm"] = {k: warm.get(k) for k in ("precompiled", "first_step_seconds", "classify_route",
+                                                "classify_reason", "classify_error", "first_classify_seconds")}
+        step_dir = out / "exported" / label
+        step_dir.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(wheel) as archive:
+            manifest = json.loads(next(archive.read(n) for n in archive.namelist() if n.endswith("/manifest.json")))
+            for suffix in ("json", "pt2", "constants"):
+                entry = manifest["files"].get(f"steps/classify.{suffix}")
+                if entry:
+                    (step_dir / f"classify.{suffix}").write_bytes(
+                        archive.read(f"sample_pkg/_precompiled/blobs/{entry['sha256']}"))
+        row["exported"] = (step_dir / "classify.pt2").is_file()
+    except Exception as exc:
+        row["error"] = str(exc)[-2000:]
+    finally:
+        shutil.rmtree(build_venv, ignore_errors=True)
+    return row
+
+
+def exported_runs(version: str, out: Path, find_links: list[str]) -> list[dict]:
+    """Every kept package, loaded and run under ``version``."""
+    label = version.replace(":", "-")
+    run_venv = out / f"run-{label}"
+    results = []
+    try:
+        python = venv(run_venv, f"torch=={version}", find_links=find_links)
+        env = {"PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'sample_pkg'}"}
+        for step_dir in sorted((out / "exported").iterdir()):
+            with tempfile.TemporaryDirectory() as tmp:
+                proc = sh(python, "-c", PAIR, step_dir, env={**env, "TORCHINDUCTOR_CACHE_DIR": tmp}, cwd=tmp,
+                          check=False)
+            try:
+                results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            except (ValueError, IndexError):
+                results.append({"built": step_dir.name, "failed": f"exit {proc.returncode}: {proc.stdout[-300:]}"})
+    finally:
+        shutil.rmtree(run_venv, ignore_errors=True)
+    return results
+
+
+def exported_table(builds: list[dict], pairs: list[dict]) -> str:
+    built = [b["torch"] for b in builds if b.get("exported")]
+    runs = sorted({p["torch"] for p in pairs if "torch" in p}, key=lambda v: [int(x) for x in v.split("+")[0].split(".")])
+    lines = ["| built with \\ run on | " + " | ".join(runs) + " |", "|---" * (len(runs) + 1) + "|"]
+    for source in built:
+        cells = []
+        for target in runs:
+            found = next((p for p in pairs if p.get("built") == source and p.get("torch") == target), None)
+            if found is None:
+                cells.append("-")
+            elif "error" in found:
+                ok = found["error"] < 1e-5
+                cells.append(f"{'**loads, matches**' if ok else 'loads, DIFFERS'} ({found['error']:.0e})")
+            else:
+                cells.append("refused: " + (found.get("refused") or found.get("failed") or "?")[:90].replace("|", "/"))
+        lines.append(f"| {source} | " + " | ".join(cells) + " |")
+    builds_lines = ["| torch | sample builds | exported step | served warm by | first served call |",
+                    "|---|---|---|---|---|"]
+    for b in builds:
+        warm = b.get("warm") or {}
+        built_ok = b.get("build") or b.get("error", "")[-80:] or f"yes, {b.get('build_seconds')} s"
+        step = "yes" if b.get("exported") else "no: " + "; ".join(b.get("build_lines", []))[-120:]
+        first = warm.get("first_classify_seconds")
+        builds_lines.append(f"| {b['torch']} | {built_ok} | {step} | {warm.get('classify_route') or '-'} | "
+                            f"{f'{first * 1e3:.1f} ms' if first else '-'} |")
+    return "\n".join(builds_lines) + "\n\n" + "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("versions", nargs="*", default=list(SUPPORTED))
+    parser.add_argument("--exported", action="store_true", help="which build -> run torch pairs an exported step "
+                        "loads and matches on")
     parser.add_argument("--find-links", action="append", default=[], help="a dir of torch wheels (repeatable)")
     parser.add_argument("--out", type=Path, default=ROOT / "matrix-out")
     parser.add_argument("--keep", action="store_true", help="keep the venvs (about 10 GB per CUDA torch)")
     args = parser.parse_args()
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
+    if args.exported:
+        versions = [v for v in args.versions if not v.endswith(":pypi")]
+        builds = []
+        for version in versions:
+            print(f"- build with torch {version} ...", flush=True)
+            builds.append(exported_build(version, out, args.find_links))
+            (out / "exported.json").write_text(json.dumps({"builds": builds}, indent=1))
+        pairs = []
+        for version in versions:
+            print(f"- run on torch {version} ...", flush=True)
+            pairs += exported_runs(version, out, args.find_links)
+            (out / "exported.json").write_text(json.dumps({"builds": builds, "pairs": pairs}, indent=1))
+        text = (f"Measured {time.strftime('%Y-%m-%d')} by `scripts/torch_matrix.py --exported` on "
+                f"{platform.machine()}, Python {platform.python_version()}, {os.cpu_count()} cores:\n\n"
+                + exported_table(builds, pairs))
+        (out / "exported.md").write_text(text)
+        print("\n" + text)
+        return
     rows = []
     for version in args.versions:
         print(f"- torch {version} ...", flush=True)
