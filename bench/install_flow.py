@@ -107,7 +107,7 @@ def measure(label: str, flow: str, hp_dir: Path, out: Path) -> dict:
     seconds = time.perf_counter() - started
     (out / f"pip-{label}-{flow}.log").write_text(log)
     bytes_, wheels = build_env_bytes(log)
-    line = next((l.strip() for l in log.splitlines() if "precompile: building artifacts for" in l), None)
+    line = next((text.strip() for text in log.splitlines() if "precompile: building artifacts for" in text), None)
     with tempfile.TemporaryDirectory(prefix="install-flow-cache-") as cache:
         if flow == "dockerfile":  # `docker run image python -m sample_pkg`: nothing but the image
             home = Path(cache) / "home"

@@ -38,9 +38,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 import zipfile
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH = os.environ.get("BENCH_TORCH", "torch==2.13.0")

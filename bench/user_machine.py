@@ -175,8 +175,8 @@ def main() -> None:
     out = args.out.resolve()
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    cpu = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
-                if l.startswith("model name")), platform.processor())
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
     results = {"cpu": cpu, "cores": os.cpu_count(), "torch": TORCH, "projects": {}}
     for project in args.projects:
         before = measure_version(f"before-{args.before}", args.before, project, out)

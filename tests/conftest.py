@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+INTEGRATION = Path(__file__).resolve().parent / "integration"
 SAMPLE = ROOT / "sample_pkg"
 STEP_PKG = ROOT / "tests" / "step_pkg"  # save_step / load_step, end to end
 TEST_USER_CACHE = tempfile.mkdtemp(prefix="hatch-precompile-tests-user-cache-")
@@ -32,7 +33,7 @@ TORCH_REQUIREMENT = f"torch=={metadata.version('torch').split('+')[0]}"
 SLOW_FIXTURES = frozenset({
     "hp_dist", "precompiled_wheel", "runtime_python", "notorch_python", "cold_result", "eager_result", "links",
     "target", "torch_wheels", "fleet_wheel", "single_wheels", "graph_break_build", "gpu_site", "build_tmpdir",
-    "step_wheel",
+    "step_wheel", "step_site",
 })
 
 
@@ -42,8 +43,11 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_collection_modifyitems(items):
+    """tests/unit/: in-process, no compile; tests/integration/: real wheels, venvs, frontends and fresh
+    processes, marked slow (as is any test that asks for a slow fixture), so that
+    `pytest -m "not slow"` (or `pytest tests/unit`) is the edit-test loop."""
     for item in items:
-        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        if INTEGRATION in Path(str(item.fspath)).parents or SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
 
 
@@ -152,6 +156,36 @@ def run_step_pkg(python: Path, cache_dir: Path, env=None, pythonpath: Path | Non
 
 
 @pytest.fixture(scope="session")
+def env_here() -> dict:
+    from hatch_precompile.run import artifacts
+
+    return artifacts.environment_key()  # imports torch once: the key is compared field by field
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    directory = tmp_path / "cache"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(directory))
+    for name in list(os.environ):
+        if name.startswith("PRECOMPILE") or name == "HATCH_PRECOMPILE_BUILDING":
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
+    return directory
+
+
+@pytest.fixture(scope="session")
+def links(tmp_path_factory, hp_dist) -> Path:
+    """A find-links dir with all an isolated build needs but torch, so no frontend goes online:
+    hatch-precompile's wheel, hatchling and its dependencies."""
+    out = tmp_path_factory.mktemp("links")
+    for wheel in hp_dist.glob("*.whl"):
+        shutil.copy(wheel, out)
+    # hatch-precompile's own wheel brings its dependencies (whatever they are) along.
+    run([sys.executable, "-m", "pip", "download", "-q", "-d", out, "hatchling", *out.glob("hatch_precompile-*.whl")])
+    return out
+
+
+@pytest.fixture(scope="session")
 def hp_dist(tmp_path_factory) -> Path:
     """hatch-precompile's own wheel, for venvs and isolated builds."""
     out = tmp_path_factory.mktemp("hp-dist")
@@ -182,6 +216,12 @@ def step_wheel(tmp_path_factory) -> Path:
     project = copy_project(tmp_path_factory.mktemp("step-src") / "step_pkg", STEP_PKG)
     _, wheel = build_wheel(project, tmp_path_factory.mktemp("step-dist"))
     return wheel
+
+
+@pytest.fixture(scope="session")
+def step_site(step_wheel, tmp_path_factory) -> Path:
+    """The step_pkg wheel unpacked: put it on PYTHONPATH to import the package as installed."""
+    return unpack(step_wheel, tmp_path_factory.mktemp("step-site"))
 
 
 @pytest.fixture(scope="session")

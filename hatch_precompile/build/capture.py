@@ -17,11 +17,26 @@ from typing import Any, Callable
 
 from hatch_precompile import __version__
 from hatch_precompile.child import runner
+from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol import (
-    CACHE_DIR_VAR, DIRNAME, INDUCTOR_DIR, MANIFEST_FILE, MEGACACHE_FILE, SETS_DIR, STEPS_DIR, TORCHSCRIPT_DIR,
-    ChildResult, FileEntry, Kernel, Manifest, Workload, blob_path, is_safe_relpath, pack_keys, set_name,
+    CACHE_DIR_VAR,
+    DIRNAME,
+    INDUCTOR_DIR,
+    MANIFEST_FILE,
+    MEGACACHE_FILE,
+    SETS_DIR,
+    STEPS_DIR,
+    TORCHSCRIPT_DIR,
+    ChildResult,
+    FileEntry,
+    Kernel,
+    Manifest,
+    blob_path,
+    is_safe_relpath,
+    set_name,
     sha256,
 )
+from hatch_precompile.protocol import workloads as workload_records
 from hatch_precompile.run import relocate, variables
 
 # Not shipped: Inductor's lock files; and Triton's own cache, whose group files hold absolute
@@ -32,7 +47,7 @@ _SKIP_DIRS = {"locks", "triton"}
 Say = Callable[[str], None]
 
 
-class WorkloadFailed(Exception):
+class WorkloadFailed(PrecompileError):
     def __init__(
         self, workload: str | None, detail: str, missing_module: str | None = None, no_gpu: str | None = None
     ) -> None:
@@ -44,7 +59,7 @@ class WorkloadFailed(Exception):
         super().__init__(f"{where} failed: {detail}")
 
 
-class Unusable(Exception):
+class Unusable(PrecompileError):
     """This torch cannot make trustworthy artifacts (too old, or its environment key is unreadable)."""
 
 
@@ -149,8 +164,8 @@ def _capture_set(
             f"precompile: {unverified} kernel(s) are not relocatable with this torch; they hit "
             "only where torch is installed at the same path as in this build"
         )
+    result["total_seconds"] = round(time.perf_counter() - started, 3)
     manifest = _manifest(package, result, files, kernels, steps, libraries)
-    manifest.timings["total_seconds"] = round(time.perf_counter() - started, 3)
     set_dir = target / SETS_DIR / set_name(manifest.env)
     set_dir.mkdir(parents=True, exist_ok=True)
     (set_dir / MANIFEST_FILE).write_text(manifest.dumps())
@@ -185,12 +200,12 @@ def _manifest(package: str, result: dict[str, Any], files: dict[str, FileEntry],
         kernels=kernels,
         torchscript={p.rsplit("/", 1)[1].removesuffix(".pt"): p for p in files if p.startswith(f"{TORCHSCRIPT_DIR}/")},
         megacache={"file": MEGACACHE_FILE, "artifacts": result["megacache"]} if result["megacache"] else None,
-        workloads=[Workload.from_dict(w) for w in result["workloads"]],
+        workloads=[workload_records.normalize(w) for w in result["workloads"]],
         generator=f"hatch-precompile {__version__}",
         python_full=result["python_full"],
         inductor_vec_isa=result["inductor_vec_isa"],
         compile_times=result["compile_times"],
-        timings={"torch_import_seconds": result["import_seconds"]},
+        timings={"torch_import_seconds": result["import_seconds"], "total_seconds": result["total_seconds"]},
         cache_files_copied=sum(p.startswith(f"{INDUCTOR_DIR}/") for p in files),
         cpu_target=result.get("cpu_target"),
         cpu_features=result.get("cpu_features") or [],
@@ -198,7 +213,7 @@ def _manifest(package: str, result: dict[str, Any], files: dict[str, FileEntry],
         settings=result.get("settings") or {},
         probes=result.get("probes") or {},
         visible=result.get("visible"),
-        keys=pack_keys([e for w in result["workloads"] for e in w.get("keys") or []]),
+        keys=workload_records.pack_keys([e for w in result["workloads"] for e in w.get("keys") or []]),
         steps=steps,
         libraries=libraries,
         platform=_platform(libraries, result),

@@ -21,10 +21,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from hatch_precompile.errors import PrecompileError
+
 ELF_MAGIC = b"\x7fELF"
 
 
-class Unreadable(Exception):
+class Unreadable(PrecompileError):
     """A file that looks like ELF cannot be read as one."""
 
 
@@ -67,7 +69,7 @@ def needs(path: Path) -> dict[str, dict[str, str]]:
                     if symbol.entry.st_shndx != "SHN_UNDEF" or not symbol.name:
                         continue
                     library, version = version_of.get(versym.get_symbol(index).entry.ndx, (None, None))
-                    if library is not None:
+                    if library is not None and version is not None:
                         found.setdefault(library, {}).setdefault(version, symbol.name)
             return found
     except (ELFError, OSError, ValueError, KeyError, AttributeError, TypeError) as exc:

@@ -128,7 +128,7 @@ def input_shapes(name: str, fn: Callable, args: tuple, dynamic_shapes: Any) -> A
 def _compile(torch: Any, program: Any, package_path: str, tmp: str) -> list[tuple[str, ...]]:
     """AOTInductor's package of ``program`` at ``package_path``, compiled in a private cache dir;
     the arch flags its compiles used."""
-    touchpoints.wrap(touchpoints.CPP_BUILDER, "run_compile_cmd", before=_record_flags)
+    touchpoints.wrap("compile-command", before=_record_flags)
     _flags.clear()
     _recording[0] = True
     try:
@@ -168,7 +168,8 @@ def _spec(torch: Any, name: str, program: Any, args: tuple, positions: list[int]
     ranges: dict[str, list] = {}
     for symbol, bounds in program.range_constraints.items():
         ranges[str(symbol)] = [_bound(bounds.lower), _bound(bounds.upper)]
-    described, tensors = [], iter(placeholders)
+    described: list[dict[str, Any]] = []
+    tensors = iter(placeholders)
     for i, leaf in enumerate(leaves):
         if not isinstance(leaf, torch.Tensor):
             described.append({"value": [type(leaf).__name__, repr(leaf)]})
@@ -179,7 +180,9 @@ def _spec(torch: Any, name: str, program: Any, args: tuple, positions: list[int]
             "stride": None if leaf.is_contiguous() else list(leaf.stride()),
         })
     loader = exported._open(torch, package)
-    modules, constants, shipped = {}, {}, {}
+    modules: dict[str, dict[str, Any]] = {}
+    constants: dict[str, list[Any]] = {}
+    shipped: dict[str, Any] = {}
     for i in positions:
         module = args[i]
         named = dict(module.named_parameters(remove_duplicate=False))
@@ -260,9 +263,7 @@ def _features(flags: list[tuple[str, ...]]) -> list[str]:
     from hatch_precompile.build import isa
 
     try:
-        from torch._inductor.cpp_builder import get_cpp_compiler
-
-        compiler = get_cpp_compiler()
+        compiler = touchpoints.cpp_compiler()
         return isa.features(compiler, set(flags) if flags else {("-march=native",)})
     except Exception:
         return ["?unknown"]  # no CPU has it: load_step refuses the package rather than trust it

@@ -84,7 +84,7 @@ class CompileFlags:
         self.flag_sets: set[tuple[str, ...]] = set()
 
     def install(self) -> None:
-        touchpoints.wrap(touchpoints.CPP_BUILDER, "run_compile_cmd", before=self._before_compile)
+        touchpoints.wrap("compile-command", before=self._before_compile)
 
     @property
     def applied(self) -> bool:

@@ -12,6 +12,7 @@ import dataclasses
 import re
 from typing import Any, Callable
 
+from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol import CPU_TARGETS, DEFAULT_TIMEOUT, DEVICES, DOTTED_NAME, ON_FAILURE, WORKLOAD
 
 CHECKS = ("off", "warn", "error")
@@ -22,7 +23,7 @@ RESERVED = frozenset(
 )
 
 
-class OptionError(ValueError):
+class OptionError(PrecompileError, ValueError):
     """An option of the table is wrong; the message names it."""
 
 
@@ -30,16 +31,17 @@ Check = Callable[[Any, "Bad"], Any]  # (the value as written, a way to reject it
 
 
 class Bad:
-    """Rejects one option's value: ``raise bad("a boolean")``."""
+    """Rejects one option's value: ``raise bad("a boolean")``, naming the option as ``subject`` says
+    (the hook's table, bake's ``[tool.hatch-precompile]`` of a file, a command line's flag)."""
 
-    def __init__(self, option: str, hook: str, value: Any) -> None:
-        self.option, self.hook, self.value = option, hook, value
+    def __init__(self, subject: str, value: Any) -> None:
+        self.subject, self.value = subject, value
 
     def __call__(self, expected: str) -> OptionError:
-        return OptionError(f"Option `{self.option}` for build hook `{self.hook}` must be {expected}, got {self.value!r}")
+        return OptionError(f"{self.subject} must be {expected}, got {self.value!r}")
 
     def entry(self, entry: Any, expected: str) -> OptionError:
-        return OptionError(f"Option `{self.option}` for build hook `{self.hook}`: entry {entry!r} must {expected}")
+        return OptionError(f"{self.subject}: entry {entry!r} must {expected}")
 
 
 def _option(name: str, default: Any, check: Check, doc: str) -> Any:
@@ -142,19 +144,26 @@ FIELDS = {f.metadata["option"]: f for f in dataclasses.fields(Options)}
 KNOWN = tuple(sorted(FIELDS))
 
 
-def parse(table: dict[str, Any], hook: str) -> Options:
-    """Options from the hook's table; raises OptionError naming the first bad option."""
+def parse(table: dict[str, Any], hook: str, where: str | None = None) -> Options:
+    """Options from the hook's table (or, ``where`` given, a ``[tool.hatch-precompile]`` table of that
+    file); raises OptionError naming the first bad option."""
+    place = f"for build hook `{hook}`" if where is None else f"in {where}"
     unknown = sorted(set(table) - set(KNOWN) - RESERVED)
     if unknown:
         raise OptionError(
-            f"Unknown option(s) {', '.join(f'`{u}`' for u in unknown)} for build hook `{hook}`; "
-            f"known options: {', '.join(KNOWN)}"
+            f"Unknown option(s) {', '.join(f'`{u}`' for u in unknown)} {place}; known options: {', '.join(KNOWN)}"
         )
     values = {}
     for name, field in FIELDS.items():
         if name in table:
-            values[field.name] = field.metadata["check"](table[name], Bad(name, hook, table[name]))
+            values[field.name] = field.metadata["check"](table[name], Bad(f"Option `{name}` {place}", table[name]))
     return Options(**values)
+
+
+def check_option(name: str, value: Any, spelled: str) -> Any:
+    """One option's value through its check, the error naming it as ``spelled`` (a command line's
+    ``--cpu-capabilities``) rather than as the hook's table does."""
+    return FIELDS[name].metadata["check"](value, Bad(spelled, value))
 
 
 def documentation() -> str:

@@ -20,7 +20,14 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 from hatch_precompile.build import options as options_module
 from hatch_precompile.build import settings as settings_module
 from hatch_precompile.protocol import (
-    BLOBS_DIR, DECLARATION_FILE, DIRNAME, MANIFEST_FILE, SETS_DIR, Declaration, Manifest, file_kind,
+    BLOBS_DIR,
+    DECLARATION_FILE,
+    DIRNAME,
+    MANIFEST_FILE,
+    SETS_DIR,
+    Declaration,
+    Manifest,
+    file_kind,
 )
 from hatch_precompile.run import variables
 
@@ -60,7 +67,7 @@ class PrecompileBuildHook(BuildHookInterface):
 
         try:
             return target.choose(self._torch_requirement(), pins=pins.discover())
-        except target.TargetError as exc:
+        except target.TargetEnvError as exc:
             raise ValueError(f"build hook `{self.PLUGIN_NAME}`: {exc}") from None
 
     def _torch_requirement(self) -> str | None:
@@ -108,7 +115,7 @@ class PrecompileBuildHook(BuildHookInterface):
         if not enabled:
             self.app.display_info(f"precompile: off ({why}); building a plain wheel")
             return
-        self._check_package(package)
+        package = self._check_package(package)
         artifacts = self._capture(package)
         if artifacts is None:
             return
@@ -126,15 +133,16 @@ class PrecompileBuildHook(BuildHookInterface):
         self._cleanup()
 
     # -- steps -----------------------------------------------------------------------------
-    def _check_package(self, package: str | None) -> None:
+    def _check_package(self, package: str | None) -> str:
         hook = f"for build hook `{self.PLUGIN_NAME}`"
-        if not self.options.workloads:
+        if not self.options.workloads or package is None:
             raise ValueError(f'Option `workload` {hook} is required (e.g. workload = "mypkg.precompile:workload")')
         if not any((Path(self.root) / base / package.replace(".", "/")).is_dir() for base in ("", "src")):
             raise ValueError(
                 f"Option `package` {hook} is {package!r}, but no such package directory exists under "
                 f"{self.root} (set `package` to the package that calls hatch_precompile.load)"
             )
+        return package
 
     def _capture(self, package: str) -> Path | None:
         """Run the workloads; the artifact dir, or None when the wheel is to be built without."""
@@ -183,7 +191,7 @@ class PrecompileBuildHook(BuildHookInterface):
         manifests = [Manifest.parse(f.read_bytes()) for f in sorted((artifacts / SETS_DIR).glob(f"*/{MANIFEST_FILE}"))]
         for manifest in manifests:
             total = sum(entry.size for entry in manifest.files.values())
-            breaks = sum(len(w.graph_breaks) for w in manifest.workloads)
+            breaks = sum(len(w.get("graph_breaks") or []) for w in manifest.workloads)
             steps = sum(path.endswith(".json") for path in manifest.files if file_kind(path) == "step")
             env = manifest.env
             self.app.display_info(
@@ -231,10 +239,11 @@ class PrecompileBuildHook(BuildHookInterface):
     def _check_instabilities(self, artifacts: Path) -> None:
         """The ``graph-breaks`` and ``recompiles`` options: a package's CI catches a new one the day it appears."""
         from hatch_precompile.child import pitfalls
+        from hatch_precompile.protocol import workloads
 
         found: dict[str, list[str]] = {"graph-breaks": [], "recompiles": []}
         for manifest_file in sorted((artifacts / SETS_DIR).glob(f"*/{MANIFEST_FILE}")):
-            for workload in Manifest.parse(manifest_file.read_bytes()).workloads:
+            for workload in workloads.of(Manifest.parse(manifest_file.read_bytes())):
                 for option, lines in pitfalls.of_workload(workload.graph_breaks, workload.recompiles).items():
                     found[option] = list(dict.fromkeys(found[option] + [f"{workload.name}: {line}" for line in lines]))
         for option, level in (("graph-breaks", self.options.graph_breaks), ("recompiles", self.options.recompiles)):

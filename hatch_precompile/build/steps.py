@@ -24,6 +24,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
+from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol import NO_STEPS_VAR, ON_FAILURE, STEP_CHECKS, check_artifact_name, step_files
 from hatch_precompile.run import contract, variables
 
@@ -31,11 +32,11 @@ CONTRACT_FORMAT = 1
 PRECOMPILE_ROUTE = "precompile"
 
 
-class StepMismatch(AssertionError):
+class StepMismatch(PrecompileError, AssertionError):
     """At build: the captured step computed something else than the reference (fails the workload)."""
 
 
-class StepCaptureError(RuntimeError):
+class StepCaptureError(PrecompileError, RuntimeError):
     """At build: torch could not capture the step by its route; the message says why and what to do."""
 
 
@@ -64,7 +65,8 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
     if on_failure not in ON_FAILURE:
         raise ValueError(f"save_step({name!r}, ...): on_failure={on_failure!r} must be one of {', '.join(ON_FAILURE)}")
     if variables.steps_verify():
-        return _verify(name, fn, args, check)
+        _verify(name, fn, args, check)
+        return None
     directory = variables.steps_dir()
     if not directory:
         return None
@@ -105,7 +107,7 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
     return None
 
 
-class NotAvailable(Exception):
+class NotAvailable(PrecompileError):
     """This torch has no way to ship the step by its route (not the workload's fault)."""
 
 

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from hatch_precompile.build import pins as pins_module
+from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol import TARGET_VAR
 from hatch_precompile.run import variables
 
@@ -51,6 +52,7 @@ BUILD_ENV_VARS = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONSAFEPAT
 # Runs in a candidate interpreter: what is installed there, without importing it.
 _PROBE = r"""
 import importlib.metadata as md, importlib.util as iu, json, os, re, site, sys
+from hatch_precompile.errors import PrecompileError
 try:
     torch = md.version("torch")
 except md.PackageNotFoundError:
@@ -70,7 +72,7 @@ print(json.dumps({
 """
 
 
-class TargetError(Exception):
+class TargetEnvError(PrecompileError):
     """``HATCH_PRECOMPILE_TARGET`` names no usable environment."""
 
 
@@ -119,7 +121,9 @@ def probe(python: str, environ: Mapping[str, str]) -> Environment | None:
             [python, "-c", _PROBE], env=clean_environ(environ), capture_output=True, text=True,
             timeout=120, check=False, stdin=subprocess.DEVNULL,
         )
-        data = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
+        if proc.returncode != 0:
+            return None
+        data = json.loads(proc.stdout.strip().splitlines()[-1])
         return Environment(
             python=data["python"], prefix=data["prefix"], cache_tag=data["cache_tag"], torch=data["torch"],
             torch_dir=data["torch_dir"], site_packages=tuple(data["site_packages"]),
@@ -267,10 +271,10 @@ def _explicit(location: str, requirement: str | None, environ: Mapping[str, str]
     python = interpreter_of(location)
     env = probe(python, environ)
     if env is None:
-        raise TargetError(f"{TARGET_VAR}={location!r}: {python} does not run as a Python interpreter")
+        raise TargetEnvError(f"{TARGET_VAR}={location!r}: {python} does not run as a Python interpreter")
     problem = _unsuitable(env, requirement)
     if problem is not None:
-        raise TargetError(f"{TARGET_VAR}={location!r}: that environment ({env.prefix}) {problem}")
+        raise TargetEnvError(f"{TARGET_VAR}={location!r}: that environment ({env.prefix}) {problem}")
     if _same_env(env) and _visible(env):
         return Choice(None, f"torch {env.torch} of the environment running the build ({env.prefix}, {TARGET_VAR})")
     return Choice(env, f"torch {env.torch} of the target environment {env.prefix} ({TARGET_VAR}); the workload runs there")
@@ -323,9 +327,9 @@ def _this_process_torch() -> tuple[str | None, str | None]:
     spec = importlib.util.find_spec("torch")
     directory = os.path.dirname(spec.origin) if spec and spec.origin else None
     try:  # with its local tag, as torch.__version__ says it (the probe above does the same)
-        text = Path(directory, "version.py").read_text()
-        version = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", text, re.M).group(1)
-    except (TypeError, OSError, AttributeError):
+        found = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", Path(directory or "", "version.py").read_text(), re.M)
+        version = found.group(1) if found else version
+    except OSError:
         pass
     return version, directory
 

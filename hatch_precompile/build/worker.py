@@ -21,9 +21,19 @@ from typing import Any
 from hatch_precompile.build import isa
 from hatch_precompile.child import observe, work
 from hatch_precompile.protocol import (
-    BUILDING_VAR, CACHE_DIR_VAR, EXIT_OK, EXIT_WORKLOAD_FAILED, MEGACACHE_FILE, PACKAGE_VAR, SETTINGS, STEPS_DIR,
+    BUILDING_VAR,
+    CACHE_DIR_VAR,
+    EXIT_OK,
+    EXIT_WORKLOAD_FAILED,
+    MEGACACHE_FILE,
+    PACKAGE_VAR,
+    SETTINGS,
+    STEPS_DIR,
     STEPS_DIR_VAR,
-    TORCHSCRIPT_DIR, TORCHSCRIPT_DIR_VAR, ChildResult, Failure,
+    TORCHSCRIPT_DIR,
+    TORCHSCRIPT_DIR_VAR,
+    ChildResult,
+    Failure,
 )
 
 # docs/torch-versions.md: every minor release from OLDEST_TORCH to NEWEST_TESTED, end to end.
@@ -267,7 +277,7 @@ def _machine(flags: isa.CompileFlags, kernel_commands: dict[str, Any]) -> dict[s
 def _built_binaries() -> bool:
     """Whether the cache dir holds a compiled kernel or module (a ``.so``)."""
     cache = os.environ.get(CACHE_DIR_VAR)
-    return bool(cache) and any(Path(cache).rglob("*.so"))
+    return cache is not None and any(Path(cache).rglob("*.so"))
 
 
 def _visible(torch: Any) -> dict[str, Any] | None:

@@ -38,9 +38,9 @@ class KeyRecorder:
     def __init__(self) -> None:
         self._made: list[dict[str, Any]] = []  # {"details": obj, "compile_id", "key"}
         self._taken = 0
-        touchpoints.wrap(touchpoints.CODECACHE, "FxGraphHashDetails.__init__", after=self._details)
-        touchpoints.wrap(touchpoints.CODECACHE, "compiled_fx_graph_hash", after=self._key("fx"))
-        touchpoints.wrap(touchpoints.AUTOGRAD_CACHE, "autograd_cache_key", after=self._key("aot"))
+        touchpoints.wrap("key-details", after=self._details)
+        touchpoints.wrap("fx-key", after=self._key("fx"))
+        touchpoints.wrap("aot-key", after=self._key("aot"))
 
     def _details(self, arguments: dict[str, Any], _: Any) -> None:
         details = arguments["self"]

@@ -99,7 +99,7 @@ def record_kernel_commands() -> dict[str, tuple[str, str]]:
         ):
             recorded[result[0]] = (extension, extra)
 
-    touchpoints.wrap(touchpoints.CODECACHE, "write", after=note)
+    touchpoints.wrap("write", after=note)
     return recorded
 
 
@@ -158,7 +158,7 @@ class LogRecorder(logging.Handler):
     def _graph_break(self, message: str) -> None:
         lines = message.splitlines()
         location = lines[0].rpartition(" at ")[2] if lines else "?"
-        explanation = next((l.strip() for l in lines if l.strip().startswith("Explanation:")), None)
+        explanation = next((line.strip() for line in lines if line.strip().startswith("Explanation:")), None)
         reason = explanation or (lines[1] if len(lines) > 1 else "")
         self.breaks.append({"location": location, "reason": reason.removeprefix("Explanation: ")})
 
@@ -224,7 +224,7 @@ class Signatures:
 
     def __init__(self) -> None:
         self.by_id: dict[str, dict[str, Any]] = {}
-        touchpoints.wrap(touchpoints.CONVERT_FRAME, "_compile", before=self._note)
+        touchpoints.wrap("dynamo-compile", before=self._note)
 
     def _note(self, arguments: dict[str, Any]) -> None:
         import torch
@@ -302,13 +302,13 @@ def _collect_graphs(metrics: Any, graphs: list[dict[str, Any]], signatures: dict
         if not backward:
             entry["restart_seconds"] = round(getattr(m, "dynamo_time_before_restart_s", None) or 0.0, 3)
             entry["restart_reasons"] = sorted(str(r) for r in getattr(m, "restart_reasons", None) or ())
-            signature = signatures.get(entry["compile_id"])
+            signature = signatures.get(str(entry["compile_id"]))
             entry["inputs"] = graph_inputs(getattr(m, "graph_node_shapes", None), signature)
             entry["grad_mode"] = signature.get("grad_mode") if signature else None
-            frames[entry["compile_id"]] = entry
-        elif entry["compile_id"] in frames:
-            entry["function"] = frames[entry["compile_id"]]["function"]
-            entry["location"] = frames[entry["compile_id"]]["location"]
+            frames[str(entry["compile_id"])] = entry
+        elif str(entry["compile_id"]) in frames:
+            entry["function"] = frames[str(entry["compile_id"])]["function"]
+            entry["location"] = frames[str(entry["compile_id"])]["location"]
         # Frames Dynamo looked at without producing a graph carry no compile work worth listing.
         if backward or entry["ops"] or entry["aot_misses"] or entry["fx_misses"] or entry["aot_hits"]:
             graphs.append(entry)

@@ -23,14 +23,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hatch_precompile.child.work import RESULT_FILE, parse_event
+from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol import ChildResult, ChildResultError
 from hatch_precompile.run.variables import HEARTBEAT_SECONDS
+
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 
 Say = Callable[[str], None]
 
 
-class ChildError(Exception):
+class ChildError(PrecompileError):
     """The child did not report: it timed out, crashed, or wrote no result."""
 
     def __init__(self, workload: str | None, detail: str) -> None:

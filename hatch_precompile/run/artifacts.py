@@ -15,13 +15,21 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol import (
-    DIRNAME, MANIFEST_FILE, SETS_DIR, Manifest, ManifestError, blob_path, first_mismatch, sha256,
+    DIRNAME,
+    MANIFEST_FILE,
+    SETS_DIR,
+    Manifest,
+    ManifestError,
+    blob_path,
+    first_mismatch,
+    sha256,
 )
 from hatch_precompile.run import machine, usercache
 
 
-class Skip(Exception):
+class Skip(PrecompileError):
     """Stop loading, with this reason: the one way the run side says "not here, and why"."""
 
 

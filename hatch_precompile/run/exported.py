@@ -23,13 +23,14 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from hatch_precompile.errors import PrecompileError
 from hatch_precompile.run import contract as contracts
 from hatch_precompile.run import machine, touchpoints
 
 ROUTE = "aotinductor"
 
 
-class Refused(Exception):
+class Refused(PrecompileError):
     """This process cannot run the exported step; the message says why."""
 
 
@@ -40,6 +41,9 @@ def loader_problem(torch: Any) -> str | None:
         return f"torch {torch.__version__} has no AOTInductor C++ loader (torch._C._aoti.AOTIModelPackageLoader)"
     if not hasattr(loader, "load_constants") or not hasattr(loader, "get_constant_fqns"):
         return f"torch {torch.__version__}'s AOTInductor loader cannot take the caller's weights (no load_constants)"
+    if not touchpoints.aoti_binds_in_place(loader):
+        return (f"torch {torch.__version__}'s AOTInductor loader cannot use the caller's weights in place (its "
+                "load_constants has no user_managed): an in-place update would not be seen")
     return None
 
 
@@ -144,7 +148,8 @@ class ExportedStep:
             touchpoints.aoti_bind(self._loader, constants)
         except Exception as exc:
             self._bound.clear()
-            raise Refused(f"the loader did not take the weights: {exc!r}") from None
+            first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+            raise Refused(f"the loader did not take the weights: {type(exc).__name__}: {first}") from None
 
 
 class _Bound:
@@ -209,7 +214,7 @@ class _Bound:
 
 def _slots(module: Any) -> list[tuple[Any, str, Any]]:
     """(container, name, value) of every submodule, parameter and buffer below ``module``."""
-    slots = []
+    slots: list[tuple[Any, str, Any]] = []
     for owner in module.modules():
         for container in (owner._modules, owner._parameters, owner._buffers):
             slots.extend((container, name, value) for name, value in container.items())

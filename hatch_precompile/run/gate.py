@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 
+from hatch_precompile.errors import PrecompileError
 from hatch_precompile.run import preferences, variables
 
 OFF_VALUES = frozenset({"0", "false", "no", "off"})
 ON_VALUES = frozenset({"1", "true", "yes", "on"})
 
 
-class GateValueError(ValueError):
+class GateValueError(PrecompileError, ValueError):
     """An environment switch or the preferences file holds a value that is neither on nor off."""
 
 

@@ -13,6 +13,9 @@ import ctypes
 import dataclasses
 import os
 import threading
+from collections.abc import Mapping
+
+from hatch_precompile.errors import PrecompileError
 
 NVML_LIBRARY = "libnvidia-ml.so.1"
 _NAME_BUFFER = 96  # NVML_DEVICE_NAME_V2_BUFFER_SIZE
@@ -27,7 +30,7 @@ class Device:
     uuid: str  # "GPU-5b3c..."
 
 
-class Unidentified(Exception):
+class Unidentified(PrecompileError):
     """The GPU cannot be named without initialising CUDA; the message says why."""
 
 
@@ -71,7 +74,7 @@ def _check(status: int, call: str) -> None:
         raise Unidentified(f"NVML's {call} returned error {status}")
 
 
-def visible(all_devices: list[Device], environ: dict[str, str] | None = None) -> list[Device]:
+def visible(all_devices: list[Device], environ: Mapping[str, str] | None = None) -> list[Device]:
     """The devices CUDA would show this process, in its order (``CUDA_VISIBLE_DEVICES``).
 
     Like CUDA, the list ends at the first entry that names no device. MIG slices are not
@@ -110,12 +113,12 @@ def identify(environ: dict[str, str] | None = None) -> Device | None:
     Raises Unidentified when NVML fails, or when the visible GPUs are of different models and
     CUDA's order among them (``CUDA_DEVICE_ORDER``, fastest first by default) is not the bus order.
     """
-    environ = os.environ if environ is None else environ
-    shown = visible(devices(), environ)
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    shown = visible(devices(), env)
     if not shown:
         return None
     models = sorted({(d.name, d.capability) for d in shown})
-    if len(models) > 1 and environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
+    if len(models) > 1 and env.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
         raise Unidentified(
             f"the visible GPUs are of {len(models)} models ({', '.join(name for name, _ in models)}) and "
             "CUDA orders them fastest first, so which one is cuda:0 is unknown without initialising CUDA "

@@ -12,7 +12,6 @@ import logging
 import os
 import threading
 import warnings
-
 from pathlib import Path
 
 from hatch_precompile.protocol import CACHE_DIR_VAR

@@ -69,23 +69,22 @@ def apply(manifest: Manifest | None = None, cpu: frozenset[str] | None = None) -
         for flags, features in manifest.probes.items():
             if all(f.lower() in cpu for f in features):
                 _vouched.setdefault(frozenset(flags.split()), set()).add(str((manifest.compiler or {}).get("version")))
-    touchpoints.wrap(touchpoints.CODECACHE, "write", after=_note_built_kernel)
-    touchpoints.wrap(touchpoints.CODECACHE, "_precompile_header", instead=_skip_header_when_built)
+    touchpoints.wrap("write", after=_note_built_kernel)
+    touchpoints.wrap("precompile-header", instead=_skip_header_when_built)
     # Inductor hashes torch's whole source tree (torch_key, 0.3-0.7 s here), and where Triton is
     # installed (a CUDA build, on a GPU or not) Triton's too, before the first cache lookup: both
     # start in the background (hashlib drops the GIL), computed by torch as always (item 4).
-    touchpoints.prefetch(touchpoints.CODECACHE, "torch_key")
+    touchpoints.prefetch("torch-key")
     # Remembered only where a set was loaded: not for each build env's short-lived Triton.
-    triton = functools.partial(touchpoints.prefetch, touchpoints.CODECACHE, "triton_key", elsewhere=touchpoints.TRITON_COMPAT,
-                               memo=TritonKeyMemo() if manifest is not None else None)
+    triton = functools.partial(touchpoints.prefetch, "triton-key", memo=TritonKeyMemo() if manifest is not None else None)
     if manifest is not None and _shows_no_gpu(manifest):
         # Then torch before 2.15 leaves Triton's key out of every graph's key (its C++ kernels
         # do not use Triton), yet computes it first (0.4 s of hashing a CUDA build's libtriton).
-        touchpoints.answer_without(touchpoints.CODECACHE, "CacheBase.get_system", "triton_key", otherwise=triton)
+        touchpoints.answer_without("system", "triton_key", otherwise=triton)
     else:
         triton()
-    touchpoints.wrap(touchpoints.VEC_ISA, "VecISA.check_build", instead=_vouched_probe, after=_note_probe)
-    touchpoints.wrap(touchpoints.VEC_ISA, "VecISA._probe_load", instead=_remembered_probe, after=_remember_probe)
+    touchpoints.wrap("check-build", instead=_vouched_probe, after=_note_probe)
+    touchpoints.wrap("probe-load", instead=_remembered_probe, after=_remember_probe)
 
 
 class TritonKeyMemo:
@@ -171,9 +170,7 @@ def vouches(arch_flags: Any) -> bool:
     builders = _vouched.get(words)
     if not words or not builders:
         return False
-    from torch._inductor.cpp_builder import get_cpp_compiler
-
-    compiler = get_cpp_compiler()
+    compiler = touchpoints.cpp_compiler()
     if envkey.compiler_version(compiler) in builders:
         return True  # the build's own compiler compiled these flags
     return _accepts(compiler, tuple(sorted(words)))

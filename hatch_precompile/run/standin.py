@@ -44,7 +44,7 @@ def apply(manifest: Manifest) -> list[str]:
                 notes.append(f"{DYNAMIC_THREADS_VAR}={os.environ[DYNAMIC_THREADS_VAR]} here, and the graphs "
                              "were compiled with dynamic threads: they will compile again")
             continue
-        touchpoints.set_config(touchpoints.CONFIG, name, value)
+        touchpoints.set_config("inductor-config", name, value)
     built = manifest.compiler or {}
     if built.get("config") is not None:
         notes.extend(_compiler_notes(built))
@@ -66,8 +66,7 @@ def _compiler_notes(built: dict[str, Any]) -> list[str]:
     _built_compiler.setdefault("family", built["family"])
     touchpoints.after_import(touchpoints.CODECACHE, lambda _: _say_if_unavailable(built))
     # After torch made the key's details: a hook that raises leaves them as torch made them.
-    touchpoints.wrap(touchpoints.CODECACHE, "FxGraphHashDetails.__init__",
-                     after=lambda arguments, _: agree_compiler(arguments["self"].inductor_config))
+    touchpoints.wrap("hash-details", after=lambda arguments, _: agree_compiler(arguments["self"].inductor_config))
     return []
 
 
@@ -101,9 +100,7 @@ def _family_of_resolved(command: str) -> str:
 def stands_in() -> bool:
     """Whether the compiler Inductor resolved in this process is of the build's family."""
     try:
-        from torch._inductor.cpp_builder import get_cpp_compiler
-
-        command = get_cpp_compiler()  # raises when no compiler works: then nothing stands in
+        command = touchpoints.cpp_compiler()  # raises when no compiler works: then nothing stands in
     except Exception:
         return False
     return isinstance(command, str) and _family_of_resolved(command) == _built_compiler.get("family")

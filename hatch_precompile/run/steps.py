@@ -177,33 +177,32 @@ class Step:
                 return None
         import torch
 
-        quiet = _WithoutExecWarning()
-        logging.getLogger("torch._precompile").addFilter(quiet)
+        from hatch_precompile.run import touchpoints
+
         try:
-            return torch.compiler.precompile.load(files["py"].decode(), files["cache"])
+            with touchpoints.quiet_logger("precompile-logger", _not_the_exec_warning):
+                return torch.compiler.precompile.load(files["py"].decode(), files["cache"])
         except Exception as exc:
             self._contract = None
             self._skip(f"step {self.name!r} did not load: {exc!r}")
             return None
-        finally:
-            logging.getLogger("torch._precompile").removeFilter(quiet)
 
-    def _skip(self, reason: str, quiet: bool = False) -> None:
+    def _skip(self, reason: str, quiet: bool = False) -> dict[str, Any] | None:
+        """No shipped step here, for ``reason`` (said once as a PrecompileWarning unless ``quiet``):
+        None, what the caller returns."""
         self._unavailable = reason
         if not quiet:
             try:
                 loader.report_skip(loader.LoadResult(self.package, False, f"{reason}; compiling it instead"))
             except Exception:  # warnings turned into errors (-W error): the step still falls back
-                pass
+                loader.log.debug("step %s: the skip could not be reported", self.name, exc_info=True)
         return None
 
 
-class _WithoutExecWarning(logging.Filter):
+def _not_the_exec_warning(record: logging.LogRecord) -> bool:
     """torch warns at every load that the code it runs is untrusted; this code is the package's own,
     checked against the sha256 its wheel's manifest lists, so the warning would only be noise."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("torch.compiler.precompile.load is about to EXEC")
+    return not str(record.msg).startswith("torch.compiler.precompile.load is about to EXEC")
 
 
 def load_step(package: str, name: str, fn: Callable[..., Any], fallback: Callable[..., Any] | None = None, *,

@@ -1,52 +1,23 @@
-"""Every place hatch-precompile touches torch's internals, owned here: lazily, once, failing safe.
+"""Every place hatch-precompile touches torch's internals, registered here: lazily, once, failing safe.
 
-A touchpoint is a function or method of torch's that is wrapped, or a setting that is set, right
-after its module is first imported (so that ``import pkg`` does not pay for importing Inductor).
-The features hook into them; this module is the only one that replaces anything of torch's:
+A touchpoint is something of torch's that is not public API: a function or method that is wrapped,
+a cached computation started early, a setting that is set, a logger that is filtered, a private
+function that is called, or a value the build's observers read. Each has a name in ``REGISTRY``
+(its torch module and name, what it is, who uses it and why), and the features go through this
+module's functions by that name; nothing else replaces anything of torch's. docs/touchpoints.md is
+generated from the registry, and tests/misbehave/sitecustomize.py breaks each one by name (a test
+keeps the three equal). Only this module and what runs in a build's child import torch's private
+modules (a lint rule says so: ``[tool.ruff.lint.flake8-tidy-imports]``).
 
-=======================  ===============================================  ==============================
-touchpoint               torch's                                          who hooks in, and why
-=======================  ===============================================  ==============================
-``write``                ``_inductor.codecache.write``                    build: each kernel's command
-                                                                          line (child/observe.py);
-                                                                          load: which kernels are built
-                                                                          (run/speedups.py)
-``precompile-header``    ``_inductor.codecache._precompile_header``       skip the header for a built
-                                                                          kernel (speedups)
-``torch-key``            ``_inductor.codecache.torch_key``                hash torch's sources in the
-                                                                          background (speedups)
-``triton-key``           ``_inductor.codecache.triton_key`` (2.13+; else  hash Triton's too, or set
-                         ``..runtime.triton_compat.triton_key``)          the key this machine computed
-                                                                          before (speedups)
-``system``               ``_inductor.codecache.CacheBase.get_system``     without a GPU: answered without
-                                                                          Triton's key where it is
-                                                                          unused (speedups)
-``check-build``          ``_inductor.cpu_vec_isa.VecISA.check_build``     answer ISA probes a shipped
-                                                                          set proved (speedups)
-``probe-load``           ``_inductor.cpu_vec_isa.VecISA._probe_load``     remember passed probes (speedups)
-``autotune-recheck``     ``..triton_heuristics.CachingAutotuner``         find shipped tuned configs
-                         ``.recheck_autotune_cache``                      (run/tuned_configs.py)
-``hash-details``         ``_inductor.codecache.FxGraphHashDetails``       a stand-in compiler's key
-                         ``.__init__``                                    (run/standin.py)
-``inductor-config``      ``_inductor.config`` (``cpp.dynamic_threads``)   the set's settings (standin)
-``compile-command``      ``_inductor.cpp_builder.run_compile_cmd``        build: portable kernels, their
-                                                                          flags (build/isa.py)
-``dynamo-compile``       ``_dynamo.convert_frame._compile``               build, verify, snoop: each
-                                                                          graph's call (child/observe.py)
-``key-details``          ``_inductor.codecache.FxGraphHashDetails``       build, verify, snoop: what each
-                         ``.__init__`` (and its AOTAutograd subclass)     key is made of (child/keys.py)
-``fx-key``, ``aot-key``  ``_inductor.codecache.compiled_fx_graph_hash``,  the key itself (child/keys.py)
-                         ``_functorch._aot_autograd.autograd_cache``
-                         ``.autograd_cache_key``
-=======================  ===============================================  ==============================
-
-A wrapper takes any signature and passes every call through; a hook sees the call's arguments by
-name (defaults filled in; none when the signature cannot be read) and may, before the call,
-replace some (``before``), answer it in place of torch (``instead``, returning anything but
-``PASS``), or look at the result (``after``). A hook that raises is as if it had not run: it can
-slow torch down, never break a compile. What is not where we expect it is left alone.
-``HATCH_PRECOMPILE_NO_PATCHES=1`` (or its older name ``HATCH_PRECOMPILE_NO_SPEEDUPS``) turns every
-wrapper and prefetch off: torch's code then runs untouched, only slower. The set's settings
+Wrapping happens right after the torch module is first imported (so that ``import pkg`` does not
+pay for importing Inductor). A wrapper takes any signature and passes every call through; a hook
+sees the call's arguments by name (defaults filled in; none when the signature cannot be read)
+and may, before the call, replace some (``before``), answer it in place of torch (``instead``,
+returning anything but ``PASS``), or look at the result (``after``). A hook that raises is as if it
+had not run, and is logged (``hatch_precompile`` logger, debug level; ``HATCH_PRECOMPILE_DEBUG=1``
+prints it): it can slow torch down, never break a compile. What is not where we expect it is left
+alone. ``HATCH_PRECOMPILE_NO_PATCHES=1`` (or its older name ``HATCH_PRECOMPILE_NO_SPEEDUPS``) turns
+every wrapper and prefetch off: torch's code then runs untouched, only slower. The set's settings
 (``inductor-config``) still apply: they are torch's own knobs, and without them every shipped
 graph would miss.
 """
@@ -54,17 +25,24 @@ graph would miss.
 from __future__ import annotations
 
 import builtins
+import contextlib
+import dataclasses
 import functools
 import importlib
 import importlib.abc
 import importlib.util
 import inspect
+import logging
 import sys
 import threading
+from collections.abc import Iterator
 from types import FunctionType, ModuleType
 from typing import Any, Callable, Protocol
 
 from hatch_precompile.run import variables
+
+log = logging.getLogger("hatch_precompile.touchpoints")
+variables.debug_log()  # HATCH_PRECOMPILE_DEBUG: what failed here, on stderr
 
 CODECACHE = "torch._inductor.codecache"
 VEC_ISA = "torch._inductor.cpu_vec_isa"
@@ -74,6 +52,94 @@ CPP_BUILDER = "torch._inductor.cpp_builder"
 CONVERT_FRAME = "torch._dynamo.convert_frame"
 TRITON_COMPAT = "torch._inductor.runtime.triton_compat"
 AUTOGRAD_CACHE = "torch._functorch._aot_autograd.autograd_cache"
+DYNAMO_UTILS = "torch._dynamo.utils"
+
+
+@dataclasses.dataclass(frozen=True)
+class Touchpoint:
+    name: str
+    module: str  # the torch module
+    qualname: str  # what of it: a function, a method, a setting, a logger
+    kind: str  # wrap, prefetch, answer, setting, logging, call, read
+    users: str  # who uses it, and why
+    elsewhere: str | None = None  # where an older torch has it (a prefetch's fallback module)
+
+
+REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
+    Touchpoint("write", CODECACHE, "write", "wrap", "build: each kernel's command line (child/observe.py); load: "
+               "which kernels are built (run/speedups.py)"),
+    Touchpoint("precompile-header", CODECACHE, "_precompile_header", "wrap",
+               "load: skip the header for a kernel already built (run/speedups.py)"),
+    Touchpoint("torch-key", CODECACHE, "torch_key", "prefetch", "load: hash torch's sources in the background "
+               "(run/speedups.py)"),
+    Touchpoint("triton-key", CODECACHE, "triton_key", "prefetch", "load: hash Triton's in the background, or set "
+               "the key this machine computed before (2.13+; before, `runtime.triton_compat.triton_key`)",
+               elsewhere=TRITON_COMPAT),
+    Touchpoint("system", CODECACHE, "CacheBase.get_system", "answer", "load, without a GPU: answered without "
+               "Triton's key where torch leaves it out of the graphs' keys (run/speedups.py)"),
+    Touchpoint("check-build", VEC_ISA, "VecISA.check_build", "wrap", "load: answer the ISA probes a shipped set "
+               "proved (run/speedups.py)"),
+    Touchpoint("probe-load", VEC_ISA, "VecISA._probe_load", "wrap", "load: remember the probes that passed "
+               "(run/speedups.py)"),
+    Touchpoint("autotune-recheck", TRITON_HEURISTICS, "CachingAutotuner.recheck_autotune_cache", "wrap",
+               "load, on a GPU: find the shipped tuned configs (run/tuned_configs.py)"),
+    Touchpoint("hash-details", CODECACHE, "FxGraphHashDetails.__init__", "wrap", "load: a stand-in compiler's key "
+               "(run/standin.py)"),
+    Touchpoint("inductor-config", CONFIG, "cpp.dynamic_threads", "setting", "load: the set's settings "
+               "(run/standin.py); applied under HATCH_PRECOMPILE_NO_PATCHES too"),
+    Touchpoint("compile-command", CPP_BUILDER, "run_compile_cmd", "wrap", "build: portable kernels and their flags "
+               "(build/isa.py, build/export.py)"),
+    Touchpoint("dynamo-compile", CONVERT_FRAME, "_compile", "wrap", "build, verify, snoop: each graph's call "
+               "(child/observe.py)"),
+    Touchpoint("key-details", CODECACHE, "FxGraphHashDetails.__init__", "wrap", "build, verify, snoop: what each key "
+               "is made of, AOTAutograd's subclass included (child/keys.py)"),
+    Touchpoint("fx-key", CODECACHE, "compiled_fx_graph_hash", "wrap", "build, verify, snoop: the FX graph key "
+               "(child/keys.py)"),
+    Touchpoint("aot-key", AUTOGRAD_CACHE, "autograd_cache_key", "wrap", "build, verify, snoop: the AOTAutograd key "
+               "(child/keys.py)"),
+    Touchpoint("verify-setting", "torch._inductor.config, torch._functorch.config", "<setting>", "setting",
+               "verify's `--setting inductor.NAME=VALUE` / `functorch.NAME=VALUE` (tools/replay.py)"),
+    Touchpoint("precompile-logger", "torch._precompile", "logger", "logging", "load_step: torch's warning that the "
+               "code it runs is untrusted, for a step whose sha256 the manifest vouches for (run/steps.py)"),
+    Touchpoint("logs", "torch._logging", "set_logs", "logging", "build, snoop: graph breaks and float64 nodes from "
+               "torch's logs, kept from printing (child/observe.py)"),
+    Touchpoint("metrics", DYNAMO_UTILS, "get_compilation_metrics", "read", "build, verify, snoop: each graph "
+               "compiled, its seconds and source location (child/observe.py)"),
+    Touchpoint("counters", DYNAMO_UTILS, "counters", "read", "build, verify, snoop: cache hits and misses "
+               "(child/observe.py)"),
+    Touchpoint("guard-failures", DYNAMO_UTILS, "guard_failures", "read", "build, verify, snoop: recompiles and "
+               "why (child/observe.py)"),
+    Touchpoint("compile-times", DYNAMO_UTILS, "compile_times", "read", "build: compile time by phase "
+               "(build/worker.py)"),
+    Touchpoint("megacache", "torch.compiler", "save_cache_artifacts", "read", "build: the Mega-Cache bytes "
+               "(build/worker.py)"),
+    Touchpoint("cpu-capability", "torch.backends.cpu", "get_cpu_capability", "read", "build and load: the "
+               "environment key (run/envkey.py)"),
+    Touchpoint("cpp-compiler", CPP_BUILDER, "get_cpp_compiler", "call", "load and build: the compiler Inductor "
+               "resolved (run/standin.py, run/speedups.py, build/worker.py)"),
+    Touchpoint("cache-dir", "torch._inductor.runtime.cache_dir_utils", "cache_dir", "call", "load, on a GPU: the "
+               "cache dir the tuned configs go to (run/tuned_configs.py)"),
+    Touchpoint("aoti-compile", "torch._inductor", "aoti_compile_and_package", "call", "build: an exported step's "
+               "package (build/export.py)"),
+    Touchpoint("aoti-loader", "torch._C._aoti", "AOTIModelPackageLoader", "call", "load_step: run an exported "
+               "step, with the caller's weights bound in place (run/exported.py)"),
+)}
+
+
+def documentation() -> str:
+    """docs/touchpoints.md's table, from the registry."""
+    rows = ["| touchpoint | torch's | kind | who uses it, and why |", "|---|---|---|---|"]
+    for t in REGISTRY.values():
+        rows.append(f"| `{t.name}` | `{t.module}` `{t.qualname}` | {t.kind} | {t.users} |")
+    return "\n".join(rows) + "\n"
+
+
+def _lookup(name: str, kind: str | tuple[str, ...]) -> Touchpoint:
+    point = REGISTRY[name]  # KeyError: every touchpoint is registered
+    if point.kind not in ((kind,) if isinstance(kind, str) else kind):
+        raise ValueError(f"touchpoint {name!r} is a {point.kind}, not a {kind}")
+    return point
+
 
 MARK = "_hatch_precompile_patched"
 PASS = object()  # what an ``instead`` hook returns to let torch answer
@@ -96,23 +162,57 @@ def enabled() -> bool:
     return not variables.no_patches()
 
 
-def wrap(module: str, qualname: str, *, before: Hook | None = None, instead: Hook | None = None,
+def wrap(name: str, *, before: Hook | None = None, instead: Hook | None = None,
          after: After | None = None) -> None:
-    """Hook into ``module.qualname`` (``"VecISA.check_build"``) once ``module`` is imported."""
+    """Hook into the touchpoint ``name`` (a function or method of torch's) once its module is imported."""
+    point = _lookup(name, "wrap")
     if not enabled():
         return
-    hooks = _hooks.setdefault((module, qualname), _Hooks())
+    hooks = _hooks.setdefault((point.module, point.qualname), _Hooks())
     for kind, hook in (("before", before), ("instead", instead), ("after", after)):
         if hook is not None and hook not in getattr(hooks, kind):
             getattr(hooks, kind).append(hook)
-    after_import(module, lambda loaded: _install(loaded, qualname, hooks))
+    after_import(point.module, lambda loaded: _install(loaded, point.qualname, hooks, name), name)
 
 
-def set_config(module: str, name: str, value: Any) -> None:
-    """Set ``module``'s ``name`` (``"cpp.dynamic_threads"``) once it is imported, if it has it.
+def set_config(name: str, setting: str, value: Any, module: str | None = None) -> None:
+    """Through the touchpoint ``name``, set ``setting`` (``"cpp.dynamic_threads"``) of its config module
+    (or of ``module``) once that is imported, if it has it.
 
     A setting, not a patch: it applies under the switch too, or the shipped graphs would miss."""
-    after_import(module, lambda loaded: _set(loaded, name, value))
+    point = _lookup(name, "setting")
+    after_import(module or point.module, lambda loaded: _set(loaded, setting, value), name)
+
+
+def set_config_now(name: str, module: str, setting: str, value: Any) -> None:
+    """Set ``setting`` of the config ``module`` now (verify's ``--setting``); raises where torch has
+    no such setting, naming it."""
+    _lookup(name, "setting")
+    owner, _ = _resolve(importlib.import_module(module), setting)  # AttributeError: no such setting
+    setattr(owner, setting.rsplit(".", 1)[-1], value)
+
+
+@contextlib.contextmanager
+def quiet_logger(name: str, keep: Callable[[logging.LogRecord], bool]) -> Iterator[None]:
+    """While the block runs, the touchpoint ``name``'s logger passes only the records ``keep`` keeps."""
+    point = _lookup(name, "logging")
+
+    class Keep(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return keep(record)
+
+    logger, quiet = logging.getLogger(point.module), Keep()
+    try:
+        logger.addFilter(quiet)
+    except Exception:  # the logger is not what we expect: its records pass, as without us
+        log.debug("touchpoint %s: not filtered", name, exc_info=True)
+    try:
+        yield
+    finally:
+        try:
+            logger.removeFilter(quiet)
+        except Exception:
+            log.debug("touchpoint %s: filter not removed", name, exc_info=True)
 
 
 class Memo(Protocol):
@@ -122,7 +222,7 @@ class Memo(Protocol):
     def put(self, value: Any) -> None: ...
 
 
-def prefetch(module: str, qualname: str, elsewhere: str | None = None, memo: Memo | None = None) -> None:
+def prefetch(name: str, memo: Memo | None = None) -> None:
     """Start ``module.qualname()`` (a cached computation: ``torch_key``) in the background once
     ``module`` is imported: torch's own ``.prefetch()`` where it has one (2.13+), else a thread
     whose result a caller waits for rather than computing it a second time. Where ``module``
@@ -131,6 +231,8 @@ def prefetch(module: str, qualname: str, elsewhere: str | None = None, memo: Mem
     With ``memo``, where torch's cache takes a value (``.set``, 2.13+): the remembered value is
     set, and nothing is computed; else torch's computation runs in the background and its result
     is remembered."""
+    point = _lookup(name, "prefetch")
+    module, qualname, elsewhere = point.module, point.qualname, point.elsewhere
     if not enabled():
         return
 
@@ -153,17 +255,18 @@ def prefetch(module: str, qualname: str, elsewhere: str | None = None, memo: Mem
         elif callable(function) and not getattr(function, MARK, False):
             setattr(owner, name, _computed_in_background(function, qualname))
 
-    after_import(module, start)
+    after_import(module, start, name)
 
 
 def _guarded_call(function: Callable[[], Any]) -> Any:
     try:
         return function()
     except Exception:
+        log.debug("%s failed", getattr(function, "__qualname__", function), exc_info=True)
         return None
 
 
-def answer_without(module: str, qualname: str, callee: str, otherwise: Callable[[], None]) -> None:
+def answer_without(name: str, callee: str, otherwise: Callable[[], None]) -> None:
     """Once ``module`` is imported, let ``module.qualname`` (a cached function of no arguments:
     ``CacheBase.get_system``) answer without ever calling ``callee`` (``triton_key``) where its
     answer cannot depend on it; else run ``otherwise()`` (prefetch ``callee``).
@@ -173,18 +276,20 @@ def answer_without(module: str, qualname: str, callee: str, otherwise: Callable[
     callee's value is discarded (torch before 2.15 on a machine where CUDA shows no GPU), and that
     answer is the function's from then on. Anything unexpected, a difference or an error: nothing
     is replaced, and torch computes it as always."""
+    point = _lookup(name, "answer")
     if not enabled():
         return
 
     def install(loaded: ModuleType) -> None:
         try:
-            replaced = _answer_without(loaded, qualname, callee)
+            replaced = _answer_without(loaded, point.qualname, callee)
         except Exception:
+            log.debug("touchpoint %s: left as torch has it", name, exc_info=True)
             replaced = False
         if not replaced:
             otherwise()
 
-    after_import(module, install)
+    after_import(point.module, install, name)
 
 
 _STAND_INS = (None, "hatch-precompile: a stand-in value")  # another type too: a use of it differs
@@ -246,12 +351,12 @@ def _computed_in_background(function: Callable[[], Any], qualname: str,
         try:
             result["value"] = function()
         except BaseException:  # the caller computes it again, and sees the error there
-            pass
+            log.debug("%s failed in the background", qualname, exc_info=True)
         try:
             if then is not None and "value" in result:
                 then(result["value"])  # before the caller goes on: a short process exits soon after
         except Exception:
-            pass
+            log.debug("%s: its result was not remembered", qualname, exc_info=True)
         finally:
             done.set()
 
@@ -270,17 +375,17 @@ def _computed_in_background(function: Callable[[], Any], qualname: str,
     return joined
 
 
-def after_import(name: str, patch: Callable[[ModuleType], None]) -> None:
-    """Run ``patch(module)`` once ``name`` is imported (now, if it already is); a patch that raises
-    is simply not applied."""
+def after_import(name: str, patch: Callable[[ModuleType], None], touchpoint: str | None = None) -> None:
+    """Run ``patch(module)`` once the module ``name`` is imported (now, if it already is); a patch
+    that raises is not applied, and is logged under ``touchpoint``."""
     module = sys.modules.get(name)
     if module is not None:
-        _guarded(patch)(module)
+        _guarded(patch, touchpoint)(module)
     elif not any(isinstance(f, _AfterImport) and f.name == name and f.patch is patch for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport(name, patch))
+        sys.meta_path.insert(0, _AfterImport(name, patch, touchpoint))
 
 
-def _install(module: ModuleType, qualname: str, hooks: _Hooks) -> None:
+def _install(module: ModuleType, qualname: str, hooks: _Hooks, name: str) -> None:
     owner, original = _resolve(module, qualname)
     if not callable(original) or getattr(original, MARK, False):
         return
@@ -300,22 +405,23 @@ def _install(module: ModuleType, qualname: str, hooks: _Hooks) -> None:
                     bound.arguments.update(changes)
                     arguments.update(changes)
             except Exception:
-                pass
+                log.debug("touchpoint %s: a before hook failed", name, exc_info=True)
         if bound is not None:
             args, kwargs = bound.args, bound.kwargs
         for hook in list(hooks.instead):
             try:
                 answer = hook(arguments)
             except Exception:
+                log.debug("touchpoint %s: an instead hook failed", name, exc_info=True)
                 answer = PASS
             if answer is not PASS:
                 return answer
         result = original(*args, **kwargs)
-        for hook in list(hooks.after):
+        for observer in list(hooks.after):
             try:
-                hook(arguments, result)
+                observer(arguments, result)
             except Exception:  # an observer or a shortcut must never break a compile
-                pass
+                log.debug("touchpoint %s: an after hook failed", name, exc_info=True)
         return result
 
     setattr(wrapper, MARK, True)
@@ -348,12 +454,12 @@ def _bind(signature: inspect.Signature | None, args: tuple, kwargs: dict) -> ins
     return bound
 
 
-def _guarded(patch: Callable[[ModuleType], None]) -> Callable[[ModuleType], None]:
+def _guarded(patch: Callable[[ModuleType], None], touchpoint: str | None = None) -> Callable[[ModuleType], None]:
     def run(module: ModuleType) -> None:
         try:
             patch(module)
         except Exception:  # torch's internals are not what we expect: leave them as they are
-            pass
+            log.debug("touchpoint %s: not applied to %s", touchpoint or "-", module.__name__, exc_info=True)
 
     return run
 
@@ -361,9 +467,10 @@ def _guarded(patch: Callable[[ModuleType], None]) -> Callable[[ModuleType], None
 class _AfterImport(importlib.abc.MetaPathFinder):
     """Runs ``patch(module)`` right after ``name`` is first imported."""
 
-    def __init__(self, name: str, patch: Callable[[ModuleType], None]) -> None:
+    def __init__(self, name: str, patch: Callable[[ModuleType], None], touchpoint: str | None = None) -> None:
         self.name = name
         self.patch = patch
+        self.touchpoint = touchpoint
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname != self.name:
@@ -372,9 +479,9 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         spec = importlib.util.find_spec(fullname)
         loader = getattr(spec, "loader", None)
         exec_module = getattr(loader, "exec_module", None)
-        if exec_module is None:
+        if loader is None or exec_module is None:
             return spec
-        patch = _guarded(self.patch)
+        patch = _guarded(self.patch, self.touchpoint)
         others = [f for f in sys.meta_path if isinstance(f, _AfterImport) and f.name == fullname]
         for other in others:  # several patches of one module: all run after its one import
             sys.meta_path.remove(other)
@@ -383,7 +490,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
             exec_module(module)
             patch(module)
             for other in others:
-                _guarded(other.patch)(module)
+                _guarded(other.patch, other.touchpoint)(module)
 
         loader.exec_module = exec_then_patch
         return spec
@@ -392,8 +499,25 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 # -- torch's AOTInductor C++ loader (run/exported.py): called, never replaced ---------------------
 
 
+def cpp_compiler() -> Any:
+    """The compiler command Inductor resolved (``cpp.cxx``: ``CXX`` or ``g++``); raises where none works."""
+    _lookup("cpp-compiler", "call")
+    from torch._inductor.cpp_builder import get_cpp_compiler
+
+    return get_cpp_compiler()
+
+
+def inductor_cache_dir() -> str:
+    """The cache dir Inductor uses now."""
+    _lookup("cache-dir", "call")
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return cache_dir()
+
+
 def aoti_loader(torch: Any) -> Any:
     """``torch._C._aoti.AOTIModelPackageLoader``, or None where this torch has none."""
+    _lookup("aoti-loader", "call")
     return getattr(getattr(getattr(torch, "_C", None), "_aoti", None), "AOTIModelPackageLoader", None)
 
 
@@ -415,6 +539,12 @@ def aoti_open(torch: Any, path: str) -> Any:
     raise TypeError(f"torch {torch.__version__}'s AOTInductor loader takes none of the known argument forms")
 
 
+def aoti_binds_in_place(loader: Any) -> bool:
+    """Whether the loader's ``load_constants`` takes ``user_managed`` (torch 2.8+; 2.7's takes three
+    arguments and copies the tensors, so an update in place would not be seen)."""
+    return "user_managed" in (getattr(loader.load_constants, "__doc__", None) or "")
+
+
 def aoti_bind(loader: Any, constants: dict[str, Any]) -> None:
     """Make ``constants`` the model's own tensors, in place (``user_managed``): the caller's
     later in-place updates are what the model reads. A loader without that form raises."""
@@ -423,6 +553,7 @@ def aoti_bind(loader: Any, constants: dict[str, Any]) -> None:
 
 def aoti_compile(torch: Any, program: Any, package_path: str, configs: dict[str, Any]) -> Any:
     """AOTInductor's package of an exported program (build side: the export route)."""
+    _lookup("aoti-compile", "call")
     from torch._inductor import aoti_compile_and_package
 
     return aoti_compile_and_package(program, package_path=package_path, inductor_configs=configs)

@@ -19,7 +19,7 @@ from hatch_precompile.run import touchpoints
 
 
 def apply() -> None:
-    touchpoints.wrap(touchpoints.TRITON_HEURISTICS, "CachingAutotuner.recheck_autotune_cache", before=_in_cache_dir)
+    touchpoints.wrap("autotune-recheck", before=_in_cache_dir)
 
 
 def in_cache_dir(filename: Any, cache_dir: str) -> Any:
@@ -31,7 +31,5 @@ def in_cache_dir(filename: Any, cache_dir: str) -> Any:
 
 
 def _in_cache_dir(arguments: dict[str, Any]) -> None:
-    from torch._inductor.runtime.cache_dir_utils import cache_dir
-
     autotuner = arguments["self"]
-    autotuner.filename = in_cache_dir(autotuner.filename, cache_dir())
+    autotuner.filename = in_cache_dir(autotuner.filename, touchpoints.inductor_cache_dir())

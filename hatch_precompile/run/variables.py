@@ -13,8 +13,20 @@ import os
 from collections.abc import Mapping
 
 from hatch_precompile.protocol import (
-    BUILDER_ONLY_VARS, BUILDING_VAR, GLOBAL_SWITCH, HEARTBEAT_VAR, NO_PATCHES_VAR, NO_SPEEDUPS_VAR, PREFERENCES_VAR, TARGET_VAR,
-    NO_STEPS_VAR, PACKAGE_VAR, STEPS_DIR_VAR, STEPS_VERIFY_VAR, TORCHSCRIPT_DIR_VAR,
+    BUILDER_ONLY_VARS,
+    BUILDING_VAR,
+    DEBUG_VAR,
+    GLOBAL_SWITCH,
+    HEARTBEAT_VAR,
+    NO_PATCHES_VAR,
+    NO_SPEEDUPS_VAR,
+    NO_STEPS_VAR,
+    PACKAGE_VAR,
+    PREFERENCES_VAR,
+    STEPS_DIR_VAR,
+    STEPS_VERIFY_VAR,
+    TARGET_VAR,
+    TORCHSCRIPT_DIR_VAR,
     package_switch,
 )
 
@@ -95,6 +107,21 @@ def steps_verify(environ: Mapping[str, str] | None = None) -> bool:
 def package(environ: Mapping[str, str] | None = None) -> str | None:
     """Set in a child: the package whose artifacts it builds or checks."""
     return _text(PACKAGE_VAR, environ) or None
+
+
+def debug_log(environ: Mapping[str, str] | None = None) -> None:
+    """``HATCH_PRECOMPILE_DEBUG=1``: the ``hatch_precompile`` log (a touchpoint that failed, each
+    load's result), debug level, on stderr; once per process."""
+    import logging
+
+    logger = logging.getLogger("hatch_precompile")
+    if _text(DEBUG_VAR, environ) in ("", "0") or getattr(logger, "_hatch_precompile_debug", False):
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    logger._hatch_precompile_debug = True  # type: ignore[attr-defined]
 
 
 def no_patches(environ: Mapping[str, str] | None = None) -> bool:

@@ -21,23 +21,31 @@ import os
 import shutil
 import tarfile
 import tempfile
-import tomllib
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import tomllib
+
 from hatch_precompile.build import options as options_module
+from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol import (
-    DECLARATION_FILE, DIRNAME, MANIFEST_FILE, SETS_DIR, Declaration, Manifest, ManifestError,
+    DECLARATION_FILE,
+    DIRNAME,
+    MANIFEST_FILE,
+    SETS_DIR,
+    Declaration,
+    Manifest,
+    ManifestError,
 )
 from hatch_precompile.run import variables
-from hatch_precompile.tools import merge
+from hatch_precompile.tools import wheelfile
 
 TABLE = "tool.hatch-precompile"
 
 
-class BakeError(Exception):
+class BakeError(PrecompileError):
     """The wheel cannot be baked; the message names the wheel, option or file, and why."""
 
 
@@ -59,7 +67,7 @@ def bake(wheel: Path, out_dir: Path, *, python: str, say: Callable[[str], None],
          device: str | None = None, cpu_target: str | None = None, capabilities: tuple[str, ...] = ()) -> Path:
     """Write ``wheel`` baked into ``out_dir``; the new wheel's path. Raises BakeError."""
     contents = _read(wheel)
-    record = _record(contents, wheel)
+    record = wheelfile.record_name(contents, wheel)
     dist_info = record.rsplit("/", 1)[0]
     plan = declaration(contents, dist_info, wheel, workloads, package, project)
     plan = Plan(plan.package, plan.workloads, timeout or plan.timeout, device or plan.device,
@@ -78,7 +86,7 @@ def bake(wheel: Path, out_dir: Path, *, python: str, say: Callable[[str], None],
     target = out_dir / _filename(wheel.name, tag)
     if target.resolve() == wheel.resolve():
         raise BakeError(f"-o {out_dir} would overwrite the input {wheel}: give another directory")
-    merge.write_wheel(target, contents, baked, record)
+    wheelfile.write_wheel(target, contents, baked, record)
     _check_written(target, contents, record, dist_info)
     sets = sorted({n.split(f"/{SETS_DIR}/", 1)[1].split("/", 1)[0] for n in baked if f"/{DIRNAME}/{SETS_DIR}/" in n})
     say(f"bake: wrote {target} ({target.stat().st_size / 1e6:.2f} MB; tag {tag}; artifact set(s) {', '.join(sets)})")
@@ -97,6 +105,8 @@ def declaration(contents: dict[str, bytes], dist_info: str, wheel: Path, workloa
                                     "precompile")
         return Plan(opts.import_package or "", opts.workloads, opts.timeout, opts.device, opts.cpu_target,
                     opts.cpu_capabilities, "--workload")
+    if project is None and _here_declares(contents, dist_info, wheel):
+        project = Path(".")
     if project is not None:
         opts, where = _table(project)
         return Plan(package or opts.import_package or "", opts.workloads, opts.timeout, opts.device,
@@ -112,9 +122,29 @@ def declaration(contents: dict[str, bytes], dist_info: str, wheel: Path, workloa
     )
 
 
+def _here_declares(contents: dict[str, bytes], dist_info: str, wheel: Path) -> bool:
+    """Whether ``./pyproject.toml`` (bake run in a project's dir, as cibuildwheel's repair step and a
+    shell are) declares the workload for this wheel: it has the table, and its project is the wheel's.
+    A table of another project is refused, with both names, rather than run against the wheel."""
+    from packaging.utils import canonicalize_name
+
+    try:
+        data = tomllib.loads(Path("pyproject.toml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False
+    if not isinstance(data.get("tool", {}).get("hatch-precompile"), dict):
+        return False
+    metadata = email.parser.Parser().parsestr(contents.get(f"{dist_info}/METADATA", b"").decode("utf-8", "replace"))
+    mine, theirs = str(data.get("project", {}).get("name") or ""), str(metadata.get("Name") or "")
+    if canonicalize_name(mine) != canonicalize_name(theirs):
+        raise BakeError(f"./pyproject.toml's [{TABLE}] is for project {mine or '(unnamed)'!r}, and {wheel.name} is "
+                        f"{theirs!r}'s: give --project DIR (or --workload) for this wheel")
+    return True
+
+
 def _table(project: Path) -> tuple[options_module.Options, str]:
     """``[tool.hatch-precompile]`` of a project dir's or an sdist's ``pyproject.toml``, and where."""
-    where = f"{project}"
+    where = "./pyproject.toml" if project == Path(".") else f"{project}"
     try:
         if project.is_dir():
             text = (project / "pyproject.toml").read_bytes()
@@ -133,10 +163,7 @@ def _table(project: Path) -> tuple[options_module.Options, str]:
     if not isinstance(table, dict) or "workload" not in table:
         raise BakeError(f"{where} has no [{TABLE}] table with a workload "
                         '(workload = "mypkg.precompile:workload")')
-    try:
-        return options_module.parse(table, "precompile"), where
-    except options_module.OptionError as exc:
-        raise BakeError(str(exc).replace("for build hook `precompile`", f"in [{TABLE}] of {where}")) from None
+    return options_module.parse(table, "precompile", where=f"[{TABLE}] of {where}"), where
 
 
 # -- torch ------------------------------------------------------------------------------------------
@@ -291,25 +318,15 @@ def _filename(name: str, tag: str) -> str:
 def _read(wheel: Path) -> dict[str, bytes]:
     if not wheel.name.endswith(".whl") or wheel.name.count("-") < 4:
         raise BakeError(f"{wheel} is not a wheel (name-version-python-abi-platform.whl)")
-    try:
-        return merge.read_wheel(wheel)
-    except merge.MergeError as exc:
-        raise BakeError(str(exc)) from None
-
-
-def _record(contents: dict[str, bytes], wheel: Path) -> str:
-    try:
-        return merge.record_name(contents, wheel)
-    except merge.MergeError as exc:
-        raise BakeError(str(exc)) from None
+    return wheelfile.read_wheel(wheel)
 
 
 def _check_written(target: Path, original: dict[str, bytes], record: str, dist_info: str) -> None:
     """Every input file but RECORD and WHEEL is in the new wheel byte for byte, and RECORD is right."""
-    written = merge.read_wheel(target)
+    written = wheelfile.read_wheel(target)
     for name, data in original.items():
         if name not in (record, f"{dist_info}/WHEEL") and written.get(name) != data:
             raise BakeError(f"{target}: {name} is not the input's byte for byte (a bug: please report it)")
-    problem = merge.record_problem(written, record)
+    problem = wheelfile.record_problem(written, record)
     if problem:
         raise BakeError(f"{target}: {problem} (a bug: please report it)")

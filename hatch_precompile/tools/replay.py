@@ -50,6 +50,9 @@ def main(argv: list[str]) -> int:
     workloads, failed = work.run_workloads(spec["workloads"], observer.measure)
     for record in workloads:
         record["kernels_compiled"] = record.pop("kernels")
+    if isinstance(failed, ChildResult):  # not made by run_workloads without on_failure; as written
+        work.write_result(out, failed)
+        return EXIT_WORKLOAD_FAILED
     if failed is not None:
         work.write_result(out, ChildResult("failed", failure=failed, workloads=workloads))
         return EXIT_WORKLOAD_FAILED
@@ -78,16 +81,17 @@ def apply_setting(torch: Any, setting: dict[str, Any]) -> None:
     if "matmul_precision" in setting:
         torch.set_float32_matmul_precision(setting["matmul_precision"])
     if "config" in setting:
+        from hatch_precompile.run import touchpoints
+
         module, name, raw = setting["config"]
-        config = importlib.import_module("torch._inductor.config" if module == "inductor" else "torch._functorch.config")
-        *path, last = name.split(".")
-        owner = config
-        for part in path:
-            owner = getattr(owner, part)
-        if not hasattr(owner, last):
-            raise ValueError(f"{module}.{name}: torch {torch.__version__} has no such setting")
         try:
             value = ast.literal_eval(raw)
         except (ValueError, SyntaxError):
             value = raw  # a plain word: a string setting
-        setattr(owner, last, value)
+        config = "torch._inductor.config" if module == "inductor" else "torch._functorch.config"
+        try:
+            touchpoints.set_config_now("verify-setting", config, name, value)
+        except AttributeError:
+            raise ValueError(f"{module}.{name}: torch {torch.__version__} has no such setting") from None
+        except Exception as exc:  # a config that takes no settings: say which, and why
+            raise ValueError(f"{module}.{name}: torch {torch.__version__} did not take {value!r} ({exc!r})") from None

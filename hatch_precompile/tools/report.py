@@ -13,6 +13,7 @@ from typing import Any
 
 from hatch_precompile.child import pitfalls
 from hatch_precompile.protocol import ENV_FIELDS, SETS_DIR, Manifest, file_kind
+from hatch_precompile.protocol import workloads as workload_records
 from hatch_precompile.tools.targets import Artifacts
 
 
@@ -20,7 +21,7 @@ def summarize(manifest: Manifest) -> dict[str, Any]:
     """The JSON ``summary`` of one manifest: what it holds by kind, and each workload's graphs."""
     sizes = manifest.bytes_by_kind()
     workloads = []
-    for w in manifest.workloads:
+    for w in workload_records.of(manifest):
         graphs = sorted(w.graphs or [], key=lambda g: -(g.seconds or 0))
         workloads.append(
             {

@@ -12,7 +12,6 @@ control flow), and recompiles from unstable shapes, dtypes or Python scalars.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hatch_precompile.child import pitfalls, runner
+from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol import BUILDING_VAR, CACHE_DIR_VAR, TORCHSCRIPT_DIR_VAR
 from hatch_precompile.tools import why
 
@@ -29,7 +29,7 @@ PROGRAM = "(program)"
 _PYTHON = re.compile(r"python(\d+(\.\d+)?t?)?(\.exe)?")
 
 
-class SnoopError(Exception):
+class SnoopError(PrecompileError):
     """The program could not be run at all; the message says why."""
 
 

@@ -51,7 +51,7 @@ def set_enabled(file: Path, name: str, enabled: bool) -> tuple[str, bool | None]
         if not isinstance(table, dict):
             raise PreferencesError(f"preferences file {file}: `{key}` must be a table")
         old = table.get(KEY)
-        old = old.unwrap() if hasattr(old, "unwrap") else old
+        old = old.unwrap() if old is not None and hasattr(old, "unwrap") else old
         previous = old if isinstance(old, bool) else None
         table[KEY] = enabled
     else:

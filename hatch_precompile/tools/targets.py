@@ -15,13 +15,21 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol import (
-    DECLARATION_PATH, DIRNAME, MANIFEST_FILE, SETS_DIR, Declaration, Manifest, ManifestError, validate,
+    DECLARATION_PATH,
+    DIRNAME,
+    MANIFEST_FILE,
+    SETS_DIR,
+    Declaration,
+    Manifest,
+    ManifestError,
+    validate,
 )
 from hatch_precompile.run import usercache
 
 
-class TargetError(Exception):
+class TargetNotFound(PrecompileError):
     """A target that names nothing usable; the message says what was looked for."""
 
 
@@ -53,11 +61,19 @@ def import_package(name: str) -> tuple[str, Path]:
     found = _from_distribution(name)
     if found is not None:
         return found
-    raise TargetError(
+    raise TargetNotFound(
         f"no installed package named {name!r}: no import package "
         f"{' or '.join(repr(t) for t in tried) or '(not a valid import name)'} on sys.path "
         f"and no installed distribution {name!r} with a top-level package"
     )
+
+
+def import_name(name: str) -> str:
+    """The import name of an installed package; ``name`` itself for one no longer installed."""
+    try:
+        return import_package(name)[0]
+    except TargetNotFound:
+        return name
 
 
 def _from_distribution(name: str) -> tuple[str, Path] | None:
@@ -69,7 +85,7 @@ def _from_distribution(name: str) -> tuple[str, Path] | None:
     tops = sorted(
         {f.parts[0] for f in dist.files or [] if len(f.parts) > 1 and f.name == "__init__.py"}
     )
-    packages = [(top, Path(dist.locate_file(top))) for top in tops]
+    packages = [(top, Path(str(dist.locate_file(top)))) for top in tops]
     packages = [(top, path) for top, path in packages if path.is_dir()]
     shipped = [(top, path) for top, path in packages if (path / DIRNAME).is_dir()]
     chosen = shipped or packages
@@ -106,7 +122,7 @@ def in_wheel(wheel: Path) -> list[Artifacts]:
                 for member in members
             ]
     except (OSError, zipfile.BadZipFile) as exc:
-        raise TargetError(f"cannot read the wheel {wheel}: {exc}") from None
+        raise TargetNotFound(f"cannot read the wheel {wheel}: {exc}") from None
 
 
 def workloads(name: str, override: list[str] | None = None) -> tuple[str, Path, list[str], str]:
@@ -132,7 +148,7 @@ def workloads(name: str, override: list[str] | None = None) -> tuple[str, Path, 
             return package, directory, names, str(manifest_file)
     if (directory / "precompile.py").is_file() or (directory / "precompile" / "__init__.py").is_file():
         return package, directory, [f"{package}.precompile:workload"], "the conventional name"
-    raise TargetError(
+    raise TargetNotFound(
         f"no workload known for {package!r}: no manifest names one (shipped or warmed), its "
         f"distribution declares none and there is no {package}/precompile.py; pass --workload "
         "module:function"
@@ -147,7 +163,7 @@ def declared_device(package: str) -> str:
 
 def _workload_names(manifest_file: Path) -> list[str]:
     try:
-        return [w.name for w in Manifest.from_dict(json.loads(manifest_file.read_bytes())).workloads]
+        return [str(w["name"]) for w in json.loads(manifest_file.read_bytes())["workloads"] if w.get("name")]
     except (ValueError, AttributeError, TypeError, KeyError, OSError):
         return []
 
@@ -177,7 +193,7 @@ def _read(package: str, origin: str, location: str, read: Any) -> Artifacts:
     except ManifestError as exc:
         problem = str(exc)  # still shown: a report is for looking at what is there
     try:
-        manifest = Manifest.from_dict(raw) if isinstance(raw, dict) else None
+        manifest = (Manifest.from_data(raw) if problem is None else Manifest.as_written(raw)) if isinstance(raw, dict) else None
     except (TypeError, KeyError, AttributeError, ValueError) as exc:  # a hand-edited manifest
         manifest, problem = None, problem or f"manifest.json cannot be summarised: {exc!r}"
     return Artifacts(package, origin, location, raw if isinstance(raw, dict) else None, manifest, problem)

@@ -12,16 +12,18 @@ import os
 import re
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable
 
 from hatch_precompile.child import runner
+from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol import BUILDING_VAR, CACHE_DIR_VAR, PACKAGE_VAR, STEPS_VERIFY_VAR, TORCHSCRIPT_DIR_VAR
 from hatch_precompile.run import variables
 from hatch_precompile.tools import why as why_module
 
 
-class VerifyError(Exception):
+class VerifyError(PrecompileError):
     """verify could not run the workloads at all (as opposed to finding misses)."""
 
 
@@ -50,17 +52,41 @@ def parse_setting(text: str) -> dict[str, Any]:
 
 def variants(threads: list[int], settings: list[str]) -> list[tuple[str, dict[str, Any]]]:
     """(label, setting) of each replay: as built first, then each thread count and setting alone."""
-    out = [("as built", {})]
+    out: list[tuple[str, dict[str, Any]]] = [("as built", {})]
     out += [(f"threads={n}", {"threads": n}) for n in threads]
     out += [(text, parse_setting(text)) for text in settings]
     return out
 
 
 def run(package: str, workloads: list[str], timeout: float, say: Callable[[str], None],
-        setting: dict[str, Any] | None = None, manifests: list[Any] | None = None) -> dict[str, Any]:
+        setting: dict[str, Any] | None = None, manifests: list[Any] | None = None, label: str = "as built"
+        ) -> dict[str, Any]:
     """What the child measured (load(), workloads), plus ``misses``: one line per thing compiled here,
-    with why torch's key differs from the shipped graph's where ``manifests`` recorded it."""
+    with why torch's key differs from the shipped graph's where ``manifests`` recorded it.
+    ``label`` names the replay (``--threads``, ``--setting``) in what it says and in its errors."""
     setting = setting or {}
+    if setting:
+        say(f"verify {package}: under {label}")
+    try:
+        return _run(package, workloads, timeout, say, setting, manifests)
+    except VerifyError as exc:
+        raise VerifyError(f"{label}: {exc}" if setting else str(exc)) from None
+
+
+def as_json(package: str, results: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """verify's ``--json``: the first replay (as built) at the top, the others as variants."""
+    (_, first), rest = results[0], results[1:]
+    return {"package": package, "ok": not first["misses"] and not first["unknown"], **first, "variants": [
+        {"setting": label, "ok": not r["misses"] and not r["unknown"], **r} for label, r in rest]}
+
+
+def render_all(package: str, results: list[tuple[str, dict[str, Any]]]) -> str:
+    (_, first), rest = results[0], results[1:]
+    return render(package, first) + "".join(f"under {label}:\n" + render(package, r) for label, r in rest)
+
+
+def _run(package: str, workloads: list[str], timeout: float, say: Callable[[str], None], setting: dict[str, Any],
+         manifests: list[Any] | None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="hatch-precompile-verify-") as tmp:
         work = Path(tmp)
         (work / "cache").mkdir()
@@ -106,9 +132,9 @@ def unknown(result: dict[str, Any]) -> list[str]:
     ]
 
 
-def misses(package: str, result: dict[str, Any], manifests: list[Any] = (),
+def misses(package: str, result: dict[str, Any], manifests: Sequence[Any] = (),
            explanations: list[dict[str, Any]] | None = None) -> list[str]:
-    found = []
+    found: list[str] = []
     top = package.split(".", 1)[0]
     load = result["load"]
     if not load["loaded"]:

@@ -8,6 +8,7 @@ the same child process as a wheel build -- and keep the result in the per-user c
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -16,12 +17,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
-from hatch_precompile.build.capture import capture
+from hatch_precompile.build.capture import WorkloadFailed, capture
+from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol import DIRNAME, MANIFEST_FILE, SETS_DIR, Manifest, ManifestError
 from hatch_precompile.run import artifacts, usercache
 
 
-class WarmError(Exception):
+class WarmError(PrecompileError):
     """Nothing was stored; the message says why."""
 
 
@@ -41,6 +43,16 @@ def warm(
     package: str, workloads: list[str], timeout: float, say: Callable[[str], None], device: str = "auto"
 ) -> tuple[Path, Manifest]:
     """Run ``workloads`` and store their artifacts for this environment; (dir, manifest)."""
+    try:
+        return _warm(package, workloads, timeout, say, device)
+    except WorkloadFailed as exc:
+        raise WarmError(str(exc) + (f" (this machine has no usable GPU: {exc.no_gpu})" if exc.no_gpu else "")) from None
+    except OSError as exc:
+        raise WarmError(str(exc)) from None
+
+
+def _warm(package: str, workloads: list[str], timeout: float, say: Callable[[str], None], device: str
+          ) -> tuple[Path, Manifest]:
     work = _work_dir()
     try:
         built = capture(
@@ -55,11 +67,11 @@ def warm(
         (manifest_file,) = (built / SETS_DIR).glob(f"*/{MANIFEST_FILE}")
         manifest = Manifest.parse(manifest_file.read_bytes())
         # Not part of the file list (manifest.json never is): what made this entry, for `report`.
-        manifest.warmed = {
+        manifest = dataclasses.replace(manifest, warmed={
             "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "package_version": _version(package),
             "workloads": workloads,
-        }
+        })
         manifest_file.write_text(manifest.dumps())
         return _store(package, built, manifest.env), manifest
     finally:
@@ -68,6 +80,20 @@ def warm(
             work.parent.rmdir()  # the scratch parent, once no other warm is using it
         except OSError:
             pass
+
+
+def stored() -> list[tuple[str, int, int]]:
+    """(package, environments, bytes) of every package ``warm`` stored for, by name."""
+    base = usercache.base_dir()
+    if base is None or not base.is_dir():
+        return []
+    found = []
+    for directory in sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        entries = usercache.entries(directory.name)
+        if entries:  # other hatch-precompile caches live here too
+            found.append((directory.name, len(entries),
+                          sum(f.stat().st_size for e in entries for f in e.rglob("*") if f.is_file())))
+    return found
 
 
 def clear(package: str) -> Path | None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import Any, Iterable
 
-from hatch_precompile.protocol import unpack_keys
+from hatch_precompile.protocol.workloads import of as workloads_of
+from hatch_precompile.protocol.workloads import unpack_keys
 
 # What sets each field of torch's key, for a user who has to change it back.
 MEANINGS = {
@@ -111,7 +112,7 @@ def changed_sources(shipped: dict[str, Any], here: dict[str, Any], top: str | No
 def like(manifest: Any, function: str | None, location: str | None, top: str) -> list[Any]:
     """The forward graphs ``manifest``'s workloads compiled of the same function, at the same place
     in the package (the build's source tree and an install compare)."""
-    return [g for w in manifest.workloads for g in (w.graphs or [])
+    return [g for w in workloads_of(manifest) for g in (w.graphs or [])
             if g.kind == "forward" and g.function == function and place(g.location, top) == place(location, top)]
 
 

@@ -2,7 +2,8 @@
 
 Any Python started with this dir on PYTHONPATH and ``MISBEHAVE=name,...`` gets, right after the
 torch module in question is imported, each named touchpoint replaced by something with another
-signature, another shape, or that raises (see tests/test_touchpoints.py). Torch's own bound
+signature, another shape, or that raises (see tests/test_touchpoints.py). The names are those of
+hatch_precompile.run.touchpoints.REGISTRY, one breaker each (``BREAKERS``). Torch's own bound
 references are left alone, so torch works; only what hatch-precompile reads or wraps breaks.
 """
 
@@ -42,7 +43,7 @@ class _NoSignature:
 
 def _codecache(module):
     _codecache_hash_details(module)
-    if "write-signature" in BROKEN:
+    if "write" in BROKEN:
         module.write = _NoSignature(module.write)
     if "precompile-header" in BROKEN and hasattr(module, "_precompile_header"):
         original = module._precompile_header
@@ -53,6 +54,9 @@ def _codecache(module):
         module._precompile_header = _precompile_header
     if "torch-key" in BROKEN:
         module.torch_key.prefetch = _raise
+    if "triton-key" in BROKEN and hasattr(module, "triton_key"):
+        module.triton_key.prefetch = _raise
+        module.triton_key.set = _raise
     if "system" in BROKEN:  # no longer functools' cache: answered by torch every time
         cached = module.CacheBase.get_system
 
@@ -90,6 +94,8 @@ def _convert_frame(module):
 
 
 def _cpp_builder(module):
+    if "cpp-compiler" in BROKEN:
+        module.get_cpp_compiler = _raise
     if "compile-command" in BROKEN:
         original = module.run_compile_cmd
 
@@ -100,9 +106,9 @@ def _cpp_builder(module):
 
 
 def _codecache_hash_details(module):
-    if "key-functions" in BROKEN:
+    if "fx-key" in BROKEN:
         module.compiled_fx_graph_hash = _NoSignature(module.compiled_fx_graph_hash)
-    if "hash-details" in BROKEN:
+    if "hash-details" in BROKEN or "key-details" in BROKEN:
         details = module.FxGraphHashDetails
         original = details.__init__
 
@@ -131,7 +137,7 @@ def _dynamo_utils(module):
 
 
 def _autograd_cache(module):
-    if "key-functions" in BROKEN:
+    if "aot-key" in BROKEN:
         module.autograd_cache_key = _NoSignature(module.autograd_cache_key)
 
 
@@ -145,12 +151,50 @@ def _compiler(module):
         module.save_cache_artifacts = _raise
 
 
+def _config(module):
+    if "inductor-config" in BROKEN or "verify-setting" in BROKEN:
+        class Frozen:  # a settings object that takes no settings
+            def __init__(self, real):
+                object.__setattr__(self, "_real", real)
+
+            def __getattr__(self, name):
+                return getattr(self._real, name)
+
+            def __setattr__(self, name, value):
+                raise RuntimeError("misbehaving on purpose")
+
+        module.__dict__["cpp"] = Frozen(module.cpp)  # found before the config module's own lookup
+
+
+def _cache_dir_utils(module):
+    if "cache-dir" in BROKEN:
+        module.cache_dir = _raise
+
+
+def _inductor(module):
+    if "aoti-compile" in BROKEN:
+        module.aoti_compile_and_package = _raise
+
+
+def _torch(module):
+    if "aoti-loader" in BROKEN and hasattr(module._C, "_aoti"):
+        module._C._aoti.AOTIModelPackageLoader = _raise
+    if "precompile-logger" in BROKEN:
+        import logging
+
+        logging.getLogger("torch._precompile").addFilter = _raise
+
+
 def _backends_cpu(module):
     if "cpu-capability" in BROKEN:
         module.get_cpu_capability = _raise
 
 
 PATCHES = {
+    "torch": _torch,
+    "torch._inductor": _inductor,
+    "torch._inductor.config": _config,
+    "torch._inductor.runtime.cache_dir_utils": _cache_dir_utils,
     "torch._inductor.codecache": _codecache,
     "torch._dynamo.convert_frame": _convert_frame,
     "torch._inductor.cpp_builder": _cpp_builder,
@@ -162,6 +206,15 @@ PATCHES = {
     "torch.backends.cpu": _backends_cpu,
     "torch._functorch._aot_autograd.autograd_cache": _autograd_cache,
 }
+
+
+# The breakers, by the touchpoint they break (tests/test_touchpoints.py checks they are the registry's).
+BREAKERS = frozenset({
+    "write", "precompile-header", "torch-key", "triton-key", "system", "check-build", "probe-load", "autotune-recheck",
+    "hash-details", "inductor-config", "compile-command", "dynamo-compile", "key-details", "fx-key", "aot-key",
+    "verify-setting", "precompile-logger", "logs", "metrics", "counters", "guard-failures", "compile-times",
+    "megacache", "cpu-capability", "cpp-compiler", "cache-dir", "aoti-compile", "aoti-loader",
+})
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):

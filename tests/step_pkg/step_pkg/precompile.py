@@ -4,7 +4,15 @@ import torch
 
 import hatch_precompile
 from step_pkg.model import (
-    BATCH, classify, classify_step, forward, make_batch, make_model, predict, train_step, training_step,
+    BATCH,
+    classify,
+    classify_step,
+    forward,
+    make_batch,
+    make_model,
+    predict,
+    train_step,
+    training_step,
 )
 
 

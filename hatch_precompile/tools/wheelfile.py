@@ -1,0 +1,69 @@
+"""Wheels as files: read every member, write one anew with its RECORD, check what was written.
+
+``merge`` and ``bake`` take wheels apart and put them together here; nothing else of theirs
+touches the zip format. A wheel written here is reproducible (fixed member dates, as hatchling's).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import zipfile
+from pathlib import Path
+
+from hatch_precompile.errors import PrecompileError
+
+
+class WheelError(PrecompileError):
+    """A wheel that cannot be read, or lacks what every wheel has."""
+
+
+def read_wheel(wheel: Path) -> dict[str, bytes]:
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            return {info.filename: archive.read(info) for info in archive.infolist() if not info.is_dir()}
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise WheelError(f"cannot read {wheel}: {exc}") from None
+
+
+def record_name(contents: dict[str, bytes], wheel: Path) -> str:
+    records = [n for n in contents if n.count("/") == 1 and n.endswith(".dist-info/RECORD")]
+    if len(records) != 1:
+        raise WheelError(f"{wheel} has no single .dist-info/RECORD")
+    return records[0]
+
+
+def write_wheel(target: Path, first: dict[str, bytes], merged: dict[str, bytes], record: str) -> None:
+    """The wheel: ``first``'s order, then new members sorted, a new RECORD last."""
+    order = [n for n in first if n in merged] + sorted(n for n in merged if n not in first)
+    lines = []
+    with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name in order:
+            data = merged[name]
+            archive.writestr(_info(name), data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            lines.append(f"{name},sha256={digest},{len(data)}")
+        lines.append(f"{record},,")
+        archive.writestr(_info(record), "\n".join(lines) + "\n")
+
+
+def record_problem(contents: dict[str, bytes], record: str) -> str | None:
+    """What is wrong with a wheel's RECORD (a file unlisted, or listed with another hash), or None."""
+    listed = {}
+    for line in contents[record].decode().splitlines():
+        name, digest, _size = line.rsplit(",", 2)
+        listed[name] = digest
+    for name, data in contents.items():
+        if name == record:
+            continue
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        if listed.get(name) != f"sha256={digest}":
+            return f"RECORD lists {name} wrongly"
+    return None
+
+
+def _info(name: str) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name, date_time=(2020, 2, 2, 0, 0, 0))  # reproducible, as hatchling's
+    info.external_attr = 0o644 << 16
+    info.compress_type = zipfile.ZIP_DEFLATED
+    return info

@@ -1,0 +1,115 @@
+"""bake on wheels other backends built (setuptools, flit): installed with pip, warm; a failing workload."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from conftest import TORCH_REQUIREMENT, make_venv, read_manifest, run, run_sample
+from unit.test_bake import bake, digest, fake_wheel, project, pyproject
+
+SETUPTOOLS = pyproject("setuptools>=61", "setuptools.build_meta", '\n[tool.setuptools]\npackages = ["sample_pkg"]\n')
+
+
+FLIT = pyproject("flit_core>=3.4", "flit_core.buildapi")
+
+
+def members(wheel: Path) -> dict[str, bytes]:
+    with zipfile.ZipFile(wheel) as archive:
+        return {i.filename: archive.read(i) for i in archive.infolist() if not i.is_dir()}
+
+
+@pytest.fixture(scope="module")
+def setuptools_wheel(tmp_path_factory) -> tuple[Path, Path]:
+    src = project(tmp_path_factory.mktemp("setuptools") / "proj", SETUPTOOLS)
+    proc = run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "-o", src.parent / "dist", src])
+    assert "setuptools" in proc.stdout or "sample_pkg-0.1.0-py3-none-any.whl" in proc.stdout
+    (wheel,) = (src.parent / "dist").glob("*.whl")
+    return src, wheel
+
+
+@pytest.fixture(scope="module")
+def bake_venv(tmp_path_factory, hp_dist) -> Path:
+    python = make_venv(tmp_path_factory.mktemp("bake-venv") / "venv")
+    run([python, "-m", "pip", "install", "-q", TORCH_REQUIREMENT, next(hp_dist.glob("*.whl"))])
+    return python
+
+
+@pytest.mark.slow
+def test_a_setuptools_wheel_baked_installs_with_pip_and_starts_warm(setuptools_wheel, bake_venv, cold_result, tmp_path):
+    src, wheel = setuptools_wheel
+    before = digest(wheel)
+    proc = bake(wheel, "-o", tmp_path / "baked", "--project", src)
+    assert f"[tool.hatch-precompile] of {src}" in proc.stdout
+    (baked,) = (tmp_path / "baked").glob("*.whl")
+    assert digest(wheel) == before  # the input is never written
+    py = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    assert baked.name.startswith(f"sample_pkg-0.1.0-{py}-{py}-") and "none-any" not in baked.name
+    plain, new = members(wheel), members(baked)
+    dist_info = "sample_pkg-0.1.0.dist-info"
+    # Every file of the input byte for byte; the artifacts and the declaration added; RECORD whole.
+    for name, data in plain.items():
+        if name not in (f"{dist_info}/RECORD", f"{dist_info}/WHEEL"):
+            assert new[name] == data, name
+    added = set(new) - set(plain)
+    assert added and all(n.startswith("sample_pkg/_precompiled/") for n in added - {
+        f"{dist_info}/extra_metadata/hatch-precompile.json"})
+    assert json.loads(new[f"{dist_info}/extra_metadata/hatch-precompile.json"])["workloads"] == [
+        "sample_pkg.precompile:workload"]
+    wheel_file = new[f"{dist_info}/WHEEL"].decode()
+    assert "Root-Is-Purelib: false" in wheel_file and f"Tag: {baked.name.split('-', 2)[2][:-4]}" in wheel_file
+    record = {line.rsplit(",", 2)[0] for line in new[f"{dist_info}/RECORD"].decode().splitlines()}
+    assert record == set(new)
+    assert read_manifest(baked)["kernels"]
+
+    run([bake_venv, "-m", "pip", "install", "-q", "--no-deps", baked])
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    warm = run_sample(bake_venv, cache)
+    assert warm["precompiled"], warm["precompile_reason"]
+    assert warm["aot_autograd"]["autograd_cache_hit"] >= 2 and not warm["aot_autograd"].get("autograd_cache_miss")
+    assert warm["kernels_compiled"] == 0
+    assert math.isclose(warm["loss"], cold_result["loss"], rel_tol=1e-6)
+    assert math.isclose(warm["logits_sum"], cold_result["logits_sum"], rel_tol=1e-6, abs_tol=1e-5)
+
+
+@pytest.mark.slow
+def test_a_flit_wheel_baked_from_its_sdists_table_adds_a_set_when_baked_again(bake_venv, cold_result, tmp_path):
+    src = project(tmp_path / "proj", FLIT)
+    run([sys.executable, "-m", "build", "--no-isolation", "-o", tmp_path / "dist", src])
+    (wheel,), (sdist,) = (tmp_path / "dist").glob("*.whl"), (tmp_path / "dist").glob("*.tar.gz")
+    proc = bake(wheel, "-o", tmp_path / "baked", "--project", sdist)
+    assert f"of {sdist}!sample_pkg-0.1.0/pyproject.toml" in proc.stdout
+    (baked,) = (tmp_path / "baked").glob("*.whl")
+    # Baked again for another CPU capability, from the declaration the baked wheel now carries: two sets.
+    proc = bake(baked, "-o", tmp_path / "twice", "--cpu-capabilities", "default")
+    assert f"the declaration in {baked.name}" in proc.stdout
+    (twice,) = (tmp_path / "twice").glob("*.whl")
+    sets = {n.split("/")[3] for n in members(twice) if n.startswith("sample_pkg/_precompiled/sets/")}
+    assert len(sets) == 2 and any(s.startswith("default-") for s in sets), sets
+    # The same machine twice is refused, naming why.
+    again = bake(baked, "-o", tmp_path / "again", check=False)
+    assert again.returncode == 2 and "already has sample_pkg/_precompiled/" in again.stdout
+    assert not list((tmp_path / "again").glob("*.whl"))
+
+    run([bake_venv, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", twice])
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    warm = run_sample(bake_venv, cache)
+    assert warm["precompiled"] and warm["kernels_compiled"] == 0, warm
+    assert warm["aot_autograd"]["autograd_cache_hit"] >= 2 and not warm["aot_autograd"].get("autograd_cache_miss")
+    assert math.isclose(warm["loss"], cold_result["loss"], rel_tol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_failing_workload_fails_the_bake_with_its_traceback(tmp_path):
+    wheel = fake_wheel(tmp_path / "in")
+    before = digest(wheel)
+    proc = bake(wheel, "-o", tmp_path / "out", "--workload", "tiny.work:workload", check=False)
+    assert proc.returncode == 2
+    assert "tiny.work:workload" in proc.stdout and "RuntimeError: the workload broke" in proc.stdout
+    assert digest(wheel) == before and not list((tmp_path / "out").glob("*.whl"))

@@ -1,0 +1,195 @@
+"""Building sample_pkg: with the hook on, off, as sdist, editable, and in pip's isolated env."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+import tarfile
+import zipfile
+from importlib import metadata
+
+import pytest
+from conftest import SAMPLE, TORCH_REQUIREMENT, build_wheel, copy_project, read_manifest, run, run_sample, unpack
+
+pytestmark = pytest.mark.slow  # builds wheels or venvs, or runs torch in fresh processes
+
+PREFIX = "sample_pkg/_precompiled/"
+
+
+def wheel_tag(wheel) -> list[str]:
+    with zipfile.ZipFile(wheel) as archive:
+        text = archive.read("sample_pkg-0.1.0.dist-info/WHEEL").decode()
+    return re.findall(r"^Tag: (.+)$", text, re.M) + re.findall(r"^Root-Is-Purelib: (.+)$", text, re.M)
+
+
+def test_precompiled_wheel_contents_and_tag(precompiled_wheel):
+    wheel, output = precompiled_wheel
+    assert "precompile: the workloads run without CI=true, as on users' machines" in output
+    py = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    # The most compatible tag auditwheel's policy allows for the kernels (test_portable.py).
+    assert re.fullmatch(rf"sample_pkg-0\.1\.0-{py}-{py}-(manylinux_2_\d+|linux)_\w+\.whl", wheel.name)
+    tags = wheel_tag(wheel)
+    assert tags[0] == wheel.name.split("-", 2)[2].removesuffix(".whl") and tags[-1] == "false"
+
+    manifest = read_manifest(wheel)
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = {n[len(PREFIX):]: archive.read(n) for n in archive.namelist() if n.startswith(PREFIX)}
+    # One set; every file listed with its exact size and hash, stored once under its hash, and
+    # nothing unlisted shipped.
+    (set_manifest,) = [n for n in shipped if n.startswith("sets/")]
+    assert set_manifest == f"sets/{manifest['env']['cpu_capability'].lower()}-{set_manifest.split('-')[-1]}"
+    blobs = {n.removeprefix("blobs/"): data for n, data in shipped.items() if n.startswith("blobs/")}
+    assert len(shipped) == len(blobs) + 1
+    assert set(blobs) == {entry["sha256"] for entry in manifest["files"].values()}
+    for digest, data in blobs.items():
+        assert hashlib.sha256(data).hexdigest() == digest
+    for entry in manifest["files"].values():
+        assert entry["size"] == len(blobs[entry["sha256"]])
+
+    files = manifest["files"]
+    assert "megacache.bin" in files and files["megacache.bin"]["size"] > 0
+    assert manifest["torchscript"] == {"classifier": "torchscript/classifier.pt"}
+    assert any(p.startswith("inductor/aotautograd/") for p in files)
+    assert any(p.startswith("inductor/fxgraph/") for p in files)
+    assert sum(p.endswith(".so") for p in files) >= 5
+    assert not any("/locks/" in p or p.endswith(".tmp") for p in files)
+    assert manifest["kernels"], "CPU pybinding kernels must be recorded for relocation"
+
+    env = manifest["env"]
+    assert env["torch"] == metadata.version("torch")
+    assert env["python"] == f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert env["cpu_capability"] and "cxx" not in env, "any compiler of the family stands in"
+    assert manifest["compiler"]["family"] == "gcc" and manifest["compiler"]["config"] == [None, "g++"]
+    assert manifest["settings"] == {"cpp.dynamic_threads": True} and manifest["cpu_target"] == "portable"
+    (workload,) = manifest["workloads"]
+    assert workload["name"] == "sample_pkg.precompile:workload" and workload["seconds"] > 0
+    assert workload["counters"]["aot_autograd"]["autograd_cache_miss"] >= 1
+
+    with zipfile.ZipFile(wheel) as archive:
+        declared = json.loads(archive.read(DECLARATION))
+    assert declared["workloads"] == ["sample_pkg.precompile:workload"] and declared["package"] == "sample_pkg"
+
+    assert "precompile: running workload sample_pkg.precompile:workload" in output
+    assert re.search(r"precompile: captured 2 compiled graph\(s\), \d+ kernel binaries, 1 TorchScript", output)
+
+
+def test_the_build_leaves_nothing_in_the_temp_dir(precompiled_wheel, build_tmpdir):
+    """Torch builds a ~150 MB prefix header per torch path into a dir under the temp dir that
+    outlives the process; under an isolated build env's random path nothing ever uses it again."""
+    left = sorted(str(p.relative_to(build_tmpdir)) for p in build_tmpdir.rglob("*") if p.is_file())
+    assert precompiled_wheel[0].exists() and left == []
+
+
+def wheel_members(wheel) -> dict[str, bytes]:
+    with zipfile.ZipFile(wheel) as archive:
+        return {info.filename: archive.read(info) for info in archive.infolist()}
+
+
+DECLARATION = "sample_pkg-0.1.0.dist-info/extra_metadata/hatch-precompile.json"
+RECORD = "sample_pkg-0.1.0.dist-info/RECORD"
+
+
+def test_off_wheel_is_plain_hatchling_plus_the_declaration_and_needs_no_torch(notorch_python, tmp_path):
+    project = copy_project(tmp_path / "sample_pkg")
+    _, plain = build_wheel(project, tmp_path / "plain", python=notorch_python, env={"HATCH_BUILD_NO_HOOKS": "true"})
+    plain_members = wheel_members(plain)
+    for name, env in [
+        ("global", {"PRECOMPILE": "0"}),
+        ("per-package beats global", {"PRECOMPILE": "1", "PRECOMPILE_SAMPLE_PKG": "off"}),
+    ]:
+        proc, wheel = build_wheel(project, tmp_path / name, python=notorch_python, env=env)
+        assert "precompile: off (PRECOMPILE" in proc.stdout, name
+        assert wheel.name == "sample_pkg-0.1.0-py3-none-any.whl"
+        members = wheel_members(wheel)
+        # Exactly one file more than plain hatchling's wheel, and its line in RECORD; all else byte for byte.
+        assert set(members) == set(plain_members) | {DECLARATION}, name
+        assert all(members[n] == plain_members[n] for n in plain_members if n != RECORD), name
+        extra = set(members[RECORD].decode().splitlines()) - set(plain_members[RECORD].decode().splitlines())
+        assert [line.split(",")[0] for line in extra] == [DECLARATION], name
+        assert json.loads(members[DECLARATION]) == {
+            "format": 1, "package": "sample_pkg", "timeout": 1800.0, "workloads": ["sample_pkg.precompile:workload"],
+            "device": "auto",
+        }
+
+
+def test_enable_false_is_a_default_the_environment_overrides(notorch_python, tmp_path):
+    project = copy_project(tmp_path / "sample_pkg")
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text() + "enable = false\n")
+    proc, wheel = build_wheel(project, tmp_path / "off", python=notorch_python)
+    assert "precompile: off (enable = false)" in proc.stdout
+    assert wheel.name.endswith("-py3-none-any.whl")
+    # PRECOMPILE_SAMPLE_PKG=1 turns it back on: the hook asks for the project's torch requirement.
+    proc, wheel = build_wheel(
+        project, tmp_path / "on", python=notorch_python, env={"PRECOMPILE_SAMPLE_PKG": "1"}, check=False
+    )
+    assert proc.returncode != 0 and wheel is None
+    assert "Unmet dependencies" in proc.stdout and "torch>=2.7" in proc.stdout
+
+
+def test_invalid_switch_value_is_an_error_naming_the_variable(notorch_python, tmp_path):
+    project = copy_project(tmp_path / "sample_pkg")
+    proc, wheel = build_wheel(project, tmp_path / "out", python=notorch_python, env={"PRECOMPILE": "maybe"}, check=False)
+    assert proc.returncode != 0 and wheel is None
+    assert "PRECOMPILE='maybe' is not a valid switch value" in proc.stdout
+
+
+def test_sdist_has_workload_source_but_no_artifacts(tmp_path):
+    project = copy_project(tmp_path / "sample_pkg")
+    out = tmp_path / "sdist"
+    proc = run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", out, project])
+    assert "running workload" not in proc.stdout
+    (sdist,) = out.glob("*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        names = archive.getnames()
+    assert any(n.endswith("sample_pkg/precompile.py") for n in names)
+    assert not any("_precompiled" in n for n in names)
+
+
+def test_editable_install_skips_with_one_line(notorch_python, tmp_path):
+    project = copy_project(tmp_path / "sample_pkg")
+    proc = run([notorch_python, "-m", "pip", "install", "-v", "--no-deps", "--no-build-isolation", "-e", project])
+    assert proc.stdout.count("precompile: editable install, workloads not run") == 1
+    assert "running workload" not in proc.stdout
+
+
+def test_isolated_pip_build_for_a_torchless_target_relocates_kernels(hp_dist, notorch_python, runtime_python, tmp_path):
+    """`pip wheel .` from an environment without torch: the workload runs on the build env's
+    torch, which lives at a random path, and the kernels still hit in another venv."""
+    project = copy_project(tmp_path / "sample_pkg")
+    out = tmp_path / "dist"
+    # Isolation resolves torch on its own (here it picked a CUDA 2.14 build once); pin it to ours.
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text(f"{TORCH_REQUIREMENT}\n")
+    proc = run(
+        [notorch_python, "-m", "pip", "wheel", "-v", "--no-deps", "--find-links", hp_dist, "-w", out, project],
+        env={"PIP_CONSTRAINT": str(constraints)},
+    )
+    prefix = run([notorch_python, "-c", "import sys; print(sys.prefix)"]).stdout.strip()
+    assert re.search(
+        rf"precompile: building artifacts for torch {re.escape(metadata.version('torch'))}\S* of the build "
+        rf"environment \(\S*pip-build-env-\S+\): the target environment {re.escape(prefix)} \(pip's "
+        rf"interpreter\) has no torch yet, and pip was told to install {TORCH_REQUIREMENT} \(-c {constraints}",
+        proc.stdout
+    ), proc.stdout[-3000:]
+    assert "precompile: running workload" in proc.stdout
+    (wheel,) = out.glob("sample_pkg-*.whl")
+    manifest = read_manifest(wheel)
+    assert "pip-build-env" not in json.dumps(manifest["kernels"])
+    assert manifest["env"]["torch"] == metadata.version("torch")
+    site = unpack(wheel, tmp_path / "site")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    result = run_sample(runtime_python, cache, pythonpath=site)
+    assert result["precompiled"], result["precompile_reason"]
+    assert result["aot_autograd"].get("autograd_cache_miss", 0) == 0
+    assert result["aot_autograd"]["autograd_cache_hit"] >= 1
+    assert result["kernels_compiled"] == 0
+
+
+def test_sample_pyproject_matches_the_documented_contract():
+    text = (SAMPLE / "pyproject.toml").read_text()
+    assert 'requires = ["hatchling", "hatch-precompile"]' in text
+    assert 'workload = "sample_pkg.precompile:workload"' in text

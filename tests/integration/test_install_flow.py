@@ -1,0 +1,231 @@
+"""The torch-first flow, with real frontends: torch is installed first, then the package, isolated.
+
+Each build must run the workload on the target environment's torch (so the artifacts hit there)
+without installing a torch into the build environment, and leave the target untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from conftest import TORCH_REQUIREMENT, copy_project, make_venv, run, run_sample, unpack
+
+from integration.test_build_errors import WORKLOAD_TABLE, project_with
+
+pytestmark = pytest.mark.slow  # builds wheels or venvs, or runs torch in fresh processes
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory) -> Path:
+    """A user's venv: torch installed first (and `build`, to run `python -m build` from it)."""
+    python = make_venv(tmp_path_factory.mktemp("target") / "venv")
+    run([python, "-m", "pip", "install", "-q", TORCH_REQUIREMENT, "build"])
+    return python
+
+
+def prefix_of(python: Path) -> str:
+    return run([python, "-c", "import sys; print(sys.prefix)"]).stdout.strip()
+
+
+def torch_of(python: Path) -> str:
+    return run([python, "-c", "import importlib.metadata as m; print(m.version('torch'))"]).stdout.strip()
+
+
+def snapshot(directory: Path) -> dict[str, float]:
+    return {str(p): p.stat().st_mtime for p in directory.rglob("*") if not p.is_symlink()}
+
+
+def find_links(*dirs: Path) -> dict[str, str]:
+    """pip's find-links: the machine's own (where torch wheels may lie) plus ``dirs``."""
+    return {"PIP_FIND_LINKS": " ".join([os.environ.get("PIP_FIND_LINKS", ""), *map(str, dirs)]).strip()}
+
+
+def build_env_section(pip_log: str) -> str:
+    """What pip installed into the isolated build env, from `pip -v`'s log."""
+    return "\n".join(re.findall(r"Installing (?:build|backend) dependencies: started\n(.*?)"
+                                 r"Installing (?:build|backend) dependencies: finished", pip_log, re.S))
+
+
+def assert_targets(output: str, python: Path, via: str) -> None:
+    assert (
+        f"precompile: building artifacts for torch {torch_of(python)} of the target environment "
+        f"{prefix_of(python)} ({via}); the workload runs there"
+    ) in output, output[-4000:]
+
+
+def assert_warm(python: Path, tmp_path: Path, pythonpath: Path | None = None) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    result = run_sample(python, cache, pythonpath=pythonpath)
+    assert result["precompiled"], result["precompile_reason"]
+    assert result["aot_autograd"]["autograd_cache_hit"] >= 2
+    assert result["aot_autograd"].get("autograd_cache_miss", 0) == 0
+    assert result["kernels_compiled"] == 0
+
+
+def assert_fix_works(python: Path, tmp_path: Path, env: dict[str, str], expected: str) -> None:
+    """A wheel for another torch (simulated by its manifest): the skip message's fix, run as printed,
+    makes the package warm again."""
+    package_dir = Path(run([python, "-c", "import os, sample_pkg; print(os.path.dirname(sample_pkg.__file__))"],
+                           env={"PRECOMPILE": "0"}).stdout.strip().splitlines()[-1])
+    (manifest,) = (package_dir / "_precompiled" / "sets").glob("*/manifest.json")
+    data = json.loads(manifest.read_text())
+    data["env"]["torch"] = "2.0.0+elsewhere"
+    manifest.write_text(json.dumps(data))
+    code = "import json, sample_pkg; print(json.dumps(sample_pkg.precompile_status.reason))"
+    reason = json.loads(run([python, "-c", code], env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "c")}).stdout.splitlines()[-1])
+    assert "built for torch='2.0.0+elsewhere'" in reason and reason.endswith("or run `hatch-precompile warm sample_pkg`")
+    command = re.search(r"reinstall it from source, which builds for this environment: `([^`]+)`", reason)
+    assert command, reason
+    assert expected in command[1], command[1]
+    run(shlex.split(command[1]), env=env)
+    (tmp_path / "after-fix").mkdir()
+    assert_warm(python, tmp_path / "after-fix")
+
+
+def test_pip_install_builds_for_the_target_torch_and_writes_nothing_into_it(target, links, tmp_path):
+    lib = Path(prefix_of(target)) / "lib"
+    before = snapshot(lib)
+    project = copy_project(tmp_path / "sample_pkg")
+    proc = run([target, "-m", "pip", "install", "-v", project], env=find_links(links))
+    assert_targets(proc.stdout, target, "pip's interpreter")
+    section = build_env_section(proc.stdout)
+    assert "hatchling" in section and "torch" not in section.lower(), section
+    assert "Installing backend dependencies" not in proc.stdout
+    # The build wrote nothing into the target's torch (pip then installed the wheel and its dependencies).
+    changed = {p for p, mtime in snapshot(lib).items() if "/torch/" in p and before.get(p) != mtime}
+    assert not changed, sorted(changed)[:5]
+    assert_warm(target, tmp_path)
+    assert_fix_works(target, tmp_path, find_links(links), f"-m pip install --force-reinstall --no-deps --no-cache-dir {project}")
+    run([target, "-m", "pip", "uninstall", "-q", "-y", "sample-pkg"])
+
+
+def test_pip_install_of_an_sdist_from_an_index(target, links, tmp_path):
+    """An index with only the sdist: pip builds it in isolation, for the target's torch."""
+    index = tmp_path / "index"
+    shutil.copytree(links, index)
+    run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", index, copy_project(tmp_path / "src")])
+    proc = run([target, "-m", "pip", "install", "-v", "--no-index", "--find-links", index, "sample-pkg"])
+    assert "sample_pkg-0.1.0.tar.gz" in proc.stdout
+    assert_targets(proc.stdout, target, "pip's interpreter")
+    assert "torch" not in build_env_section(proc.stdout).lower()
+    assert_warm(target, tmp_path)
+    # pip cached the wheel it built from the sdist: the fix must build again, not reuse it.
+    assert_fix_works(target, tmp_path, {"PIP_FIND_LINKS": str(index), "PIP_NO_INDEX": "1"},
+                     "--no-cache-dir --no-binary sample-pkg sample-pkg")
+    run([target, "-m", "pip", "uninstall", "-q", "-y", "sample-pkg"])
+
+
+def test_python_m_build_from_an_activated_venv(target, links, tmp_path):
+    venv = Path(prefix_of(target))
+    env = {"VIRTUAL_ENV": str(venv), "PATH": f"{venv / 'bin'}:{os.environ['PATH']}", **find_links(links)}
+    out = tmp_path / "dist"
+    proc = run([target, "-m", "build", "--wheel", "-o", out, copy_project(tmp_path / "sample_pkg")], env=env)
+    assert "Creating isolated environment" in proc.stdout
+    assert_targets(proc.stdout, target, "VIRTUAL_ENV")
+    installed = proc.stdout.split("Installing packages in isolated environment", 1)[1].split("precompile:", 1)[0]
+    assert "torch" not in installed, installed
+    (wheel,) = out.glob("*.whl")
+    assert_warm(target, tmp_path, pythonpath=unpack(wheel, tmp_path / "site"))
+
+
+def test_python_m_build_without_activation_finds_the_venv_that_runs_it(target, links, tmp_path):
+    project = project_with(tmp_path, WORKLOAD_TABLE, FAILING_AT_ONCE)  # the choice is all that is under test
+    proc = run([target, "-m", "build", "--wheel", "-o", tmp_path / "dist", project], env=find_links(links),
+               check=False)
+    assert_targets(proc.stdout, target, "the interpreter that made the build venv")
+    assert "ValueError: stop here" in proc.stdout
+
+
+def test_uv_pip_install_and_uv_build(target, links, tmp_path):
+    uv = shutil.which("uv", path=str(Path(sys.executable).parent))
+    assert uv, "uv is a test dependency"
+    env = {"UV_CACHE_DIR": str(tmp_path / "uv-cache")}
+    project = copy_project(tmp_path / "sample_pkg")
+    proc = run([uv, "pip", "install", "-v", "--python", target, "--no-index", "--find-links", links, project], env=env)
+    assert_targets(proc.stdout, target, "uv's --python")
+    assert not re.search(r"Adding direct dependency: torch", proc.stdout), "uv's build env asked for torch"
+    assert_warm(target, tmp_path)
+    uv_env = {"PATH": f"{Path(uv).parent}:{os.environ['PATH']}", "UV_NO_INDEX": "1", "UV_FIND_LINKS": str(links), **env}
+    assert_fix_works(target, tmp_path, uv_env, f"uv pip install --python {target} --reinstall-package sample-pkg "
+                     f"--no-deps --no-cache {project}")
+    run([target, "-m", "pip", "uninstall", "-q", "-y", "sample-pkg"])
+
+    # Activated instead of --python; a failing workload keeps these cheap: only the choice counts.
+    failing = project_with(tmp_path / "failing", WORKLOAD_TABLE, FAILING_AT_ONCE)
+    proc = run([uv, "pip", "install", "-v", "--no-index", "--find-links", links, failing],
+               env={**env, "VIRTUAL_ENV": prefix_of(target)}, check=False)
+    assert_targets(proc.stdout, target, "uv's VIRTUAL_ENV")
+    assert "ValueError: stop here" in proc.stdout
+
+    # `uv build` in a project that has its own .venv (here a link to the target venv).
+    (failing / ".venv").symlink_to(prefix_of(target))
+    proc = run([uv, "build", "--wheel", "-v", "--no-index", "--find-links", links], env=env, cwd=failing, check=False)
+    assert (f"precompile: building artifacts for torch {torch_of(target)} of the target environment "
+            f"{failing / '.venv'} (uv's .venv); the workload runs there") in proc.stdout, proc.stdout[-3000:]
+
+
+FAILING_AT_ONCE = "def workload():\n    raise ValueError('stop here')\n"
+
+
+def test_explicit_target_variable(target, links, tmp_path):
+    """`hatch build` and other frontends that do not say: HATCH_PRECOMPILE_TARGET does."""
+    project = project_with(tmp_path, WORKLOAD_TABLE, FAILING_AT_ONCE)
+    env = {"HATCH_PRECOMPILE_TARGET": prefix_of(target), **find_links(links)}
+    proc = run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "-w", tmp_path / "out", project], env=env,
+               check=False)
+    assert_targets(proc.stdout, target, "HATCH_PRECOMPILE_TARGET")
+    bad = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", tmp_path / "out", project],
+              env={**env, "HATCH_PRECOMPILE_TARGET": str(tmp_path / "nowhere")}, check=False)
+    assert bad.returncode != 0
+    assert f"HATCH_PRECOMPILE_TARGET='{tmp_path / 'nowhere'}': {tmp_path / 'nowhere'} does not run as a Python " \
+           "interpreter" in bad.stdout
+
+
+NEEDS_NUMPY = "import numpy\n\n\ndef workload():\n    pass\n"
+
+
+def test_a_dependency_missing_in_the_target_is_named_and_nothing_is_left(target, links, tmp_path):
+    """pip installs a project's dependencies after building its wheel: the workload cannot import them."""
+    assert run([target, "-c", "import numpy"], check=False).returncode != 0
+    venv = Path(prefix_of(target))
+    before = snapshot(venv)
+    project = project_with(tmp_path, WORKLOAD_TABLE, NEEDS_NUMPY)
+    proc = run([target, "-m", "pip", "install", "-v", project], env=find_links(links), check=False)
+    assert proc.returncode != 0
+    assert "ModuleNotFoundError: No module named 'numpy'" in proc.stdout
+    assert (
+        f"precompile: the workload imports 'numpy', which the environment being installed into ({venv}) "
+        "does not have yet"
+    ) in proc.stdout
+    assert snapshot(venv) == before, "the failed build left files in the target"
+
+    warn = project_with(tmp_path / "warn", WORKLOAD_TABLE + 'on-failure = "warn"\n', NEEDS_NUMPY)
+    out = tmp_path / "out"
+    proc = run([target, "-m", "pip", "wheel", "-v", "--no-deps", "-w", out, warn], env=find_links(links))
+    assert_targets(proc.stdout, target, "pip's interpreter")
+    assert "precompile: the workload imports 'numpy'" in proc.stdout
+    assert 'on-failure = "warn": building the wheel without precompiled artifacts' in proc.stdout
+    (wheel,) = out.glob("*.whl")
+    assert wheel.name.endswith("-py3-none-any.whl")
+    assert snapshot(venv) == before
+    with zipfile.ZipFile(wheel) as archive:
+        assert not any("_precompiled" in n for n in archive.namelist())
+
+
+def test_pip_install_on_a_machine_that_cannot_compile_gets_a_plain_wheel(target, links, tmp_path):
+    """A slim container: no C++ compiler. The install works; one line says why nothing was precompiled."""
+    out = tmp_path / "out"
+    no_compiler = {"CXX": str(tmp_path / "no-g++"), **find_links(links)}
+    proc = run([target, "-m", "pip", "wheel", "-v", "--no-deps", "-w", out, copy_project(tmp_path / "sample_pkg")],
+               env=no_compiler)
+    assert proc.stdout.count("precompile: this machine cannot build C++ kernels: No working C++ compiler found") == 1
+    (wheel,) = out.glob("*.whl")
+    assert wheel.name == "sample_pkg-0.1.0-py3-none-any.whl"

@@ -1,0 +1,217 @@
+"""The newest torch that installs quickly here, end to end (the suite's own torch is 2.13.0).
+
+Every supported torch is proven by scripts/torch_matrix.py (docs/torch-versions.md); CI runs
+this one besides the default: the torch-first flow, the first step warm, outputs as cold; on a
+CUDA build, that a changed Triton changes its key, and that Triton is hashed only where graphs are keyed on it;
+from torch 2.14, steps shipped with save_step() run with no Dynamo and fall back where they must.
+``HATCH_PRECOMPILE_TEST_TORCH`` names another requirement; set it empty to skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+import pytest
+from conftest import STEP_PKG, copy_project, make_venv, run, run_sample, run_step_pkg
+
+pytestmark = pytest.mark.slow  # builds wheels or venvs, or runs torch in fresh processes
+
+REQUIREMENT = os.environ.get("HATCH_PRECOMPILE_TEST_TORCH", "torch==2.14.1")
+
+
+@pytest.mark.skipif(not REQUIREMENT, reason="HATCH_PRECOMPILE_TEST_TORCH is empty")
+def test_newest_torch_builds_installs_and_starts_warm(hp_dist, step_wheel):
+    with tempfile.TemporaryDirectory(prefix="hatch-precompile-newest-torch-") as tmp:  # 5 GB: not kept
+        tmp_path = Path(tmp)
+        python = make_venv(tmp_path / "venv")
+        run([python, "-m", "pip", "install", "-q", REQUIREMENT])
+        version = run([python, "-c", "import torch; print(torch.__version__)"]).stdout.strip().splitlines()[-1]
+        links = " ".join([os.environ.get("PIP_FIND_LINKS", ""), str(hp_dist)]).strip()
+        proc = run([python, "-m", "pip", "install", "-v", copy_project(tmp_path / "sample_pkg")],
+                   env={"PIP_FIND_LINKS": links})
+        assert f"precompile: building artifacts for torch {version} of the target environment" in proc.stdout
+        results = {}
+        for name, env in (("cold", {"PRECOMPILE": "0"}), ("warm", {})):
+            (tmp_path / name).mkdir()
+            results[name] = run_sample(python, tmp_path / name, env=env)
+        cold, warm = results["cold"], results["warm"]
+        assert warm["torch"] == version and warm["precompiled"], warm["precompile_reason"]
+        assert warm["aot_autograd"]["autograd_cache_hit"] >= 2 and not warm["aot_autograd"].get("autograd_cache_miss")
+        assert warm["kernels_compiled"] == 0 and cold["kernels_compiled"] > 0
+        # The shipped kernels read the thread count when they run (built for any thread count); a
+        # reduction split another way can round the last bits otherwise than the cold compile's
+        # kernels with the count built in (seen on an AMD EPYC with 2.14.1: 1.3e-8 of the logits'
+        # sum; bit for bit against a cold run with TORCHINDUCTOR_CPP_DYNAMIC_THREADS=1).
+        assert warm["loss"] == pytest.approx(cold["loss"], rel=1e-6)
+        assert warm["logits_sum"] == pytest.approx(cold["logits_sum"], rel=1e-6)
+        if run([python, "-c", "import triton"], check=False).returncode == 0:  # a CUDA build's Triton
+            assert_changed_triton_changes_the_key(python, tmp_path, cold)
+        if run([python, "-c", "import torch; torch.compiler.precompile"], check=False).returncode == 0:
+            assert_steps_ship_past_dynamo(python, tmp_path, links)
+        assert_an_exported_step_proven_on_this_torch_serves_it(python, tmp_path, step_wheel, version)
+        shutil.rmtree(tmp_path / "venv")
+
+
+def assert_steps_ship_past_dynamo(python: Path, tmp_path: Path, links: str) -> None:
+    """save_step / load_step on a torch with torch.compiler.precompile: the package's steps run
+    captured, with no Dynamo and no kernel built; outside their contract, or with a damaged
+    artifact, they fall back to torch.compile and compute the same."""
+    proc = run([python, "-m", "pip", "install", "-v", copy_project(tmp_path / "step_pkg", STEP_PKG)],
+               env={"PIP_FIND_LINKS": links})
+    assert "TorchScript module(s), 3 step(s) ahead of time;" in proc.stdout
+    results = {}
+    for name, env in (("steps-cold", {"PRECOMPILE": "0"}), ("steps-warm", {})):
+        (tmp_path / name).mkdir()
+        results[name] = run_step_pkg(python, tmp_path / name / "cache", env=env)
+    cold, warm = results["steps-cold"], results["steps-warm"]
+    assert cold["routes"] == ["fallback", "fallback"] and cold["dynamo_frames"] > 0 and cold["kernels_compiled"] > 0
+    assert warm["routes"] == ["precompiled", "precompiled"], warm["reasons"]
+    assert warm["dynamo_frames"] == 0 and warm["kernels_compiled"] == 0
+    assert warm["classify"][:2] == ["aotinductor", None] and warm["classify"][2] < 1e-6, warm["classify"]
+    assert warm["loss"] == pytest.approx(cold["loss"], rel=1e-6)
+    assert warm["grad_norm"] == pytest.approx(cold["grad_norm"], rel=1e-6)
+    assert warm["logits_sum"] == pytest.approx(cold["logits_sum"], rel=1e-5, abs=1e-5)
+    route, reason, got, want = warm["other_shape"]  # another batch size
+    assert route == "fallback" and "argument 1 differs from the capture's" in reason and got == pytest.approx(want, rel=1e-6)
+    route, reason, got, want = warm["eval_mode"]
+    assert route == "fallback" and "a train()/eval() mode" in reason and got == pytest.approx(want, rel=1e-5)
+
+    # A damaged step: that step compiles as usual, the other still runs captured, import works.
+    site = Path(run([python, "-c", "import step_pkg, os; print(os.path.dirname(step_pkg.__file__))"]).stdout.split()[-1])
+    (manifest,) = (site / "_precompiled" / "sets").glob("*/manifest.json")
+    digest = json.loads(manifest.read_text())["files"]["steps/train_step.py"]["sha256"]
+    blob = site / "_precompiled" / "blobs" / digest
+    blob.write_text(blob.read_text() + "\nraise SystemExit('not the shipped code')\n")
+    (tmp_path / "steps-damaged").mkdir()
+    damaged = run_step_pkg(python, tmp_path / "steps-damaged" / "cache")
+    assert damaged["routes"] == ["fallback", "precompiled"]
+    assert "does not match its sha256" in damaged["reasons"][0]
+    assert damaged["loss"] == pytest.approx(cold["loss"], rel=1e-6)
+
+
+SERVE_EXPORTED = """
+import json, sys, torch, step_pkg
+from step_pkg.model import classify
+model = step_pkg.make_model().eval()
+x = step_pkg.make_batch(9)[0]
+with torch.no_grad():
+    got = step_pkg.classify_step(model, x)
+    error = (got - classify(model, x)).abs().max().item()
+compiler = [m for m in sys.modules if m.startswith(("torch._dynamo", "torch._inductor"))]
+print(json.dumps([step_pkg.classify_step.route, step_pkg.classify_step.reason, error, compiler]))
+"""
+
+
+def assert_an_exported_step_proven_on_this_torch_serves_it(python: Path, tmp_path: Path, wheel: Path,
+                                                           version: str) -> None:
+    """The step_pkg wheel built on the suite's torch, baked under this one: its exported step is
+    proven here and shipped for this torch as it is (the same bytes), not compiled again; this
+    torch then serves it with no compiler, and the suite's torch still serves its own."""
+    out = tmp_path / "baked"
+    proc = run([sys.executable, "-m", "hatch_precompile", "bake", "-o", out, "--python", python, wheel])
+    assert (f"step 'classify': the package built on torch {torch_version()} loads and matches on torch {version}: "
+            "shipped for it as it is") in proc.stdout
+    (baked,) = out.glob("*.whl")
+    with zipfile.ZipFile(baked) as archive:
+        manifests = [json.loads(archive.read(n)) for n in archive.namelist() if n.endswith("/manifest.json")]
+    by_torch = {m["env"]["torch"]: m for m in manifests}
+    assert by_torch[version]["steps"]["classify"]["proven"] == [version]
+    assert by_torch[version]["steps"]["classify"]["torch"] == torch_version()
+    digests = {m["files"]["steps/classify.pt2"]["sha256"] for m in manifests}
+    assert len(digests) == 1, "one package, stored once, serves both"
+    run([python, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", baked])
+    route, reason, error, compiler = json.loads(
+        run([python, "-c", SERVE_EXPORTED], env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "proven-cache")})
+        .stdout.strip().splitlines()[-1])
+    assert route == "aotinductor" and reason is None and error < 1e-6 and compiler == []
+
+
+def torch_version() -> str:
+    import torch
+
+    return torch.__version__
+
+
+# After a warm step: whether Triton's key had been computed or started (torch 2.13+ keeps it in a
+# prefetchable cache; None: another shape), then Triton's key as torch reads it, torch's system
+# answer, and whether torch puts the key into this machine's graph keys (a CUDA build on a machine
+# without a GPU leaves it out before torch 2.15: CPU kernels are C++).
+TRITON_KEY = """
+import inspect, json, torch.utils._functools as functools_
+import sample_pkg
+trainer = sample_pkg.Trainer(sample_pkg.make_model())
+trainer.step(*sample_pkg.make_batch())
+from torch._inductor import codecache
+state = inspect.getclosurevars(codecache.triton_key).nonlocals
+sentinel = getattr(functools_, "_cache_sentinel", None)
+hashed = (state["_cache"] is not sentinel or state["_future"] is not None) if {"_cache", "_future"} <= set(state) else None
+key = codecache.triton_key()
+system = codecache.CacheBase.get_system()
+print(json.dumps({"key": key, "hashed_by_the_step": hashed, "system": system,
+                  "in_graph_keys": (system.get("version") or {}).get("triton") == key}))
+"""
+
+
+# Triton's key where torch keys graphs on it (torch 2.15, or a GPU), through the memo the speedups
+# use there: whether Triton's own key function ran (in any thread), and the key torch then holds.
+MEMO_KEY = """
+import json, sys, threading
+seen = []
+def profile(frame, event, arg):
+    if event == "call" and frame.f_code.co_name == "triton_key" and "/triton/" in frame.f_code.co_filename:
+        seen.append(1)
+sys.setprofile(profile); threading.setprofile(profile)
+from hatch_precompile.run import speedups, touchpoints
+touchpoints.prefetch("triton-key", memo=speedups.TritonKeyMemo())
+from torch._inductor import codecache
+key = codecache.triton_key()
+sys.setprofile(None); threading.setprofile(None)
+print(json.dumps({"key": key, "hashed": bool(seen)}))
+"""
+
+
+def assert_changed_triton_changes_the_key(python: Path, tmp_path: Path, cold: dict) -> None:
+    """The speedups hash Triton's sources in the background, or not at all where torch leaves
+    them out of the graphs' keys; where it keys on them, a remembered key is used only while
+    every file of Triton is unchanged: a changed Triton changes the key. Where torch keys graphs
+    on it, the shipped graphs (keyed by the build's Triton) then miss and compile; where it does
+    not, they hit; the outputs are the cold ones either way."""
+    def key(**env) -> dict:
+        return json.loads(run([python, "-c", TRITON_KEY], env=env).stdout.strip().splitlines()[-1])
+
+    def remembered() -> dict:
+        env = {"XDG_CACHE_HOME": str(tmp_path / "user-cache")}
+        return json.loads(run([python, "-c", MEMO_KEY], env=env).stdout.strip().splitlines()[-1])
+
+    before, before_unpatched = key(), key(HATCH_PRECOMPILE_NO_PATCHES="1")
+    first, second = remembered(), remembered()
+    assert first["hashed"] and not second["hashed"] and first["key"] == second["key"] == before_unpatched["key"]
+    assert before["key"] and before["key"] == before_unpatched["key"]
+    # Torch's own answer, whether load() answered it without Triton's key or torch computed it.
+    assert before["system"] == before_unpatched["system"] and before["in_graph_keys"] == before_unpatched["in_graph_keys"]
+    # Torch hashes Triton for its first step; the speedups do too (in the background) where the
+    # graphs are keyed on it, and not at all where they are not.
+    assert before_unpatched["hashed_by_the_step"] in (True, None)
+    assert before["hashed_by_the_step"] in ((True, None) if before["in_graph_keys"] else (False, None))
+    triton = Path(run([python, "-c", "import triton, os; print(os.path.dirname(triton.__file__))"]).stdout.split()[-1])
+    with (triton / "language" / "core.py").open("a") as source:  # this venv's own Triton: deleted after
+        source.write("\n# changed after the wheel was built\n")
+    after, after_unpatched = key(), key(HATCH_PRECOMPILE_NO_PATCHES="1")
+    assert after["key"] != before["key"] and after["key"] == after_unpatched["key"]
+    assert after["system"] == after_unpatched["system"]
+    changed_memo = remembered()
+    assert changed_memo["hashed"] and changed_memo["key"] == after_unpatched["key"]
+    (tmp_path / "changed-triton").mkdir()
+    changed = run_sample(python, tmp_path / "changed-triton")
+    if after["in_graph_keys"]:
+        assert changed["aot_autograd"].get("autograd_cache_miss") and changed["kernels_compiled"] > 0
+    else:
+        assert not changed["aot_autograd"].get("autograd_cache_miss") and changed["kernels_compiled"] == 0
+    assert changed["loss"] == pytest.approx(cold["loss"], rel=1e-6)  # to the last bits: see the warm start's
+    assert changed["logits_sum"] == pytest.approx(cold["logits_sum"], rel=1e-6)

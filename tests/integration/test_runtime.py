@@ -1,0 +1,164 @@
+"""Installing the precompiled wheel elsewhere and starting warm; skipping safely when unusable."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from conftest import run, run_sample, unpack
+
+pytestmark = pytest.mark.slow  # builds wheels or venvs, or runs torch in fresh processes
+
+
+def so_files(cache):
+    return sorted(p.relative_to(cache) for p in cache.rglob("*.so"))
+
+
+def test_warm_start_hits_every_cache_and_compiles_no_kernel(runtime_python, cold_result, tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    warm = run_sample(runtime_python, cache)
+    assert warm["precompiled"], warm["precompile_reason"]
+    assert warm["aot_autograd"].get("autograd_cache_miss", 0) == 0
+    assert warm["aot_autograd"]["autograd_cache_hit"] >= 2  # training and inference graphs
+    assert warm["inductor"].get("fxgraph_cache_miss", 0) == 0
+    assert warm["kernels_compiled"] == 0
+    # The sample splits the step's compile time (the torch matrix's tracing column reads this).
+    phases = warm["first_step_phases"]
+    assert phases["frames"] >= 1 and phases["dynamo_seconds"] > 0 and phases["backend_seconds"] > 0
+
+    assert not cold_result["precompiled"] and cold_result["precompile_reason"] == "disabled by PRECOMPILE=0"
+    assert cold_result["aot_autograd"]["autograd_cache_miss"] >= 2
+    assert cold_result["kernels_compiled"] > 0
+    # Same numbers as a cold compile: the shipped kernels are the kernels a cold compile builds.
+    assert math.isclose(warm["loss"], cold_result["loss"], rel_tol=1e-6)
+    assert math.isclose(warm["logits_sum"], cold_result["logits_sum"], rel_tol=1e-6, abs_tol=1e-5)
+
+
+def test_a_process_under_ci_hits_with_torchs_ci_default_turned_back(runtime_python, tmp_path):
+    """The wheel was built without CI=true (conftest); a test suite run under it misses from torch
+    2.11 on (functorch's error_on_custom_op_aliasing is in the key) unless it sets the variable back."""
+    code = "import torch._functorch.config as c; print(hasattr(c, 'error_on_custom_op_aliasing'))"
+    reads_ci = run([runtime_python, "-c", code]).stdout.strip().splitlines()[-1] == "True"
+    for name, env in (("plain", {"CI": "true"}),
+                      ("set back", {"CI": "true", "TORCHINDUCTOR_ERROR_ON_CUSTOM_OP_ALIASING": "0"})):
+        cache = tmp_path / name / "cache"
+        cache.mkdir(parents=True)
+        result = run_sample(runtime_python, cache, env=env)
+        misses = result["aot_autograd"].get("autograd_cache_miss", 0)
+        assert misses == (2 if reads_ci and name == "plain" else 0), (name, result)
+
+
+def test_load_never_clobbers_and_second_process_installs_nothing(runtime_python, tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    code = "import json, sample_pkg; s = sample_pkg.precompile_status; print(json.dumps([s.installed, s.present]))"
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(cache)}
+    first = json.loads(run([runtime_python, "-c", code], env=env).stdout.splitlines()[-1])
+    assert first[0] > 0 and first[1] == 0
+    kernel = next(cache.rglob("*.main.so"))
+    kernel.write_bytes(b"somebody else's entry")
+    second = json.loads(run([runtime_python, "-c", code], env=env).stdout.splitlines()[-1])
+    assert second == [0, first[0]]
+    assert kernel.read_bytes() == b"somebody else's entry"
+    assert not list(cache.rglob("*.tmp"))
+
+
+def test_shipped_torchscript_module_loads_and_matches_eager(runtime_python, tmp_path):
+    code = (
+        "import torch, sample_pkg\n"
+        "m = sample_pkg.scripted_classifier()\n"
+        "assert isinstance(m, torch.jit.ScriptModule), type(m)\n"
+        "x = sample_pkg.make_batch()[0]\n"
+        "torch.testing.assert_close(m(x), sample_pkg.make_model().eval()(x))\n"
+        "import hatch_precompile\n"
+        "assert hatch_precompile.load_torchscript('sample_pkg', 'missing') is None\n"
+        "print('ok')\n"
+    )
+    proc = run([runtime_python, "-W", "always", "-c", code], env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path)})
+    assert proc.stdout.splitlines()[-1] == "ok"
+    assert "no TorchScript module named 'missing' was shipped" in proc.stdout
+
+
+def test_warm_start_builds_no_precompiled_header(runtime_python, cold_result, tmp_path):
+    """Inductor's prefix header is built per environment into a machine-global dir (under the
+    temp dir) before it checks for a built kernel; with every kernel shipped it is not needed."""
+    results = {}
+    for name, env in [("fast", {}), ("unpatched", {"HATCH_PRECOMPILE_NO_SPEEDUPS": "1"})]:
+        tmp = tmp_path / name
+        (tmp / "cache").mkdir(parents=True)
+        results[name] = run_sample(runtime_python, tmp / "cache", env={"TMPDIR": str(tmp), **env})
+        headers = list(tmp.glob("torchinductor_*/precompiled_headers/*.gch"))
+        assert results[name]["precompiled"] and results[name]["kernels_compiled"] == 0
+        assert bool(headers) == (name == "unpatched"), headers
+    assert results["fast"]["loss"] == results["unpatched"]["loss"] == cold_result["loss"]
+
+
+COUNT_PROBES = """
+import json, runpy, sys
+probes = []
+def audit(event, args):
+    if event == "subprocess.Popen" and args[0] == sys.executable:
+        probes.append(args[1])
+sys.addaudithook(audit)
+sys.argv = ["sample_pkg", "--json"]
+runpy.run_module("sample_pkg", run_name="__main__")
+print(json.dumps(len(probes)))
+"""
+
+
+def probe_counts(python, tmp_path, pythonpath=None) -> list[int]:
+    """ISA probe children of two fresh processes that share a user cache (empty at first: a new machine)."""
+    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg"), **({"PYTHONPATH": str(pythonpath)} if pythonpath else {})}
+    counts = []
+    for name in ("first", "second"):
+        cache = tmp_path / name
+        cache.mkdir()
+        proc = run([python, "-c", COUNT_PROBES], env={**env, "TORCHINDUCTOR_CACHE_DIR": str(cache)})
+        lines = proc.stdout.strip().splitlines()
+        assert json.loads(lines[-2])["kernels_compiled"] == 0
+        counts.append(json.loads(lines[-1]))
+    return counts
+
+
+def test_a_new_machine_runs_no_isa_probe_the_shipped_set_vouches_for(runtime_python, tmp_path):
+    """Inductor compiles and dlopens an ISA probe library in a child Python per candidate ISA. The
+    set's build passed those probes, and this CPU has their features: none runs, not even in the
+    first process of an empty home (a fresh container)."""
+    assert probe_counts(runtime_python, tmp_path) == [0, 0]
+    assert not (tmp_path / "xdg" / "hatch-precompile" / ".isa-probes").exists()
+
+
+def test_isa_probes_no_set_vouches_for_run_once_per_machine(runtime_python, precompiled_wheel, tmp_path):
+    """A set that recorded no probes (an older build): a successful probe of the same library on the
+    same machine is remembered in the user cache."""
+    site = unpack(precompiled_wheel[0], tmp_path / "site")
+    (manifest,) = (site / "sample_pkg" / "_precompiled" / "sets").glob("*/manifest.json")
+    data = json.loads(manifest.read_text())
+    data["probes"] = {}
+    manifest.write_text(json.dumps(data))
+    counts = probe_counts(runtime_python, tmp_path, pythonpath=site)
+    assert counts[0] > 0, "the first process on this machine probes"
+    assert counts[1] == 0, "the second does not"
+    assert len(list((tmp_path / "xdg" / "hatch-precompile" / ".isa-probes").iterdir())) == counts[0]
+
+
+CHANGED_AFTER_LOAD = """
+import json, os, sys
+from pathlib import Path
+import sample_pkg  # load() installs into the TORCHINDUCTOR_CACHE_DIR of the environment
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = sys.argv[1]  # then the program moves it, before compiling
+loss = sample_pkg.Trainer(sample_pkg.make_model()).step(*sample_pkg.make_batch())
+from torch._dynamo.utils import counters
+print(json.dumps([dict(counters["aot_autograd"]), sorted(p.name for p in Path(sys.argv[1]).rglob("*.so"))]))
+"""
+
+
+def test_cache_dir_changed_after_load_is_followed(runtime_python, precompiled_wheel, tmp_path):
+    """The files go where torch will read them: installed again into the new dir at the first compile."""
+    first, moved = tmp_path / "first", tmp_path / "moved"
+    proc = run([runtime_python, "-c", CHANGED_AFTER_LOAD, moved], env={"TORCHINDUCTOR_CACHE_DIR": str(first)})
+    aot, kernels = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert aot["autograd_cache_hit"] >= 1 and aot.get("autograd_cache_miss", 0) == 0, aot
+    assert kernels == sorted(p.name for p in first.rglob("*.so")), "no kernel compiled in the new dir"

@@ -1,0 +1,169 @@
+"""`hatch-precompile snoop` on real programs: what compiled, who owns it, what the workload missed."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from conftest import run
+
+pytestmark = pytest.mark.slow  # builds wheels or venvs, or runs torch in fresh processes
+
+WORKLOAD_SHAPES = """
+import sample_pkg
+trainer = sample_pkg.Trainer(sample_pkg.make_model())
+images, labels = sample_pkg.make_batch()
+trainer.step(images, labels)
+trainer.predict(images)
+"""
+BATCH_64 = """
+import sample_pkg
+trainer = sample_pkg.Trainer(sample_pkg.make_model())
+trainer.step(*sample_pkg.make_batch(batch_size=64))
+"""
+PITFALLS = """
+import sys
+import torch
+
+def scale(x, w):
+    return (x * w).sum()
+
+def threshold(x):
+    if x.sum().item() > 0:  # a Python number out of a tensor: a graph break
+        return x * 2
+    return x
+
+def square(x):
+    return x * x
+
+torch.compile(scale)(torch.ones(8, dtype=torch.float64), torch.ones(8))  # float64 into float32 math
+torch.compile(threshold)(torch.ones(4))
+compiled = torch.compile(square)
+for n in (4, 5):  # the second shape recompiles
+    compiled(torch.ones(n, 3))
+sys.exit(3)
+"""
+
+
+def snoop(python, tmp_path, script: str, *args: str, check=True):
+    path = tmp_path / "program.py"
+    path.write_text(script)
+    proc = run([python, "-m", "hatch_precompile", "snoop", "--json", *args, "--", "python", path], cwd=tmp_path,
+               check=check)
+    return proc, json.loads(proc.stdout[proc.stdout.index("{\n"):])
+
+
+def test_workload_shapes_are_all_served_by_the_shipped_artifacts(runtime_python, tmp_path):
+    _, report = snoop(runtime_python, tmp_path, WORKLOAD_SHAPES, "--out", str(tmp_path / "report.json"))
+    ours = [g for g in report["graphs"] if g["distribution"] == "sample-pkg"]
+    # Training and inference: one graph each, their backward came with the AOTAutograd entry.
+    assert sorted(g["grad_mode"] for g in ours) == [False, True] and {g["kind"] for g in ours} == {"forward"}
+    assert all(g["from_cache"] and g["from_shipped"] for g in ours), ours
+    assert all(g["location"].endswith("sample_pkg/model.py:30") and g["function"] == "forward" for g in ours)
+    parcel = report["distributions"]["sample-pkg"]
+    assert parcel["coverage"] == 1.0 and parcel["compiled_seconds"] == 0.0 and parcel["graphs"] == len(ours)
+    assert report["gaps"] == [] and report["exit_code"] == 0
+    assert json.loads((tmp_path / "report.json").read_text())["graphs"] == report["graphs"]
+    seconds = [g["seconds"] for g in report["graphs"]]
+    assert seconds == sorted(seconds, reverse=True)
+
+
+def test_another_batch_size_is_a_gap_naming_the_function_and_both_shapes(runtime_python, tmp_path):
+    _, report = snoop(runtime_python, tmp_path, BATCH_64)
+    fresh = [g for g in report["graphs"] if g["distribution"] == "sample-pkg" and not g["from_cache"]]
+    assert fresh and not any(g["from_shipped"] for g in fresh)
+    assert report["distributions"]["sample-pkg"]["coverage"] == 0.0
+    (gap,) = report["gaps"]
+    assert gap["function"] == "forward" and gap["location"].endswith("sample_pkg/model.py:30")
+    assert gap["signature"]["inputs"][0] == {"name": "images", "shape": [64, 1, 28, 28],
+                                                  "dtype": "torch.float32", "requires_grad": False}
+    assert gap["signature"]["grad_mode"] is True
+    assert {(tuple(s["inputs"][0]["shape"]), s["grad_mode"]) for s in gap["shipped"]} == {
+        ((32, 1, 28, 28), True), ((32, 1, 28, 28), False)}
+    assert gap["hint"] == (
+        "the workload calls forward with images of shape [32, 1, 28, 28] only; this program used "
+        "[64, 1, 28, 28] -- make that the workload's first call of forward (a later one compiles a dynamic "
+        "graph), or mark dim 0 dynamic (torch._dynamo.mark_dynamic(images, 0))"
+    )
+
+
+def test_pitfalls_are_found_where_they_happen(runtime_python, tmp_path):
+    proc, report = snoop(runtime_python, tmp_path, PITFALLS, check=False)
+    assert proc.returncode == 3 and report["exit_code"] == 3, "snoop exits as the program did"
+    program = str(tmp_path / "program.py")
+    kinds = {(p["kind"], p["location"]) for p in report["pitfalls"]}
+    assert ("float64 input", f"{program}:5") in kinds
+    assert ("float64 in a compiled graph", f"{program}:6") in kinds
+    (item,) = [p for p in report["pitfalls"] if p["kind"] == "graph break"]
+    assert item["location"] == f"{program}:9" and "(.item())" in item["what"]
+    assert "capture_scalar_outputs" in item["fix"]
+    (restarted,) = [p for p in report["pitfalls"] if p["kind"] == "restarted trace"]
+    assert restarted["location"] == f"{program}:8" and restarted["what"].startswith("threshold: ")
+    assert " s of Dynamo tracing thrown away by a restart, at every start, warm ones too (" in restarted["what"]
+    (recompile,) = [p for p in report["pitfalls"] if p["kind"] == "recompile"]
+    assert recompile["location"] == f"{program}:13" and "size mismatch" in recompile["what"]
+    assert "mark_dynamic" in recompile["fix"]
+    assert all(g["distribution"] == "(program)" for g in report["graphs"])
+    assert report["distributions"]["(program)"]["compiled_seconds"] > 0
+
+
+def test_tmin_drops_the_small_graphs_and_text_output_shows_the_rest(runtime_python, tmp_path):
+    path = tmp_path / "program.py"
+    path.write_text(BATCH_64)
+    proc = run([runtime_python, "-m", "hatch_precompile", "snoop", "--tmin", "1000", "--", "python", path],
+               cwd=tmp_path)
+    text = proc.stdout
+    assert re.search(r"snoop: python \S+program.py exited 0; 0 graph\(s\) at or above 1000 s, 0 compiled fresh", text)
+    assert "sample-pkg: " in text and "coverage 0% of its graphs served by its artifacts" in text
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [([], "give the program to run after --"),
+     (["no-such-tool"], "'no-such-tool' is neither python (a script, -m module, -c code) nor a console script")],
+)
+def test_bad_commands_are_usage_errors(tmp_path, command, message):
+    import sys
+
+    proc = run([sys.executable, "-m", "hatch_precompile", "snoop", "--", *command], check=False, cwd=tmp_path)
+    assert proc.returncode == 2 and message in proc.stdout
+
+
+TWO_BATCH_SIZES = """
+import torch
+import hatch_precompile
+from sample_pkg.model import Trainer, make_batch, make_model
+
+
+def workload():
+    trainer = Trainer(make_model())
+    for batch_size in (32, 64):  # the second size recompiles with the batch dim dynamic
+        images, labels = make_batch(batch_size)
+        trainer.step(images, labels)
+        trainer.predict(images)
+"""
+MARKED_64 = BATCH_64.replace("trainer.step(", "images, labels = sample_pkg.make_batch(batch_size=64)\n"
+                             "import torch; torch._dynamo.mark_dynamic(images, 0)\ntrainer.step(images, labels)\n#")
+
+
+def test_a_dynamic_graph_in_the_artifacts_needs_the_dim_marked_in_a_new_process(runtime_python, tmp_path):
+    """Dynamo compiles a new process's first call static: the workload's automatic-dynamic graph
+    serves it only when the program marks the dim dynamic, and snoop says so."""
+    from conftest import build_wheel, unpack
+    from test_build_errors import WORKLOAD_TABLE, project_with
+
+    _, wheel = build_wheel(project_with(tmp_path / "src", WORKLOAD_TABLE, TWO_BATCH_SIZES), tmp_path / "dist")
+    site = unpack(wheel, tmp_path / "site")
+    reports = {}
+    for name, script in (("static", BATCH_64), ("marked", MARKED_64)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "program.py").write_text(script)
+        proc = run([runtime_python, "-m", "hatch_precompile", "snoop", "--json", "--", "python", "program.py"],
+                   cwd=tmp_path / name, env={"PYTHONPATH": str(site)})
+        reports[name] = json.loads(proc.stdout[proc.stdout.index("{\n"):])
+    (gap,) = reports["static"]["gaps"]
+    assert any(isinstance(d, str) for s in gap["shipped"] for d in s["inputs"][0]["shape"])
+    assert gap["hint"].startswith("the artifacts hold forward with images dim 0 dynamic ")
+    assert "mark that dim dynamic before the call (torch._dynamo.mark_dynamic(images, 0))" in gap["hint"]
+    assert reports["marked"]["gaps"] == [] and reports["marked"]["distributions"]["sample-pkg"]["coverage"] == 1.0

@@ -1,0 +1,119 @@
+"""bake's refusals and tags, in-process, on made-up wheels: nothing runs."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from conftest import SAMPLE, run
+
+
+def pyproject(requires: str, backend: str, more: str = "") -> str:
+    """The sample's metadata, built by ``backend``, declaring its workload for bake."""
+    return (f'[build-system]\nrequires = ["{requires}"]\nbuild-backend = "{backend}"\n\n'
+            '[project]\nname = "sample_pkg"\nversion = "0.1.0"\ndescription = "the sample"\n'
+            'dependencies = ["torch>=2.7", "hatch-precompile"]\n' + more
+            + '\n[tool.hatch-precompile]\nworkload = "sample_pkg.precompile:workload"\n')
+
+
+def project(dest: Path, pyproject: str) -> Path:
+    shutil.copytree(SAMPLE / "sample_pkg", dest / "sample_pkg", ignore=shutil.ignore_patterns("__pycache__"))
+    (dest / "pyproject.toml").write_text(pyproject)
+    return dest
+
+
+def bake(*args, check=True):
+    return run([sys.executable, "-m", "hatch_precompile", "bake", *[str(a) for a in args]], check=check)
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def fake_wheel(dest: Path, requires: str = "torch>=2.7", files: dict[str, str] | None = None) -> Path:
+    """A small plain wheel, as any backend writes one."""
+    dest.mkdir(parents=True, exist_ok=True)
+    wheel = dest / "tiny-1.0-py3-none-any.whl"
+    contents = {
+        "tiny/__init__.py": "",
+        "tiny/work.py": "def workload():\n    raise RuntimeError('the workload broke')\n",
+        **(files or {}),
+        "tiny-1.0.dist-info/METADATA": f"Metadata-Version: 2.1\nName: tiny\nVersion: 1.0\nRequires-Dist: {requires}\n",
+        "tiny-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, text in contents.items():
+            archive.writestr(name, text)
+        archive.writestr("tiny-1.0.dist-info/RECORD", "".join(f"{n},,\n" for n in contents) + "tiny-1.0.dist-info/RECORD,,\n")
+    return wheel
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "tiny-1.0-py3-none-any.whl declares no workload: give --workload MODULE:FUNCTION, or --project"),
+    (["--workload", "tiny.work:workload", "--package", "other"], "has no package 'other' (from --workload)"),
+    (["--workload", "nope"], "--workload 'nope' must look like 'package.module:function'"),
+])
+def test_bake_refuses_without_a_usable_declaration_and_leaves_the_input_alone(tmp_path, args, message):
+    wheel = fake_wheel(tmp_path / "in")
+    before = digest(wheel)
+    proc = bake(wheel, "-o", tmp_path / "out", *args, check=False)
+    assert proc.returncode == 2 and message in proc.stdout, proc.stdout
+    assert digest(wheel) == before and not list((tmp_path / "out").glob("*.whl"))
+
+
+def test_a_bad_table_is_named_with_its_option_and_file(tmp_path):
+    wheel = fake_wheel(tmp_path / "in")
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "pyproject.toml").write_text('[tool.hatch-precompile]\nworkload = "tiny.work:workload"\n'
+                                                      "timeout = -1\n")
+    proc = bake(wheel, "-o", tmp_path / "out", "--project", tmp_path / "proj", check=False)
+    assert proc.returncode == 2
+    assert f"Option `timeout` in [tool.hatch-precompile] of {tmp_path / 'proj'} must be" in proc.stdout
+
+
+def test_a_torch_the_wheel_does_not_accept_is_refused_before_anything_runs(tmp_path):
+    wheel = fake_wheel(tmp_path / "in", requires="torch==2.7.0")
+    proc = bake(wheel, "-o", tmp_path / "out", "--workload", "tiny.work:workload", check=False)
+    assert proc.returncode == 2
+    assert "tiny-1.0-py3-none-any.whl requires torch==2.7.0, and " in proc.stdout and "(--python)" in proc.stdout
+
+
+@pytest.mark.parametrize("platforms, least", [
+    (["manylinux2014_x86_64", "manylinux_2_24_x86_64"], "manylinux_2_24_x86_64"),
+    (["manylinux_2_28_x86_64", "manylinux_2_24_x86_64"], "manylinux_2_28_x86_64"),
+    (["linux_x86_64", "manylinux_2_24_x86_64"], "linux_x86_64"),
+])
+def test_the_baked_tag_is_the_least_compatible_of_the_inputs_and_the_kernels(platforms, least):
+    from hatch_precompile.tools.bake import _least_compatible
+
+    assert _least_compatible(platforms) == least
+
+
+def test_bake_in_the_wheels_project_dir_reads_its_table_and_says_so(tmp_path, monkeypatch):
+    from hatch_precompile.tools import bake, wheelfile
+
+    wheel = fake_wheel(tmp_path / "in")
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "pyproject.toml").write_text(
+        '[project]\nname = "Tiny"\n\n[tool.hatch-precompile]\nworkload = "tiny.work:workload"\ntimeout = 60\n')
+    monkeypatch.chdir(tmp_path / "proj")
+    contents = wheelfile.read_wheel(wheel)
+    plan = bake.declaration(contents, "tiny-1.0.dist-info", wheel, (), None, None)
+    assert plan.workloads == ("tiny.work:workload",) and plan.timeout == 60
+    assert plan.source == "[tool.hatch-precompile] of ./pyproject.toml"
+
+
+def test_bake_in_another_projects_dir_refuses_naming_both(tmp_path, monkeypatch):
+    wheel = fake_wheel(tmp_path / "in")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "pyproject.toml").write_text(
+        '[project]\nname = "other-thing"\n\n[tool.hatch-precompile]\nworkload = "other.work:workload"\n')
+    monkeypatch.chdir(tmp_path / "other")
+    proc = bake(wheel, "-o", tmp_path / "out", check=False)
+    assert proc.returncode == 2
+    assert ("./pyproject.toml's [tool.hatch-precompile] is for project 'other-thing', and "
+            "tiny-1.0-py3-none-any.whl is 'tiny''s: give --project DIR (or --workload) for this wheel") in proc.stdout

@@ -1,0 +1,158 @@
+"""The hook's configuration, in this process: every option with good, wrong and empty values, every
+variable and the preferences file, with the exact messages (the real builds that show them are in
+test_build_errors.py)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from hatch_precompile.build import options, settings
+from hatch_precompile.build.options import OptionError, Options
+
+HOOK = "precompile"
+WORKLOAD = {"workload": "mypkg.precompile:workload"}
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def parse(**table) -> Options:
+    return options.parse({**WORKLOAD, **{k.replace("_", "-"): v for k, v in table.items()}}, HOOK)
+
+
+def rejected(table: dict, message: str) -> None:
+    with pytest.raises(OptionError) as caught:
+        options.parse(table, HOOK)
+    assert str(caught.value) == message
+
+
+def bad(option: str, expected: str, found: str) -> str:
+    return f"Option `{option}` for build hook `{HOOK}` must be {expected}, got {found}"
+
+
+class TestWorkload:
+    def test_one_or_several(self):
+        assert parse().workloads == ("mypkg.precompile:workload",)
+        assert options.parse({"workload": ["a.b:c", "d:e.f"]}, HOOK).workloads == ("a.b:c", "d:e.f")
+
+    def test_wrong_type(self):
+        rejected({"workload": ["a:b", 3]}, bad("workload", "a string or an array of strings", "['a:b', 3]"))
+        rejected({"workload": {"a": "b"}}, bad("workload", "a string or an array of strings", "{'a': 'b'}"))
+
+    def test_malformed_entry(self):
+        rejected({"workload": ["a:b", "no-colon"]},
+                 "Option `workload` for build hook `precompile`: entry 'no-colon' must look like 'package.module:function'")
+
+    def test_empty_is_no_workload(self):
+        assert options.parse({}, HOOK).workloads == () and options.parse({}, HOOK).import_package is None
+
+
+class TestEnable:
+    def test_good(self):
+        assert parse().enable is True and parse(enable=False).enable is False
+
+    def test_wrong_type(self):
+        rejected({**WORKLOAD, "enable": 1}, bad("enable", "a boolean", "1"))
+        rejected({**WORKLOAD, "enable": "false"}, bad("enable", "a boolean", "'false'"))
+
+
+class TestTimeout:
+    def test_good(self):
+        assert parse().timeout == 1800.0 and parse(timeout=20).timeout == 20.0 and parse(timeout=0.5).timeout == 0.5
+
+    @pytest.mark.parametrize(("value", "shown"), [("fast", "'fast'"), (0, "0"), (-1, "-1"), (True, "True")])
+    def test_wrong(self, value, shown):
+        rejected({**WORKLOAD, "timeout": value}, bad("timeout", "a positive number of seconds", shown))
+
+
+@pytest.mark.parametrize(
+    ("option", "choices", "default"),
+    [("on-failure", ("error", "warn"), "error"), ("graph-breaks", ("off", "warn", "error"), "off"),
+     ("recompiles", ("off", "warn", "error"), "off"), ("device", ("auto", "cpu", "cuda"), "auto"),
+     ("cpu-target", ("portable", "native"), "portable")],
+)
+class TestChoices:
+    def test_each_choice_and_the_default(self, option, choices, default):
+        field = options.FIELDS[option].name
+        assert getattr(options.parse(WORKLOAD, HOOK), field) == default
+        for choice in choices:
+            assert getattr(options.parse({**WORKLOAD, option: choice}, HOOK), field) == choice
+
+    @pytest.mark.parametrize("value", ["ignore", "", 1, None])
+    def test_anything_else(self, option, choices, default, value):
+        rejected({**WORKLOAD, option: value}, bad(option, f"one of {', '.join(choices)}", repr(value)))
+
+
+class TestPackage:
+    def test_default_is_the_workloads_top_level_package(self):
+        assert parse().import_package == "mypkg" and parse(package="my.sub").import_package == "my.sub"
+
+    @pytest.mark.parametrize("value", ["not a name", "", "1abc", 3])
+    def test_wrong(self, value):
+        rejected({**WORKLOAD, "package": value}, bad("package", "an importable package name", repr(value)))
+
+
+class TestCpuCapabilities:
+    def test_good_lowercased_once_each(self):
+        assert parse(cpu_capabilities=["DEFAULT", "avx2", "avx2"]).cpu_capabilities == ("default", "avx2")
+        assert parse(cpu_capabilities=[]).cpu_capabilities == ()
+
+    @pytest.mark.parametrize("value", ["avx2", ["avx 2"], [2], ["-avx"]])
+    def test_wrong(self, value):
+        rejected({**WORKLOAD, "cpu-capabilities": value},
+                 bad("cpu-capabilities", 'an array of ATEN_CPU_CAPABILITY names (e.g. ["default", "avx2"])', repr(value)))
+
+
+def test_unknown_options_are_named_with_the_known_ones():
+    rejected({**WORKLOAD, "workloads": "x:y", "timeot": 3},
+             "Unknown option(s) `timeot`, `workloads` for build hook `precompile`; known options: "
+             + ", ".join(sorted(options.FIELDS)))
+
+
+def test_hatchlings_own_keys_are_not_unknown():
+    table = {**WORKLOAD, "dependencies": [], "enable-by-default": True, "require-runtime-dependencies": True,
+             "require-runtime-features": []}
+    assert options.parse(table, HOOK).workloads == ("mypkg.precompile:workload",)
+
+
+def test_the_readme_table_is_the_dataclasss():
+    assert options.documentation() in README.read_text(), "regenerate the README's table: options.documentation()"
+
+
+# -- the environment and the preferences file, merged -----------------------------------------------
+
+
+def test_switches_beat_the_preferences_file_which_beats_the_table(tmp_path):
+    prefs = tmp_path / "prefs.toml"
+    prefs.write_text("[mypkg]\nenable = false\n")
+    env = {"HATCH_PRECOMPILE_PREFERENCES": str(prefs)}
+    assert settings.load(WORKLOAD, HOOK, "my-pkg", env).enabled is False
+    assert settings.load(WORKLOAD, HOOK, "my-pkg", {**env, "PRECOMPILE_MY_PKG": "1"}).why == "PRECOMPILE_MY_PKG=1"
+    assert settings.load({**WORKLOAD, "enable": False}, HOOK, "other", {}).why == "enable = false"
+    assert settings.load(WORKLOAD, HOOK, "other", {}).heartbeat == 30.0
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"PRECOMPILE": "maybe"}, "build hook `precompile`: PRECOMPILE='maybe' is not a valid switch value: use one of "
+                                  "1, on, true, yes or 0, false, no, off"),
+        ({"PRECOMPILE_MY_PKG": "2"}, "build hook `precompile`: PRECOMPILE_MY_PKG='2' is not a valid switch value"),
+        ({"HATCH_PRECOMPILE_HEARTBEAT": "soon"},
+         "build hook `precompile`: HATCH_PRECOMPILE_HEARTBEAT='soon' must be a positive number of seconds"),
+        ({"HATCH_PRECOMPILE_HEARTBEAT": "0"},
+         "build hook `precompile`: HATCH_PRECOMPILE_HEARTBEAT='0' must be a positive number of seconds"),
+    ],
+)
+def test_bad_variables_are_named(environ, message):
+    with pytest.raises(OptionError, match=re.escape(message)):
+        settings.load(WORKLOAD, HOOK, "my-pkg", environ)
+
+
+def test_a_bad_preferences_file_is_named(tmp_path):
+    prefs = tmp_path / "prefs.toml"
+    prefs.write_text("[my-pkg]\nenable = 'sometimes'\n")
+    with pytest.raises(OptionError, match=re.escape(f"preferences file {prefs}: [my-pkg] enable must be true or false, "
+                                                    "got 'sometimes'")):
+        settings.load(WORKLOAD, HOOK, "my-pkg", {"HATCH_PRECOMPILE_PREFERENCES": str(prefs)})

@@ -1,0 +1,311 @@
+"""save_step / load_step in-process: the contract a captured step keeps, the build's check, its errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from hatch_precompile.build import steps as capture
+from hatch_precompile.protocol import STEPS_DIR_VAR
+from hatch_precompile.run import contract as steps
+from hatch_precompile.run import steps as run_steps
+
+
+def model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.0), nn.LayerNorm(8), nn.Linear(8, 2))
+
+
+def batch(n: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(1)
+    return torch.randn(n, 4, generator=generator), torch.randint(0, 2, (n,), generator=generator)
+
+
+def training_step(m, x, y, scale=1.0):
+    loss = nn.functional.cross_entropy(m(x) * scale, y)
+    loss.backward()
+    return loss.detach()
+
+
+def contract(*args) -> dict:
+    return {"modes": steps.modes(), "args": steps.describe(args)}
+
+
+def test_the_same_arguments_keep_the_contract_and_other_weights_too():
+    m, (x, y) = model(), batch()
+    captured = contract(m, x, y, 1.0)
+    assert steps.mismatch(captured, (m, x, y, 1.0)) is None
+    other = model()
+    with torch.no_grad():
+        other[0].weight.add_(1.0)  # other values, the same structure: the intended use
+    assert steps.mismatch(captured, (other, *batch(), 1.0)) is None
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda m, x, y, s: (m, *batch(5), s), "argument 1 differs from the capture's: {\"tensor\": [[5, 4]"),
+    (lambda m, x, y, s: (m, x.double(), y, s), "argument 1 differs"),
+    (lambda m, x, y, s: (m, x.t().contiguous().t(), y, s), "argument 1 differs"),
+    (lambda m, x, y, s: (m, x, y, 2.0), "argument 3 differs from the capture's: {\"value\": [\"float\", \"2.0\"]}"),
+    (lambda m, x, y, s: (m, x, y, 1), "argument 3 differs"),
+    (lambda m, x, y, s: (m.eval(), x, y, s), "argument 0 differs from the capture's: a train()/eval() mode"),
+    (lambda m, x, y, s: (m.requires_grad_(False), x, y, s), "its parameters or buffers"),
+    (lambda m, x, y, s: (m.double(), x, y, s), "its parameters or buffers"),
+    (lambda m, x, y, s: (nn.Sequential(*m[:3], nn.Linear(8, 3)), x, y, s), "its submodules or their settings"),
+    (lambda m, x, y, s: (m, x, y), "called with 3 arguments, captured with 4"),
+    (lambda m, x, y, s: (m, [x], y, s), "a list where the capture had a tensor"),
+    (lambda m, x, y, s: (m, x, y, object()), "argument 3 is a object"),
+])
+def test_a_broken_contract_is_named(change, says):
+    m, (x, y) = model(), batch()
+    captured = contract(m, x, y, 1.0)
+    assert says in steps.mismatch(captured, change(m, x, y, 1.0))
+
+
+def test_a_changed_submodule_setting_breaks_the_contract():
+    m, (x, y) = model(), batch()
+    captured = contract(m, x, y)
+    m[1].p = 0.5  # the trace baked dropout's p in; nothing in the tensors shows it
+    assert "its submodules or their settings" in steps.mismatch(captured, (m, x, y))
+
+
+def test_the_process_modes_are_part_of_the_contract():
+    m, (x, y) = model(), batch()
+    captured = contract(m, x, y)
+    with torch.no_grad():
+        assert "the process modes" in steps.mismatch(captured, (m, x, y))
+    with torch.autocast("cpu"):
+        assert "the process modes" in steps.mismatch(captured, (m, x, y))
+
+
+def test_containers_and_values_are_described_to_the_leaf():
+    described = steps.describe(({"b": torch.zeros(2), "a": (1, "x", None)},))
+    assert described == [{"dict": {
+        "a": {"tuple": [{"value": ["int", "1"]}, {"value": ["str", "'x'"]}, {"value": ["NoneType", "None"]}]},
+        "b": {"tensor": [[2], [1], "torch.float32", "cpu", False]},
+    }}]
+    with pytest.raises(TypeError, match=r"argument 0\[1\] is a set"):
+        steps.describe(([1, {2}],))
+
+
+def test_changed_arguments_differ_from_the_originals_which_stay_as_they_were():
+    m, (x, _) = model(), batch(32)
+    ids, mask, ones = torch.arange(32) % 5, torch.ones(64, dtype=torch.bool), torch.ones(4, 16, dtype=torch.long)
+    originals = [m[0].weight.clone(), x.clone(), ids.clone(), mask.clone(), ones.clone()]
+    cm, cx, cids, cmask, cones = capture._changed((m, x, ids, mask, ones))
+    assert not torch.equal(cm[0].weight, originals[0]) and not torch.equal(cx, originals[1])
+    assert sorted(cids.tolist()) == sorted(ids.tolist()) and not torch.equal(cids, ids)  # shuffled: in range
+    assert not cmask.all() and cmask.any()  # masks: some entries flipped, as padding would
+    assert set(cones.unique().tolist()) == {0, 1} and cones.dtype == torch.long
+    for now, was in zip((m[0].weight, x, ids, mask, ones), originals):
+        assert torch.equal(now, was)
+    again = capture._changed((m, x, ids, mask, ones))  # the same change every time: both runs compare alike
+    assert torch.equal(again[1], cx) and torch.equal(again[4], cones)
+
+
+def test_the_check_accepts_a_faithful_step():
+    m, (x, y) = model(), batch()
+    capture.check_against_reference("train", training_step, (m, x, y), training_step, "eager")
+
+
+def test_the_check_catches_a_step_that_baked_in_a_weight():
+    m, (x, y) = model(), batch()
+    frozen = model()  # what a trace that read a weight outside its arguments would compute
+
+    def baked(m_, x_, y_):
+        loss = nn.functional.cross_entropy(frozen(x_), y_)
+        loss.backward()
+        return loss.detach()
+
+    with pytest.raises(capture.StepMismatch, match=r"step 'train': the captured step computes something else "
+                                                 r"than training_step run eagerly .*the result"):
+        capture.check_against_reference("train", training_step, (m, x, y), baked, "eager")
+
+
+def test_the_check_catches_a_branch_the_changed_inputs_take_otherwise():
+    m, (x, y) = model(), batch(8)
+    first = int(y[0])
+
+    def branched(m_, x_, y_):  # a trace follows the example's branch, whatever the input
+        return m_(x_ if first == 0 else -x_).sum().detach()
+
+    def step(m_, x_, y_):
+        return m_(x_ if y_[0] == 0 else -x_).sum().detach()
+
+    flipped = [labels for labels in (torch.tensor([0] + [2] * 7), torch.tensor([2] + [0] * 7), torch.arange(8) % 3)
+               if capture._changed((m, x, labels))[2][0] != labels[0]]
+    assert flipped  # the shuffle moves the first label for some of these
+    for labels in flipped:
+        first = int(labels[0])
+        with pytest.raises(capture.StepMismatch):
+            capture.check_against_reference("branch", step, (m, x, labels), branched, "eager")
+
+
+def test_the_check_catches_missing_gradients():
+    m, (x, y) = model(), batch()
+
+    def no_backward(m_, x_, y_):
+        return nn.functional.cross_entropy(m_(x_), y_).detach()
+
+    with pytest.raises(capture.StepMismatch, match="the arguments after the step"):
+        capture.check_against_reference("train", training_step, (m, x, y), no_backward, "eager")
+
+
+def test_save_step_outside_a_build_does_nothing(monkeypatch):
+    monkeypatch.delenv(STEPS_DIR_VAR, raising=False)
+    calls = []
+    assert capture.save_step("train", lambda *args: calls.append(args), *model(), *batch()) is None
+    assert calls == []  # neither captured nor checked: the workload runs by hand as it is
+
+
+def test_the_check_catches_a_result_that_lost_its_gradient():
+    m, (x, y) = model(), batch()
+
+    def loss(m_, x_, y_):  # the user calls backward() on what the step returns
+        return nn.functional.cross_entropy(m_(x_), y_)
+
+    with pytest.raises(capture.StepMismatch, match=r"the result needs gradients from \S*loss but does not from the "
+                                                 r"captured step \(call backward\(\) inside the step\)"):
+        capture.check_against_reference("loss", loss, (m, x, y), lambda *a: loss(*a).detach(), "eager")
+
+
+def test_module_attributes_config_and_hooks_are_in_the_contract():
+    class Attention(nn.Module):
+        def __init__(self, heads):
+            super().__init__()
+            self.heads, self.proj = heads, nn.Linear(8, 8)  # repr does not show heads
+
+        def forward(self, x):
+            return self.proj(x).view(x.shape[0], self.heads, -1).softmax(-1).flatten(1)
+
+    x = torch.randn(2, 8)
+    captured = contract(Attention(2), x)
+    assert steps.mismatch(captured, (Attention(2), x)) is None
+    assert "its submodules' attributes, config or hooks" in steps.mismatch(captured, (Attention(4), x))
+    hooked = Attention(2)
+    hooked.register_forward_hook(lambda *a: None)
+    assert "its submodules' attributes, config or hooks" in steps.mismatch(captured, (hooked, x))
+
+    class Config:
+        def __init__(self, n):
+            self.n = n
+
+        def to_dict(self):
+            return {"n": self.n}
+
+    with_config = Attention(2)
+    with_config.config = Config(1)
+    captured = contract(with_config, x)
+    with_config.config = Config(2)
+    assert "config" in steps.mismatch(captured, (with_config, x))
+
+
+def test_a_module_that_cannot_be_described_falls_back_instead_of_raising():
+    class Broken(nn.Linear):
+        def extra_repr(self):
+            raise RuntimeError("no repr today")
+
+    x = torch.randn(2, 4)
+    captured = contract(nn.Linear(4, 4), x)
+    assert "could not be described: RuntimeError('no repr today')" in steps.mismatch(captured, (Broken(4, 4), x))
+
+
+def test_a_step_saved_twice_under_one_name_is_an_error(monkeypatch, tmp_path):
+    monkeypatch.setenv(STEPS_DIR_VAR, str(tmp_path))
+    (tmp_path / "train.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"save_step\('train', \.\.\.\): a step named 'train' was already saved"):
+        capture.save_step("train", training_step, *batch())
+
+
+@pytest.mark.skipif(hasattr(torch.compiler, "precompile"), reason="this torch can capture")
+def test_save_step_on_a_torch_without_precompile_says_so(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv(STEPS_DIR_VAR, str(tmp_path / "steps"))
+    m, (x, y) = model(), batch()
+    assert capture.save_step("train", training_step, m, x, y) is None
+    assert "step 'train' not captured" in capsys.readouterr().out
+    assert not (tmp_path / "steps").exists()
+
+
+def test_bad_names_and_options_are_named():
+    with pytest.raises(ValueError, match=r"step name '\.\./x' must be"):
+        capture.save_step("../x", training_step)
+    with pytest.raises(ValueError, match=r"save_step\('t', \.\.\.\): check='exact' must be one of eager, compile"):
+        capture.save_step("t", training_step, check="exact")
+    with pytest.raises(TypeError, match=r"load_step\('pkg', 't', fn\): fn must be callable"):
+        run_steps.load_step("pkg", "t", 3)
+
+
+def test_a_step_of_a_package_without_artifacts_runs_the_fallback():
+    calls = []
+    step = run_steps.load_step("no_such_package_here", "train", training_step,
+                           fallback=lambda *args, **kwargs: calls.append(args) or "fell back")
+    assert step.route is None
+    m, (x, y) = model(), batch()
+    assert step(m, x, y) == "fell back" and len(calls) == 1
+    assert step.route == "fallback" and "not in use" in step.reason
+    assert step(m, x=x, y=y) == "fell back" and calls[-1] == (m,)
+    assert step.reason == "called with keyword arguments (x, y)"
+
+
+def branch_on_value(m, x):
+    return m(x) if x.sum() > 0 else -m(x)  # data-dependent control flow: no export traces it
+
+
+def test_an_inference_step_that_cannot_be_exported_fails_naming_step_route_and_reason(monkeypatch, tmp_path):
+    monkeypatch.setenv(STEPS_DIR_VAR, str(tmp_path / "steps"))
+    m, (x, _) = model().eval(), batch()
+    with torch.no_grad(), pytest.raises(capture.StepCaptureError) as raised:
+        capture.save_step("serve", branch_on_value, m, x)
+    message = str(raised.value)
+    assert message.startswith(f"step 'serve' (aotinductor route): torch {torch.__version__} could not capture it: ")
+    assert "data-dependent" in message.lower() and 'on_failure="warn"' in message
+    assert not (tmp_path / "steps" / "serve.json").exists()
+
+
+def test_on_failure_warn_ships_the_package_without_the_step(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv(STEPS_DIR_VAR, str(tmp_path / "steps"))
+    m, (x, _) = model().eval(), batch()
+    with torch.no_grad():
+        assert capture.save_step("serve", branch_on_value, m, x, on_failure="warn") is None
+    said = capsys.readouterr().out
+    assert "precompile: warning: step 'serve' (aotinductor route) not shipped: torch " in said
+    assert "load_step() falls back to torch.compile" in said
+
+
+def test_a_training_step_torch_cannot_capture_names_the_step_and_what_to_do(monkeypatch, tmp_path):
+    """The training route's own failure (transformers' ``padding_mask.all()`` under
+    torch.compiler.precompile raises a bare RuntimeError on torch 2.14): named, with the way out."""
+    def precompile(*args, **kwargs):
+        raise RuntimeError("Could not guard on data-dependent expression Eq(u0, 1)")
+
+    monkeypatch.setattr(torch.compiler, "precompile", precompile, raising=False)
+    monkeypatch.setenv(STEPS_DIR_VAR, str(tmp_path / "steps"))
+    m, (x, y) = model(), batch()
+    with pytest.raises(capture.StepCaptureError, match=r"step 'train' \(precompile route\): torch \S+ could not "
+                       r"capture it: RuntimeError: Could not guard on data-dependent expression Eq\(u0, 1\)\. The "
+                       r"training route traces the whole step.*under torch.no_grad\(\) with the model in eval\(\)"):
+        capture.save_step("train", training_step, m, x, y)
+
+
+def test_dynamic_shapes_are_checked_against_the_step(monkeypatch, tmp_path):
+    monkeypatch.setenv(STEPS_DIR_VAR, str(tmp_path / "steps"))
+    m, (x, y) = model(), batch()
+    with pytest.raises(ValueError, match=r"dynamic_shapes is for an exported step: save it under torch.no_grad\(\)"):
+        capture.save_step("train", training_step, m, x, y, dynamic_shapes=(None, {0: 8}, None))
+    m.eval()
+    with torch.no_grad():
+        with pytest.raises(ValueError, match=r"dynamic_shapes must have one entry per argument of forward \(2\)"):
+            capture.save_step("serve", lambda_free_forward, m, x, dynamic_shapes=({0: 8},))
+        with pytest.raises(ValueError, match=r"dynamic_shapes\[0\] must be None: argument 0 is a module"):
+            capture.save_step("serve", lambda_free_forward, m, x, dynamic_shapes=({0: 8}, None))
+        with pytest.raises(ValueError, match=r"dynamic_shapes names y, which are not arguments of forward \(m, x\)"):
+            capture.save_step("serve", lambda_free_forward, m, x, dynamic_shapes={"y": None})
+    with pytest.raises(ValueError, match=r"on_failure='skip' must be one of error, warn"):
+        capture.save_step("serve", lambda_free_forward, m, x, on_failure="skip")
+
+
+def lambda_free_forward(m, x):
+    return m(x)
+
+
+lambda_free_forward.__qualname__ = "forward"

@@ -1,0 +1,45 @@
+"""Which torch a build is for: the supported range, uv's --python, the frontend's build venv."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+
+def test_supported_torch_range(capsys):
+    from hatch_precompile.build import worker
+
+    assert worker.supported_torch_problem("2.6.0+cpu") == (
+        "torch 2.6.0+cpu is older than 2.7, the oldest hatch-precompile supports"
+    )
+    assert worker.supported_torch_problem("2.7.1+cu126") is None and capsys.readouterr().out == ""
+    assert worker.supported_torch_problem("2.16.0.dev20261201") is None
+    assert "torch 2.16.0.dev20261201 is newer than 2.15, the newest tested" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["uv", "pip", "install", "--python", "v/bin/python", "."], "v/bin/python"),
+        (["uv", "pip", "install", "--python=v/bin/python", "."], "v/bin/python"),
+        (["uv", "pip", "install", "-p", "3.11", "."], "3.11"),
+        (["uv", "build"], None),
+    ],
+)
+def test_uv_python_option(argv, expected):
+    from hatch_precompile.build import target
+
+    assert target._option(argv, "--python", "-p") == expected
+
+
+def test_the_creator_of_a_frontend_build_venv_is_the_target(tmp_path, monkeypatch):
+    from hatch_precompile.build import target
+
+    for name, expected in [("build-env-x1y2", "/work/venv/bin/python"), ("my-own-venv", None)]:
+        venv = tmp_path / name
+        venv.mkdir()
+        (venv / "pyvenv.cfg").write_text(f"home = /usr/bin\ncommand = /work/venv/bin/python -m venv --without-pip {venv}\n")
+        monkeypatch.setattr(sys, "prefix", str(venv))
+        found = target._venv_creator({})
+        assert (found[0] if found else None) == expected, name
