@@ -75,17 +75,20 @@ def main() -> None:
             results[kind] = json.loads(line.strip().splitlines()[-1])
 
     print()
-    print(f"{'wheel':<13}{'size':>10}{'build':>9}{'1st step':>10}{'1st infer':>11}{'AOT hit/miss':>14}{'kernels built':>15}")
+    print(f"{'wheel':<13}{'size':>10}{'build':>9}{'1st step':>10}{'1st infer':>11}{'1st served':>12}"
+          f"{'AOT hit/miss':>14}{'kernels built':>15}")
     for kind, r in results.items():
         aot = r["aot_autograd"]
         print(
             f"{kind:<13}{wheels[kind].stat().st_size / 1e6:>8.2f}MB{build_seconds[kind]:>8.1f}s"
-            f"{r['first_step_seconds']:>9.2f}s{r['first_predict_seconds']:>10.2f}s"
+            f"{r['first_step_seconds']:>9.2f}s{r['first_predict_seconds']:>10.2f}s{r['first_classify_seconds']:>11.3f}s"
             f"{aot.get('autograd_cache_hit', 0):>8}/{aot.get('autograd_cache_miss', 0):<5}{r['kernels_compiled']:>15}"
         )
     cold, warm = results["plain"], results["precompiled"]
     print(f"\nfirst training step: {cold['first_step_seconds'] / warm['first_step_seconds']:.1f}x faster "
           f"precompiled; same loss: {cold['loss']:.6f} vs {warm['loss']:.6f}")
+    print(f"first served call (sample_pkg.classify_step, batch 7): {warm['first_classify_seconds'] * 1e3:.1f} ms by "
+          f"{warm['classify_route']} (no compiler), against {cold['first_classify_seconds']:.2f} s compiled cold")
     print(f"measured with torch {warm['torch']}, Python {platform.python_version()}, {os.cpu_count()} cores, {_cpu()}")
     (out / "results.json").write_text(json.dumps(results, indent=1))
 

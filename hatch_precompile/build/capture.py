@@ -183,9 +183,9 @@ def _steps(out_dir: Path) -> dict[str, dict[str, Any]]:
                    "proven": record.get("proven") or []}
         export = record.get("export")
         if isinstance(export, dict):
+            # What its contract (steps/<name>.json) says in full, the CPU features and libraries too.
             summary.update(inputs=[leaf.get("dims", leaf.get("value")) for leaf in export["leaves"]],
-                           ranges=export["ranges"], cpu_features=export.get("cpu_features") or [],
-                           libraries=export.get("libraries") or {})
+                           ranges=export["ranges"])
         found[name] = summary
     return found
 

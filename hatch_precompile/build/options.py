@@ -109,7 +109,7 @@ class Options:
     cpu_capabilities: tuple[str, ...] = _option(
         "cpu-capabilities", (), _capabilities,
         'e.g. `["default", "avx2", "avx512"]`: one artifact set per `ATEN_CPU_CAPABILITY` the build machine can '
-        "run, all in one wheel; `load()` picks the process's (see [Fleets](#fleets-one-wheel-several-kinds-of-machine))")
+        "run, all in one wheel; `load()` picks the process's (see [Fleets](docs/guide/fleets.md))")
     graph_breaks: str = _option(
         "graph-breaks", "off", _one_of(CHECKS),
         '`"warn"` or `"error"`: the build warns or fails when the workload shows a graph break, each listed with '
@@ -128,7 +128,7 @@ class Options:
         "cpu-target", "portable", _one_of(CPU_TARGETS),
         '`"portable"`: kernels built without `-march=native`, for every CPU with the vector ISA Inductor picks; '
         '`"native"`: with it, for CPUs that have every feature of the build machine\'s (see [On the user\'s '
-        "machine](#on-the-users-machine-any-thread-count-any-compiler-of-the-family-exactly-its-cpu))")
+        "machine](docs/guide/users-machines.md))")
 
     @property
     def import_package(self) -> str | None:

@@ -36,7 +36,7 @@ from hatch_precompile.protocol import (
     Failure,
 )
 
-# docs/torch-versions.md: every minor release from OLDEST_TORCH to NEWEST_TESTED, end to end.
+# docs/reference/torch-versions.md: every minor release from OLDEST_TORCH to NEWEST_TESTED, end to end.
 OLDEST_TORCH = (2, 7)
 NEWEST_TESTED = (2, 15)
 # Kernels that read the thread count when they run, not the build machine's (run/standin.py).
@@ -282,12 +282,16 @@ def _built_binaries() -> bool:
 
 def _visible(torch: Any) -> dict[str, Any] | None:
     """The settings the workloads ran under that load() can check (run/visible.py)."""
+    from hatch_precompile.child import keyvars
     from hatch_precompile.run import visible
 
     try:
-        return visible.record(torch)
+        found = visible.record(torch)
     except Exception:  # a torch without one of them: load() checks nothing
         return None
+    # Which variables feed the keys, judged from this torch's config: load() notes only those.
+    found["key_variables"] = sorted(keyvars.variables_in_keys()["key"])
+    return found
 
 
 def _settings() -> dict[str, Any]:

@@ -5,7 +5,7 @@ environment key, the files and their hashes, what the kernels need of the machin
 load() applies) is checked strictly, and anything unsound makes the whole set untrusted
 (ManifestError). The report-only parts (``workloads``, ``keys``, ``compile_times``: what a build
 compiled and why a graph missed) are kept as written; only the tools parse them
-(protocol/workloads.py, tools/why.py). The manifest is built once and frozen; docs/manifest.md is
+(protocol/workloads.py, tools/why.py). The manifest is built once and frozen; docs/reference/manifest.md is
 generated from these fields (``documentation``).
 """
 
@@ -296,5 +296,5 @@ def validate(data: Any) -> None:
 
 
 def documentation() -> str:
-    """docs/manifest.md's table of the manifest's fields, from the dataclass."""
+    """docs/reference/manifest.md's table of the manifest's fields, from the dataclass."""
     return fields.documentation(Manifest, "Manifest fields")

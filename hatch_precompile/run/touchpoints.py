@@ -4,7 +4,7 @@ A touchpoint is something of torch's that is not public API: a function or metho
 a cached computation started early, a setting that is set, a logger that is filtered, a private
 function that is called, or a value the build's observers read. Each has a name in ``REGISTRY``
 (its torch module and name, what it is, who uses it and why), and the features go through this
-module's functions by that name; nothing else replaces anything of torch's. docs/touchpoints.md is
+module's functions by that name; nothing else replaces anything of torch's. docs/reference/touchpoints.md is
 generated from the registry, and tests/misbehave/sitecustomize.py breaks each one by name (a test
 keeps the three equal). Only this module and what runs in a build's child import torch's private
 modules (a lint rule says so: ``[tool.ruff.lint.flake8-tidy-imports]``).
@@ -62,75 +62,105 @@ class Touchpoint:
     qualname: str  # what of it: a function, a method, a setting, a logger
     kind: str  # wrap, prefetch, answer, setting, logging, call, read
     users: str  # who uses it, and why
+    broken: str = "left as torch has it"  # what happens when it is not what we expect
     elsewhere: str | None = None  # where an older torch has it (a prefetch's fallback module)
 
 
 REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
     Touchpoint("write", CODECACHE, "write", "wrap", "build: each kernel's command line (child/observe.py); load: "
-               "which kernels are built (run/speedups.py)"),
+               "which kernels are built (run/speedups.py)",
+               broken="hooks read the arguments by name (none when the signature cannot be read): no relocation (the build says how many kernels are not relocatable), no shortcut"),
     Touchpoint("precompile-header", CODECACHE, "_precompile_header", "wrap",
-               "load: skip the header for a kernel already built (run/speedups.py)"),
+               "load: skip the header for a kernel already built (run/speedups.py)",
+               broken="passed through: the header is built"),
     Touchpoint("torch-key", CODECACHE, "torch_key", "prefetch", "load: hash torch's sources in the background "
-               "(run/speedups.py)"),
+               "(run/speedups.py)",
+               broken="not started: torch hashes when it needs the key"),
     Touchpoint("triton-key", CODECACHE, "triton_key", "prefetch", "load: hash Triton's in the background, or set "
                "the key this machine computed before (2.13+; before, `runtime.triton_compat.triton_key`)",
-               elsewhere=TRITON_COMPAT),
+               elsewhere=TRITON_COMPAT,
+               broken="not started, or the memo unread: computed as torch does"),
     Touchpoint("system", CODECACHE, "CacheBase.get_system", "answer", "load, without a GPU: answered without "
-               "Triton's key where torch leaves it out of the graphs' keys (run/speedups.py)"),
+               "Triton's key where torch leaves it out of the graphs' keys (run/speedups.py)",
+               broken="not functools' cache of a function of no arguments, an error, or answers that differ: left to torch, Triton's key prefetched"),
     Touchpoint("check-build", VEC_ISA, "VecISA.check_build", "wrap", "load: answer the ISA probes a shipped set "
-               "proved (run/speedups.py)"),
+               "proved (run/speedups.py)",
+               broken="probed as usual"),
     Touchpoint("probe-load", VEC_ISA, "VecISA._probe_load", "wrap", "load: remember the probes that passed "
-               "(run/speedups.py)"),
+               "(run/speedups.py)",
+               broken="only a result of `True` is remembered; otherwise probed as usual"),
     Touchpoint("autotune-recheck", TRITON_HEURISTICS, "CachingAutotuner.recheck_autotune_cache", "wrap",
-               "load, on a GPU: find the shipped tuned configs (run/tuned_configs.py)"),
+               "load, on a GPU: find the shipped tuned configs (run/tuned_configs.py)",
+               broken="the kernel is tuned again"),
     Touchpoint("hash-details", CODECACHE, "FxGraphHashDetails.__init__", "wrap", "load: a stand-in compiler's key "
-               "(run/standin.py)"),
+               "(run/standin.py)",
+               broken="the key as torch made it: the graphs compile again"),
     Touchpoint("inductor-config", CONFIG, "cpp.dynamic_threads", "setting", "load: the set's settings "
-               "(run/standin.py); applied under HATCH_PRECOMPILE_NO_PATCHES too"),
+               "(run/standin.py); applied under HATCH_PRECOMPILE_NO_PATCHES too",
+               broken="a setting it does not take is left alone (logged): the graphs compile again"),
     Touchpoint("compile-command", CPP_BUILDER, "run_compile_cmd", "wrap", "build: portable kernels and their flags "
-               "(build/isa.py, build/export.py)"),
+               "(build/isa.py, build/export.py)",
+               broken="the command runs as torch made it; the set is recorded `native`"),
     Touchpoint("dynamo-compile", CONVERT_FRAME, "_compile", "wrap", "build, verify, snoop: each graph's call "
-               "(child/observe.py)"),
+               "(child/observe.py)",
+               broken="no call signatures recorded (snoop's gaps say less)"),
     Touchpoint("key-details", CODECACHE, "FxGraphHashDetails.__init__", "wrap", "build, verify, snoop: what each key "
-               "is made of, AOTAutograd's subclass included (child/keys.py)"),
+               "is made of, AOTAutograd's subclass included (child/keys.py)",
+               broken="no key details recorded (`why` says less)"),
     Touchpoint("fx-key", CODECACHE, "compiled_fx_graph_hash", "wrap", "build, verify, snoop: the FX graph key "
-               "(child/keys.py)"),
+               "(child/keys.py)",
+               broken="the key left unknown"),
     Touchpoint("aot-key", AUTOGRAD_CACHE, "autograd_cache_key", "wrap", "build, verify, snoop: the AOTAutograd key "
-               "(child/keys.py)"),
+               "(child/keys.py)",
+               broken="the key left unknown"),
     Touchpoint("verify-setting", "torch._inductor.config, torch._functorch.config", "<setting>", "setting",
-               "verify's `--setting inductor.NAME=VALUE` / `functorch.NAME=VALUE` (tools/replay.py)"),
+               "verify's `--setting inductor.NAME=VALUE` / `functorch.NAME=VALUE` (tools/replay.py)",
+               broken="verify's `--setting` fails with the setting named"),
     Touchpoint("precompile-logger", "torch._precompile", "logger", "logging", "load_step: torch's warning that the "
-               "code it runs is untrusted, for a step whose sha256 the manifest vouches for (run/steps.py)"),
+               "code it runs is untrusted, for a step whose sha256 the manifest vouches for (run/steps.py)",
+               broken="its records pass as torch makes them"),
     Touchpoint("logs", "torch._logging", "set_logs", "logging", "build, snoop: graph breaks and float64 nodes from "
-               "torch's logs, kept from printing (child/observe.py)"),
+               "torch's logs, kept from printing (child/observe.py)",
+               broken="no graph breaks or float64 recorded"),
     Touchpoint("metrics", DYNAMO_UTILS, "get_compilation_metrics", "read", "build, verify, snoop: each graph "
-               "compiled, its seconds and source location (child/observe.py)"),
+               "compiled, its seconds and source location (child/observe.py)",
+               broken="no graphs listed; every field is read with a default"),
     Touchpoint("counters", DYNAMO_UTILS, "counters", "read", "build, verify, snoop: cache hits and misses "
-               "(child/observe.py)"),
+               "(child/observe.py)",
+               broken="empty: `verify` says it cannot tell and exits 1"),
     Touchpoint("guard-failures", DYNAMO_UTILS, "guard_failures", "read", "build, verify, snoop: recompiles and "
-               "why (child/observe.py)"),
+               "why (child/observe.py)",
+               broken="no recompiles recorded"),
     Touchpoint("compile-times", DYNAMO_UTILS, "compile_times", "read", "build: compile time by phase "
-               "(build/worker.py)"),
+               "(build/worker.py)",
+               broken="no phases in `report`"),
     Touchpoint("megacache", "torch.compiler", "save_cache_artifacts", "read", "build: the Mega-Cache bytes "
-               "(build/worker.py)"),
+               "(build/worker.py)",
+               broken="no `megacache.bin` (the cache dir is what makes the warm start)"),
     Touchpoint("cpu-capability", "torch.backends.cpu", "get_cpu_capability", "read", "build and load: the "
-               "environment key (run/envkey.py)"),
+               "environment key (run/envkey.py)",
+               broken="build: a plain wheel, said in one line; load: skipped with the error"),
     Touchpoint("cpp-compiler", CPP_BUILDER, "get_cpp_compiler", "call", "load and build: the compiler Inductor "
-               "resolved (run/standin.py, run/speedups.py, build/worker.py)"),
+               "resolved (run/standin.py, run/speedups.py, build/worker.py)",
+               broken="no compiler recorded, no stand-in; probes as usual; an exported step's CPU features unknown: refused"),
     Touchpoint("cache-dir", "torch._inductor.runtime.cache_dir_utils", "cache_dir", "call", "load, on a GPU: the "
-               "cache dir the tuned configs go to (run/tuned_configs.py)"),
+               "cache dir the tuned configs go to (run/tuned_configs.py)",
+               broken="tuned configs looked up where torch looks"),
     Touchpoint("aoti-compile", "torch._inductor", "aoti_compile_and_package", "call", "build: an exported step's "
-               "package (build/export.py)"),
+               "package (build/export.py)",
+               broken="the step fails the build by name (or is not shipped, with on_failure='warn')"),
     Touchpoint("aoti-loader", "torch._C._aoti", "AOTIModelPackageLoader", "call", "load_step: run an exported "
-               "step, with the caller's weights bound in place (run/exported.py)"),
+               "step, with the caller's weights bound in place (run/exported.py)",
+               broken="the step runs its fallback, with the loader's reason in `step.reason`"),
 )}
 
 
 def documentation() -> str:
-    """docs/touchpoints.md's table, from the registry."""
-    rows = ["| touchpoint | torch's | kind | who uses it, and why |", "|---|---|---|---|"]
+    """docs/reference/touchpoints.md's table, from the registry."""
+    rows = ["| touchpoint | torch's | kind | who uses it, and why | when it is not what we expect |",
+            "|---|---|---|---|---|"]
     for t in REGISTRY.values():
-        rows.append(f"| `{t.name}` | `{t.module}` `{t.qualname}` | {t.kind} | {t.users} |")
+        rows.append(f"| `{t.name}` | `{t.module}` `{t.qualname}` | {t.kind} | {t.users} | {t.broken} |")
     return "\n".join(rows) + "\n"
 
 

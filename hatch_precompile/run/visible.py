@@ -1,8 +1,10 @@
 """What load() can already see of this process that will make the shipped graphs miss.
 
 Torch's cache keys hold process settings a program makes before it imports a package: deterministic
-algorithms, the default dtype, the float32 matmul precision, and the variables torch reads into its
-config (``TORCHINDUCTOR_*``, ``CI`` from torch 2.11). The build records them (``Manifest.visible``);
+algorithms, the default dtype, the float32 matmul precision, and the variables torch reads into the
+config entries its keys hold (``TORCHINDUCTOR_MAX_AUTOTUNE``, ``CI`` from torch 2.11; not
+``TORCHINDUCTOR_COMPILE_THREADS``, whose entry the keys leave out: child/keyvars.py). The build
+records them (``Manifest.visible``);
 where this process already differs, load() says so once, naming the setting, instead of the user
 finding every graph compiled. What a program sets after the import, only verify and snoop see.
 Reads torch only if it is already imported: load() never imports it for this.
@@ -59,14 +61,20 @@ def contradictions(built: dict[str, Any] | None, torch_version: str, environ: Ma
     else:
         here = {"variables": key_variables(env)}
     shipped, mine = built.get("variables") or {}, here["variables"]
+    # The variables the build found feeding torch's keys (child/keyvars.py); an older manifest has
+    # none recorded, and then every variable of torch's prefixes is noted.
+    in_key = built.get("key_variables")
     for name in sorted({*shipped, *mine}):
+        if isinstance(in_key, list) and name not in in_key:
+            continue  # torch reads it into no entry its keys hold (compile_threads, the cache's own switches)
         if name == ALIASING_VAR and name not in shipped and mine[name].strip() in ("0", "False", "false"):
             continue  # the build's value, set back under CI (below)
         if shipped.get(name) != mine.get(name):
             now = f"{name}={mine[name]}" if name in mine else f"{name} unset"
             then = f"{name}={shipped[name]}" if name in shipped else "it unset"
-            notes.append(f"{now} here and the graphs were compiled with {then}: graphs whose key holds it "
-                         "will compile again")
+            notes.append(f"{now} here and the graphs were compiled with {then}: " + (
+                "torch's cache keys hold the setting it makes, so every graph will compile again"
+                if isinstance(in_key, list) else "graphs whose key holds it will compile again"))
     if env.get("CI", "").strip() and ALIASING_VAR not in env and _at_least(torch_version, (2, 11)):
         notes.append(f"CI={env['CI']} here, which from torch 2.11 turns on a setting in every graph's key "
                      f"(the build ran without it): every graph will compile again; {ALIASING_VAR}=0 keeps "

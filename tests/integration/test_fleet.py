@@ -74,7 +74,7 @@ def test_one_build_makes_a_set_per_capability_the_machine_can_run(fleet_wheel):
                 "no artifact set for avx512") in output
     assert all(name.startswith(m["env"]["cpu_capability"].lower() + "-") for name, m in sets.items())
     # Content-addressed: each distinct file once, however many sets list it; so N sets cost less
-    # than N times the largest (sets of different vector ISAs share few files: docs/fleet.md).
+    # than N times the largest (sets of different vector ISAs share few files: docs/guide/fleets.md).
     unique = {e["sha256"]: e["size"] for m in sets.values() for e in m["files"].values()}
     assert stored_bytes(wheel) == sum(unique.values())
     one_set = max(sum(e["size"] for e in m["files"].values()) for m in sets.values())

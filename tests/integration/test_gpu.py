@@ -1,7 +1,7 @@
 """The CUDA path on a real GPU: the key, a warm start that compiles no Triton kernel, fork safety.
 
 Marked ``cuda``; skipped where torch sees no GPU (CI has none). Their last run on a GPU machine,
-command and output, is in docs/gpu.md. Runs with the interpreter that runs pytest (it must have a
+command and output, is in docs/guide/gpu.md. Runs with the interpreter that runs pytest (it must have a
 CUDA torch, hatchling and build); every compile happens in a fresh process with an empty cache dir.
 """
 

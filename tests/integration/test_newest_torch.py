@@ -1,6 +1,6 @@
 """The newest torch that installs quickly here, end to end (the suite's own torch is 2.13.0).
 
-Every supported torch is proven by scripts/torch_matrix.py (docs/torch-versions.md); CI runs
+Every supported torch is proven by scripts/torch_matrix.py (docs/reference/torch-versions.md); CI runs
 this one besides the default: the torch-first flow, the first step warm, outputs as cold; on a
 CUDA build, that a changed Triton changes its key, and that Triton is hashed only where graphs are keyed on it;
 from torch 2.14, steps shipped with save_step() run with no Dynamo and fall back where they must.

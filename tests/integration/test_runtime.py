@@ -50,6 +50,40 @@ def test_a_process_under_ci_hits_with_torchs_ci_default_turned_back(runtime_pyth
         assert misses == (2 if reads_ci and name == "plain" else 0), (name, result)
 
 
+NOTES = "import json, sample_pkg; print(json.dumps(list(sample_pkg.precompile_status.notes)))"
+
+
+@pytest.mark.parametrize("variable, in_key", [("TORCHINDUCTOR_COMPILE_THREADS", False),
+                                              ("TORCHINDUCTOR_MAX_AUTOTUNE", True)])
+def test_load_notes_a_variable_only_where_torchs_keys_hold_it(runtime_python, tmp_path, variable, in_key):
+    """TORCHINDUCTOR_COMPILE_THREADS=1, common in containers and CI, sets an entry torch's keys leave
+    out: no note, and the shipped graphs hit. TORCHINDUCTOR_MAX_AUTOTUNE=1 is in every key: noted,
+    and the shipped inference graph misses, as said."""
+    (tmp_path / "cache").mkdir()
+    env = {variable: "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+    proc = run([runtime_python, "-c", NOTES], env=env, cwd=tmp_path)
+    notes = json.loads(proc.stdout.strip().splitlines()[-1])
+    predict = run([runtime_python, "-c", PREDICT], env=env, cwd=tmp_path)
+    hits, misses = json.loads(predict.stdout.strip().splitlines()[-1])
+    if in_key:
+        assert notes == [f"{variable}=1 here and the graphs were compiled with it unset: torch's cache keys hold "
+                         "the setting it makes, so every graph will compile again"]
+        assert misses >= 1
+    else:
+        assert notes == [] and "PrecompileWarning" not in proc.stdout
+        assert hits >= 1 and misses == 0
+
+
+# The sample's shipped inference graph (no_grad, batch 32): its AOTAutograd hits and misses.
+PREDICT = """
+import json, sample_pkg
+from torch._dynamo.utils import counters
+sample_pkg.Trainer(sample_pkg.make_model()).predict(sample_pkg.make_batch()[0])
+aot = counters["aot_autograd"]
+print(json.dumps([aot.get("autograd_cache_hit", 0), aot.get("autograd_cache_miss", 0)]))
+"""
+
+
 def test_load_never_clobbers_and_second_process_installs_nothing(runtime_python, tmp_path):
     cache = tmp_path / "cache"
     cache.mkdir()

@@ -10,7 +10,7 @@ from hatch_precompile import protocol
 from hatch_precompile.protocol import Manifest, ManifestError, workloads
 from hatch_precompile.protocol import manifest as manifest_schema
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "reference"
 
 
 @pytest.mark.parametrize(
@@ -54,6 +54,6 @@ def test_a_refused_manifest_is_still_shown_as_written():
 
 
 def test_docs_manifest_md_is_generated_from_the_fields():
-    """docs/manifest.md holds the table the dataclass makes; regenerate it with
+    """docs/reference/manifest.md holds the table the dataclass makes; regenerate it with
     `python -c "from hatch_precompile.protocol import manifest; print(manifest.documentation())"`."""
     assert manifest_schema.documentation() in (DOCS / "manifest.md").read_text()

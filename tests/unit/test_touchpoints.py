@@ -25,7 +25,7 @@ _registered: list[str] = []
 def point(module: str, qualname: str, kind: str = "wrap", elsewhere: str | None = None) -> str:
     """A touchpoint of a made-up module, registered for the test: its name."""
     name = f"test-{module}-{qualname}-{kind}"
-    touchpoints.REGISTRY[name] = touchpoints.Touchpoint(name, module, qualname, kind, "a test", elsewhere)
+    touchpoints.REGISTRY[name] = touchpoints.Touchpoint(name, module, qualname, kind, "a test", elsewhere=elsewhere)
     _registered.append(name)
     return name
 
@@ -460,7 +460,7 @@ def test_tritons_key_is_remembered_until_any_file_of_triton_changes(tmp_path, mo
 
 def test_the_registry_the_breakers_and_the_docs_name_the_same_touchpoints():
     """Every touchpoint is registered, has a breaker that makes it misbehave (tests/misbehave), and a
-    row in docs/touchpoints.md, generated from the registry."""
+    row in docs/reference/touchpoints.md, generated from the registry."""
     import importlib.util
     from pathlib import Path
 
@@ -469,7 +469,7 @@ def test_the_registry_the_breakers_and_the_docs_name_the_same_touchpoints():
     breakers = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(breakers)  # MISBEHAVE is unset here: it breaks nothing
     assert set(touchpoints.REGISTRY) == set(breakers.BREAKERS)
-    docs = (here.parent / "docs" / "touchpoints.md").read_text()
+    docs = (here.parent / "docs" / "reference" / "touchpoints.md").read_text()
     assert touchpoints.documentation() in docs, "regenerate: python -c \"from hatch_precompile.run import " \
         "touchpoints; print(touchpoints.documentation())\""
 

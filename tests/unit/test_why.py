@@ -132,3 +132,23 @@ def test_a_graph_is_explained_against_the_shipped_graphs_of_its_function_at_its_
     assert found["compared_with"] == "0/0" and [f["field"] for f in found["fields"]] == ["default_dtype"]
     assert why.explain_graph({**here, "function": "other"}, [entry("4/0")], [manifest], "pkg") is None
     assert why.place("/elsewhere/model.py:3", "pkg") is None and why.place(None, "pkg") is None
+
+
+def test_load_notes_only_variables_that_feed_torchs_keys(monkeypatch):
+    """With the build's record of which variables feed the keys (child/keyvars.py, from torch's
+    config), a variable whose entry the keys leave out is not noted: no false alarm."""
+    monkeypatch.delitem(__import__("sys").modules, "torch", raising=False)
+    built = {"variables": {}, "key_variables": ["TORCHINDUCTOR_MAX_AUTOTUNE"]}
+    assert visible.contradictions(built, "2.13.0+cpu", {"TORCHINDUCTOR_COMPILE_THREADS": "1"}) == []
+    (note,) = visible.contradictions(built, "2.13.0+cpu", {"TORCHINDUCTOR_MAX_AUTOTUNE": "1"})
+    assert note == ("TORCHINDUCTOR_MAX_AUTOTUNE=1 here and the graphs were compiled with it unset: torch's cache "
+                    "keys hold the setting it makes, so every graph will compile again")
+
+
+def test_the_variables_in_torchs_keys_are_read_from_its_config():
+    from hatch_precompile.child import keyvars
+
+    found = keyvars.variables_in_keys()
+    assert "TORCHINDUCTOR_MAX_AUTOTUNE" in found["key"] and "TORCHINDUCTOR_COMPILE_THREADS" in found["ignored"]
+    assert found["key"]["TORCHINDUCTOR_CPP_DYNAMIC_THREADS"] == ["inductor.cpp.dynamic_threads"]
+    assert "TORCHINDUCTOR_CACHE_DIR" not in found["key"]  # read where the cache is, into no setting

@@ -1,7 +1,7 @@
 """``transformers``' ``GPT2LMHeadModel`` from a ``GPT2Config`` (random weights, no download), as
 ``hf_gpt2`` builds it, with the training step and the forward declared with ``load_step()``.
 
-Three changes let ``torch.compiler.precompile`` capture it (docs/speed.md): eager attention and an
+Three changes let ``torch.compiler.precompile`` capture it (docs/benchmarks/speed.md): eager attention and an
 explicit all-ones attention mask (SDPA's mask helpers read tensor values, which a trace cannot),
 and ``use_cache=False`` (empty KV-cache tensors would be baked in). Dropout is off, as in hf_gpt2.
 """
