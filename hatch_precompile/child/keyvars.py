@@ -85,8 +85,8 @@ def _variables(value: ast.AST, functions: dict[str, ast.FunctionDef]) -> set[str
     """The variable names in ``value``, and in the module's functions it calls (one level)."""
     found = {n.value for n in ast.walk(value) if isinstance(n, ast.Constant) and isinstance(n.value, str)
              and _VARIABLE.fullmatch(n.value)}
-    for call in (n for n in ast.walk(value) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)):
-        function = functions.get(call.func.id)
+    for call in (n for n in ast.walk(value) if isinstance(n, ast.Call)):
+        function = functions.get(call.func.id) if isinstance(call.func, ast.Name) else None
         if function is not None:
             found |= {n.value for n in ast.walk(function) if isinstance(n, ast.Constant)
                       and isinstance(n.value, str) and _VARIABLE.fullmatch(n.value)}
