@@ -88,7 +88,7 @@ def main() -> None:
     print(f"\nfirst training step: {cold['first_step_seconds'] / warm['first_step_seconds']:.1f}x faster "
           f"precompiled; same loss: {cold['loss']:.6f} vs {warm['loss']:.6f}")
     print(f"first served call (sample_pkg.classify_step, batch 7): {warm['first_classify_seconds'] * 1e3:.1f} ms by "
-          f"{warm['classify_route']} (no compiler), against {cold['first_classify_seconds']:.2f} s compiled cold")
+          f"{warm['classify_route']} (nothing compiled), against {cold['first_classify_seconds']:.2f} s compiled cold")
     print(f"measured with torch {warm['torch']}, Python {platform.python_version()}, {os.cpu_count()} cores, {_cpu()}")
     (out / "results.json").write_text(json.dumps(results, indent=1))
 

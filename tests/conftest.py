@@ -76,6 +76,9 @@ def run(cmd, *, env=None, cwd=None, check=True, timeout=1200) -> subprocess.Comp
         full_env.pop(name, None)  # each test says which environment a build is for
     full_env.pop("CI", None)  # a user's machine, wherever the suite runs; a test that builds as CI says so
     full_env["XDG_CACHE_HOME"] = TEST_USER_CACHE  # keep the machine's ~/.cache out of it
+    # Exporting a step costs every build ~10 s: only the builds that test steps export them (they
+    # say HATCH_PRECOMPILE_NO_STEPS=0); the rest ship the steps' warm fallback, as on a torch without.
+    full_env["HATCH_PRECOMPILE_NO_STEPS"] = "1"
     full_env["TMPDIR"] = TEST_TMPDIR
     if not GPUS_VISIBLE:  # the CPU path, on any machine: a GPU's tests are test_gpu.py's
         full_env["CUDA_VISIBLE_DEVICES"] = full_env["HIP_VISIBLE_DEVICES"] = ""
@@ -204,7 +207,7 @@ def precompiled_wheel(tmp_path_factory, build_tmpdir) -> tuple[Path, str]:
     """sample_pkg built with precompilation in this (the test) environment, on a CI runner as wheels
     are (CI=true); every test that runs it does so without CI, as users' machines do."""
     project = copy_project(tmp_path_factory.mktemp("precompiled-src") / "sample_pkg")
-    env = {"CI": "true", "TMPDIR": str(build_tmpdir)}
+    env = {"CI": "true", "TMPDIR": str(build_tmpdir), "HATCH_PRECOMPILE_NO_STEPS": "0"}
     proc, wheel = build_wheel(project, tmp_path_factory.mktemp("precompiled-dist"), env=env)
     return wheel, proc.stdout
 
@@ -214,7 +217,7 @@ def step_wheel(tmp_path_factory) -> Path:
     """tests/step_pkg built in this environment: its inference step exported, its training steps
     captured where this torch can (2.14+)."""
     project = copy_project(tmp_path_factory.mktemp("step-src") / "step_pkg", STEP_PKG)
-    _, wheel = build_wheel(project, tmp_path_factory.mktemp("step-dist"))
+    _, wheel = build_wheel(project, tmp_path_factory.mktemp("step-dist"), env={"HATCH_PRECOMPILE_NO_STEPS": "0"})
     return wheel
 
 

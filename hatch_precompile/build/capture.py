@@ -145,6 +145,7 @@ def _capture_set(
     libraries, unreadable = _native_needs(cache_dir)
     # An exported step's model library needs more of the system (a newer libstdc++, say): checked
     # where it loads, so that a system without falls back for that step, not for the whole set.
+    _step_libraries(out_dir, say)
     steps = _steps(out_dir)
     for path, problem in unreadable.items():  # not shipped: torch compiles that kernel where it is used
         say(f"precompile: warning: {problem}; {path.name} is not shipped")
@@ -246,6 +247,36 @@ def _platform(libraries: dict[str, dict[str, str]], result: dict[str, Any]) -> d
 
     tag, why = elf.platform_tag(libraries, set(result.get("torch_libraries") or []), platform.machine())
     return {"tag": tag, "why": why}
+
+
+def _step_libraries(out_dir: Path, say: Callable[[str], None]) -> None:
+    """Write into each exported step's contract what its package's native libraries need of the
+    system. Read here, not in the child: pyelftools is this build's, not the target environment's."""
+    import io
+    import tempfile
+    import zipfile
+
+    from hatch_precompile.build import elf
+
+    for contract in sorted((out_dir / STEPS_DIR).glob("*.json")):
+        record = json.loads(contract.read_text())
+        package = contract.with_suffix(".pt2")
+        if not isinstance(record.get("export"), dict) or not package.is_file():
+            continue
+        needed: dict[str, dict[str, str]] = {}
+        with zipfile.ZipFile(io.BytesIO(package.read_bytes())) as archive, tempfile.TemporaryDirectory() as tmp:
+            for member in archive.namelist():
+                if not member.endswith(".so"):
+                    continue
+                path = Path(tmp) / "lib.so"
+                path.write_bytes(archive.read(member))
+                try:
+                    elf.merge(needed, elf.needs(path))
+                except elf.Unreadable as exc:  # a library no machine has: load_step() falls back, saying so
+                    say(f"precompile: warning: step {contract.stem!r}: cannot read what {exc} needs of the system")
+                    needed[f"?unreadable {member}"] = {}
+        record["export"]["libraries"] = needed
+        contract.write_text(json.dumps(record, indent=1))
 
 
 def _native_needs(cache_dir: Path) -> tuple[dict[str, dict[str, str]], dict[Path, str]]:

@@ -217,7 +217,9 @@ def _spec(torch: Any, name: str, program: Any, args: tuple, positions: list[int]
     spec = {
         "arity": len(args), "modes": contract.modes(), "modules": modules, "leaves": described,
         "ranges": ranges, "constants": constants, "call_spec": list(loader.get_call_spec()),
-        "cpu_features": _features(flags), "libraries": _libraries(package), "torch": torch.__version__,
+        # "libraries" (what its model library needs of the system) is added by the build's parent
+        # (build/capture.py): it reads ELF with pyelftools, which the target environment may lack.
+        "cpu_features": _features(flags), "libraries": {}, "torch": torch.__version__,
     }
     blob = None
     if shipped:
@@ -267,22 +269,6 @@ def _features(flags: list[tuple[str, ...]]) -> list[str]:
         return isa.features(compiler, set(flags) if flags else {("-march=native",)})
     except Exception:
         return ["?unknown"]  # no CPU has it: load_step refuses the package rather than trust it
-
-
-def _libraries(package: bytes) -> dict[str, dict[str, str]]:
-    """What the package's native libraries need of the system (build/elf.py), as for kernels."""
-    import zipfile
-
-    from hatch_precompile.build import elf
-
-    needed: dict[str, dict[str, str]] = {}
-    with zipfile.ZipFile(io.BytesIO(package)) as archive, tempfile.TemporaryDirectory() as tmp:
-        for member in archive.namelist():
-            if member.endswith(".so"):
-                path = Path(tmp) / "lib.so"
-                path.write_bytes(archive.read(member))
-                elf.merge(needed, elf.needs(path))
-    return needed
 
 
 def _prove(name: str, fn: Callable, args: tuple, check: str, step: exported.ExportedStep, spec: dict[str, Any]) -> None:

@@ -58,8 +58,11 @@ _X86_PLAIN = {
 # SHSTK (CET shadow stack; -march=znver3 and later set it): gcc emits its instructions only from
 # its own intrinsics, never for kernel code, and /proc/cpuinfo names it only where the kernel
 # enables user shadow stacks; counted as a feature, every AMD Zen 3+ build's native set would be refused.
+# RDSEED likewise: only its intrinsic emits it, and Linux hides it where the CPU's is unreliable
+# (AMD Zen 5: cpuid, and so -march=native, has it; /proc/cpuinfo does not), which would refuse a
+# native set on the very machine that built it.
 _NOT_FEATURES = {"BIGGEST_ALIGNMENT", "FLT_EVAL_METHOD_TS_18661_3", "SSE_MATH", "SSE2_MATH", "MMX_WITH_SSE",
-                 "code_model_small", "SEG_FS", "SEG_GS", "GCC_ASM_FLAG_OUTPUTS", "SHSTK"}
+                 "code_model_small", "SEG_FS", "SEG_GS", "GCC_ASM_FLAG_OUTPUTS", "SHSTK", "RDSEED"}
 # arm64: __ARM_FEATURE_<X> -> /proc/cpuinfo "Features"; the listed non-features say how, not what.
 _ARM = {
     "SVE": "sve", "SVE2": "sve2", "BF16": "bf16", "BF16_VECTOR_ARITHMETIC": "bf16", "BF16_SCALAR_ARITHMETIC": "bf16",

@@ -52,7 +52,6 @@ BUILD_ENV_VARS = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONSAFEPAT
 # Runs in a candidate interpreter: what is installed there, without importing it.
 _PROBE = r"""
 import importlib.metadata as md, importlib.util as iu, json, os, re, site, sys
-from hatch_precompile.errors import PrecompileError
 try:
     torch = md.version("torch")
 except md.PackageNotFoundError:

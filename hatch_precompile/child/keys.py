@@ -18,10 +18,13 @@ import ast
 import dataclasses
 import functools
 import hashlib
+import logging
 import re
 from typing import Any
 
 from hatch_precompile.run import touchpoints
+
+log = logging.getLogger("hatch_precompile.observe")
 
 MAX_VALUE = 160  # longer values are cut, with a digest of the whole so that they still compare
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # a function's repr differs per process, not its identity
@@ -69,7 +72,7 @@ class KeyRecorder:
             try:
                 entries.append(entry(item["details"], item["cache"], item["compile_id"], item["key"]))
             except Exception:  # torch's details are not what we expect: no explanation for this one
-                pass
+                log.debug("observer: a key's details not read", exc_info=True)
         for item in made:
             item["details"] = None  # the graphs and inputs they hold may be large
         return entries

@@ -21,6 +21,8 @@ from typing import Any, Callable
 from hatch_precompile.child import keys
 from hatch_precompile.run import touchpoints
 
+log = logging.getLogger("hatch_precompile.observe")
+
 
 class Observer:
     """Measures workloads one after another in this process (torch already imported)."""
@@ -38,7 +40,7 @@ class Observer:
             try:
                 self.logs = LogRecorder.install(torch)
             except Exception:  # torch's logging API moved: no graph breaks or float64 in the report
-                pass
+                log.debug("observer: no graph breaks or float64 recorded", exc_info=True)
         _call(dynamo_utils, "set_compilation_metrics_limit", 1_000_000)  # torch keeps 64 by default
 
     def measure(self, name: str, run: Callable[[], Any]) -> dict[str, Any]:
@@ -75,7 +77,7 @@ def _call(obj: Any, method: str, *args: Any) -> None:
     try:
         getattr(obj, method)(*args)
     except Exception:  # torch's observability API is internal: do without
-        pass
+        log.debug("observer: a call of torch's observability API failed", exc_info=True)
 
 
 # The C++ sources whose binary Inductor builds next to them, by torch version: `<key>.cpp` ->
@@ -153,7 +155,7 @@ class LogRecorder(logging.Handler):
             elif record.name.endswith(self.GRAPHS_SUFFIX):
                 self._float64_nodes(record.getMessage())
         except Exception:  # a report must never break the build it reports on
-            pass
+            log.debug("observer: a log record not read", exc_info=True)
 
     def _graph_break(self, message: str) -> None:
         lines = message.splitlines()
@@ -250,7 +252,7 @@ def compiled_graphs(dynamo_utils: Any, signatures: dict[str, dict[str, Any]] | N
     try:
         _collect_graphs(dynamo_utils.get_compilation_metrics(), graphs, signatures or {})
     except Exception:  # torch's metrics are internal API: observe what we can, never fail
-        pass
+        log.debug("observer: compilation metrics not read", exc_info=True)
     return graphs
 
 
@@ -342,5 +344,5 @@ def recompiles(guard_failures: Any) -> list[dict[str, Any]]:
                     }
                 )
     except Exception:  # Dynamo's bookkeeping is internal: report what was read
-        pass
+        log.debug("observer: recompiles not read", exc_info=True)
     return out

@@ -81,9 +81,9 @@ def bake(wheel: Path, out_dir: Path, *, python: str, say: Callable[[str], None],
         artifacts = _run(wheel, contents, Path(tmp), plan, python, say)
         baked = _with_artifacts(contents, record, dist_info, artifacts, plan, wheel)
     tag = _tag(baked, wheel, dist_info)
-    baked[f"{dist_info}/WHEEL"] = _wheel_file(contents[f"{dist_info}/WHEEL"], tag)
+    baked[f"{dist_info}/WHEEL"] = wheelfile.with_tag(contents[f"{dist_info}/WHEEL"], tag)
     out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / _filename(wheel.name, tag)
+    target = out_dir / wheelfile.filename(wheel.name, tag)
     if target.resolve() == wheel.resolve():
         raise BakeError(f"-o {out_dir} would overwrite the input {wheel}: give another directory")
     wheelfile.write_wheel(target, contents, baked, record)
@@ -271,48 +271,13 @@ def _tag(baked: dict[str, bytes], wheel: Path, dist_info: str) -> str:
     interpreter = "cp" + str(python).replace(".", "")
     abi_tag = interpreter + ("t" if abi and f"{interpreter[2:]}t" in abi else "")
     kernels, _ = elf.wheel_platform([m.platform for m in manifests])
-    inputs = [t.rsplit("-", 1)[-1] for t in _wheel_tags(baked[f"{dist_info}/WHEEL"])]
+    inputs = [t.rsplit("-", 1)[-1] for t in wheelfile.tags(baked[f"{dist_info}/WHEEL"])]
     platforms = [p for p in [*inputs, kernels] if p and p != "any"]
     if not platforms:
         import sysconfig
 
         platforms = [sysconfig.get_platform().replace("-", "_").replace(".", "_")]
-    return f"{interpreter}-{abi_tag}-{_least_compatible(platforms)}"
-
-
-def _least_compatible(platforms: list[str]) -> str:
-    legacy = {"manylinux1": "manylinux_2_5", "manylinux2010": "manylinux_2_12", "manylinux2014": "manylinux_2_17"}
-    for old, new in legacy.items():
-        platforms = [p.replace(old, new, 1) if p.startswith(old + "_") else p for p in platforms]
-    if any(not p.startswith("manylinux_") for p in platforms):  # linux_x86_64: no promise to keep
-        return next(p for p in platforms if not p.startswith("manylinux_"))
-    from hatch_precompile.build import elf
-
-    return elf.wheel_platform([{"tag": p, "why": "the input's or the kernels'"} for p in platforms])[0] or platforms[0]
-
-
-def _wheel_tags(wheel_file: bytes) -> list[str]:
-    return [line.split(":", 1)[1].strip() for line in wheel_file.decode().splitlines() if line.startswith("Tag:")]
-
-
-def _wheel_file(wheel_file: bytes, tag: str) -> bytes:
-    """``WHEEL`` with the one new tag and ``Root-Is-Purelib: false`` (the kernels are native code)."""
-    lines, tagged = [], False
-    for line in wheel_file.decode().splitlines():
-        if line.startswith("Tag:"):
-            if not tagged:
-                lines.append(f"Tag: {tag}")
-                tagged = True
-            continue
-        lines.append("Root-Is-Purelib: false" if line.startswith("Root-Is-Purelib:") else line)
-    if not tagged:
-        lines.append(f"Tag: {tag}")
-    return ("\n".join(lines).rstrip("\n") + "\n").encode()
-
-
-def _filename(name: str, tag: str) -> str:
-    parts = name.removesuffix(".whl").split("-")
-    return "-".join(parts[:-3] + [tag]) + ".whl"
+    return f"{interpreter}-{abi_tag}-{wheelfile.least_compatible(platforms)}"
 
 
 def _read(wheel: Path) -> dict[str, bytes]:

@@ -1,8 +1,10 @@
 """``hatch-precompile merge``: one wheel holding the artifact sets of wheels built on several machines.
 
-The wheels must be the same project and version, identical byte for byte outside their artifact
-sets (the code, the metadata, the tag); their sets (``<pkg>/_precompiled/sets/<name>/``) are
-united, their blobs stored once, and ``RECORD`` is written anew. ``load()`` then picks the set
+The wheels must be the same project, version, Python and ABI, identical byte for byte outside their
+artifact sets (the code, the metadata); their sets (``<pkg>/_precompiled/sets/<name>/``) are
+united, their blobs stored once, and ``RECORD`` is written anew. Their platform tags may differ
+(one machine's kernels may need a newer glibc than another's): the merged wheel takes the least
+compatible, so it installs only where every set's kernels can load. ``load()`` then picks the set
 whose environment key is the running process's, as for a wheel built with ``cpu-capabilities``.
 """
 
@@ -23,14 +25,16 @@ def merge(wheels: list[Path], out_dir: Path) -> tuple[Path, list[str]]:
     """Write the merged wheel into ``out_dir``; (its path, the names of its sets)."""
     if len(wheels) < 2:
         raise MergeError("give two wheels or more")
-    names = {w.name for w in wheels}
-    if len(names) != 1:
-        raise MergeError(f"the wheels must be one project, version and tag; got {', '.join(sorted(names))}")
+    if len({_without_platform(w.name) for w in wheels}) != 1:
+        raise MergeError(
+            f"the wheels must be one project, version, Python and ABI; got {', '.join(sorted(w.name for w in wheels))}"
+        )
     members = [wheelfile.read_wheel(wheel) for wheel in wheels]
     first, record = members[0], wheelfile.record_name(members[0], wheels[0])
+    wheel_file = record.rsplit("/", 1)[0] + "/WHEEL"
     merged: dict[str, bytes] = {}
     for wheel, contents in zip(wheels, members):
-        _check_same_outside_sets(wheels[0], first, wheel, contents, record)
+        _check_same_outside_sets(wheels[0], first, wheel, contents, record, wheel_file)
         for name, data in contents.items():
             if name == record:
                 continue
@@ -38,10 +42,24 @@ def merge(wheels: list[Path], out_dir: Path) -> tuple[Path, list[str]]:
                 raise MergeError(f"{wheel}: {name} differs from the same set in {wheels[0]} (the same machine twice?)")
             merged.setdefault(name, data)
     sets = _check_sets(merged)
+    python_abi = "-".join(_without_platform(wheels[0].name).rsplit("-", 2)[1:])
+    tag = f"{python_abi}-{wheelfile.least_compatible([_platform(w.name) for w in wheels])}"
+    merged[wheel_file] = wheelfile.with_tag(first[wheel_file], tag)
     out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / wheels[0].name
+    target = out_dir / wheelfile.filename(wheels[0].name, tag)
+    if any(target.resolve() == w.resolve() for w in wheels):
+        raise MergeError(f"-o {out_dir} would overwrite the input {target}: give another directory")
     wheelfile.write_wheel(target, first, merged, record)
     return target, sets
+
+
+def _without_platform(name: str) -> str:
+    """``name-version[-build]-python-abi``: what the file names of merged wheels share."""
+    return name.removesuffix(".whl").rsplit("-", 1)[0]
+
+
+def _platform(name: str) -> str:
+    return name.removesuffix(".whl").rsplit("-", 1)[1]
 
 
 def _is_artifact(name: str) -> bool:
@@ -49,13 +67,15 @@ def _is_artifact(name: str) -> bool:
 
 
 def _check_same_outside_sets(
-    base: Path, base_contents: dict[str, bytes], wheel: Path, contents: dict[str, bytes], record: str
+    base: Path, base_contents: dict[str, bytes], wheel: Path, contents: dict[str, bytes], record: str, wheel_file: str
 ) -> None:
     outside = lambda files: {n for n in files if not _is_artifact(n) and n != record}  # noqa: E731
     for name in sorted(outside(base_contents) | outside(contents)):
         if name not in contents or name not in base_contents:
             where = wheel if name in contents else base
             raise MergeError(f"{name} is only in {where}: the wheels differ outside their artifact sets")
+        if name == wheel_file and _untagged(contents[name]) == _untagged(base_contents[name]):
+            continue  # only the platform tag differs; the merged wheel takes the least compatible
         if contents[name] != base_contents[name]:
             raise MergeError(
                 f"{name} differs between {base} and {wheel}: the wheels differ outside their "
@@ -84,3 +104,7 @@ def _check_sets(merged: dict[str, bytes]) -> list[str]:
     return sets
 
 
+
+
+def _untagged(wheel_file: bytes) -> list[str]:
+    return [line for line in wheel_file.decode().splitlines() if not line.startswith("Tag:")]

@@ -67,3 +67,41 @@ def _info(name: str) -> zipfile.ZipInfo:
     info.external_attr = 0o644 << 16
     info.compress_type = zipfile.ZIP_DEFLATED
     return info
+
+
+def least_compatible(platforms: list[str]) -> str:
+    """The least compatible of platform tags: a wheel with it installs only where every one would."""
+    legacy = {"manylinux1": "manylinux_2_5", "manylinux2010": "manylinux_2_12", "manylinux2014": "manylinux_2_17"}
+    for old, new in legacy.items():
+        platforms = [p.replace(old, new, 1) if p.startswith(old + "_") else p for p in platforms]
+    if any(not p.startswith("manylinux_") for p in platforms):  # linux_x86_64: no promise to keep
+        return next(p for p in platforms if not p.startswith("manylinux_"))
+    from hatch_precompile.build import elf
+
+    return elf.wheel_platform([{"tag": p, "why": "the input's or the kernels'"} for p in platforms])[0] or platforms[0]
+
+
+def tags(wheel_file: bytes) -> list[str]:
+    """The ``Tag:`` lines of a ``WHEEL`` file."""
+    return [line.split(":", 1)[1].strip() for line in wheel_file.decode().splitlines() if line.startswith("Tag:")]
+
+
+def with_tag(wheel_file: bytes, tag: str) -> bytes:
+    """``WHEEL`` with the one new tag and ``Root-Is-Purelib: false`` (the kernels are native code)."""
+    lines, tagged = [], False
+    for line in wheel_file.decode().splitlines():
+        if line.startswith("Tag:"):
+            if not tagged:
+                lines.append(f"Tag: {tag}")
+                tagged = True
+            continue
+        lines.append("Root-Is-Purelib: false" if line.startswith("Root-Is-Purelib:") else line)
+    if not tagged:
+        lines.append(f"Tag: {tag}")
+    return ("\n".join(lines).rstrip("\n") + "\n").encode()
+
+
+def filename(name: str, tag: str) -> str:
+    """A wheel's file name with another ``python-abi-platform`` tag."""
+    parts = name.removesuffix(".whl").split("-")
+    return "-".join(parts[:-3] + [tag]) + ".whl"

@@ -9,7 +9,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import TORCH_REQUIREMENT, make_venv, read_manifest, run, run_sample
+from conftest import read_manifest, run, run_sample
 from unit.test_bake import bake, digest, fake_wheel, project, pyproject
 
 SETUPTOOLS = pyproject("setuptools>=61", "setuptools.build_meta", '\n[tool.setuptools]\npackages = ["sample_pkg"]\n')
@@ -32,15 +32,16 @@ def setuptools_wheel(tmp_path_factory) -> tuple[Path, Path]:
     return src, wheel
 
 
-@pytest.fixture(scope="module")
-def bake_venv(tmp_path_factory, hp_dist) -> Path:
-    python = make_venv(tmp_path_factory.mktemp("bake-venv") / "venv")
-    run([python, "-m", "pip", "install", "-q", TORCH_REQUIREMENT, next(hp_dist.glob("*.whl"))])
-    return python
+def install(python: Path, wheel: Path, site: Path) -> Path:
+    """pip installs the baked wheel into a dir of its own, put first on the path of ``python`` (the
+    session's runtime venv: torch and hatch-precompile, at other paths than the baker's)."""
+    run([python, "-m", "pip", "install", "-q", "--no-deps", "--target", site, wheel])
+    assert (site / "sample_pkg" / "_precompiled").is_dir()  # imported ahead of the venv's own sample_pkg
+    return site
 
 
 @pytest.mark.slow
-def test_a_setuptools_wheel_baked_installs_with_pip_and_starts_warm(setuptools_wheel, bake_venv, cold_result, tmp_path):
+def test_a_setuptools_wheel_baked_installs_with_pip_and_starts_warm(setuptools_wheel, runtime_python, cold_result, tmp_path):
     src, wheel = setuptools_wheel
     before = digest(wheel)
     proc = bake(wheel, "-o", tmp_path / "baked", "--project", src)
@@ -66,10 +67,10 @@ def test_a_setuptools_wheel_baked_installs_with_pip_and_starts_warm(setuptools_w
     assert record == set(new)
     assert read_manifest(baked)["kernels"]
 
-    run([bake_venv, "-m", "pip", "install", "-q", "--no-deps", baked])
+    site = install(runtime_python, baked, tmp_path / "site")
     cache = tmp_path / "cache"
     cache.mkdir()
-    warm = run_sample(bake_venv, cache)
+    warm = run_sample(runtime_python, cache, pythonpath=site)
     assert warm["precompiled"], warm["precompile_reason"]
     assert warm["aot_autograd"]["autograd_cache_hit"] >= 2 and not warm["aot_autograd"].get("autograd_cache_miss")
     assert warm["kernels_compiled"] == 0
@@ -78,7 +79,7 @@ def test_a_setuptools_wheel_baked_installs_with_pip_and_starts_warm(setuptools_w
 
 
 @pytest.mark.slow
-def test_a_flit_wheel_baked_from_its_sdists_table_adds_a_set_when_baked_again(bake_venv, cold_result, tmp_path):
+def test_a_flit_wheel_baked_from_its_sdists_table_adds_a_set_when_baked_again(runtime_python, cold_result, tmp_path):
     src = project(tmp_path / "proj", FLIT)
     run([sys.executable, "-m", "build", "--no-isolation", "-o", tmp_path / "dist", src])
     (wheel,), (sdist,) = (tmp_path / "dist").glob("*.whl"), (tmp_path / "dist").glob("*.tar.gz")
@@ -96,10 +97,10 @@ def test_a_flit_wheel_baked_from_its_sdists_table_adds_a_set_when_baked_again(ba
     assert again.returncode == 2 and "already has sample_pkg/_precompiled/" in again.stdout
     assert not list((tmp_path / "again").glob("*.whl"))
 
-    run([bake_venv, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", twice])
+    site = install(runtime_python, twice, tmp_path / "site")
     cache = tmp_path / "cache"
     cache.mkdir()
-    warm = run_sample(bake_venv, cache)
+    warm = run_sample(runtime_python, cache, pythonpath=site)
     assert warm["precompiled"] and warm["kernels_compiled"] == 0, warm
     assert warm["aot_autograd"]["autograd_cache_hit"] >= 2 and not warm["aot_autograd"].get("autograd_cache_miss")
     assert math.isclose(warm["loss"], cold_result["loss"], rel_tol=1e-6)

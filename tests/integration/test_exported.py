@@ -101,6 +101,10 @@ def test_an_inference_step_ships_as_an_exported_package_without_its_weights(step
     (dim,) = [d for d in step["inputs"][0] if isinstance(d, str)]
     assert step["inputs"][0] == [dim, 32] and step["ranges"][dim] == [1, 256]
     assert {"steps/classify.json", "steps/classify.pt2"} <= set(manifest["files"])
+    blobs = step_site / "step_pkg" / "_precompiled" / "blobs"
+    contract = json.loads((blobs / manifest["files"]["steps/classify.json"]["sha256"]).read_text())
+    # What its model library needs of the system, read by the build (pyelftools), checked at load.
+    assert "libc.so.6" in contract["export"]["libraries"] and contract["export"]["cpu_features"]
     package = (step_site / "step_pkg" / "_precompiled" / "blobs" / manifest["files"]["steps/classify.pt2"]["sha256"]).read_bytes()
     sys.path.insert(0, str(step_site))
     try:

@@ -82,7 +82,7 @@ def test_isa_mismatch_skips_then_compiles_normally(runtime_python, site, tmp_pat
 
 
 def test_a_cpu_lacking_a_feature_the_kernels_may_use_is_refused(runtime_python, site, tmp_path):
-    from test_machine import a_feature_this_cpu_lacks
+    from unit.test_machine import a_feature_this_cpu_lacks
 
     lacking = a_feature_this_cpu_lacks()
     data = manifest_of(site)

@@ -94,8 +94,10 @@ def test_pip_install_builds_for_the_target_torch_and_writes_nothing_into_it(targ
     lib = Path(prefix_of(target)) / "lib"
     before = snapshot(lib)
     project = copy_project(tmp_path / "sample_pkg")
-    proc = run([target, "-m", "pip", "install", "-v", project], env=find_links(links))
+    # The default flow ships the exported step too: an isolated build exports it for the target's torch.
+    proc = run([target, "-m", "pip", "install", "-v", project], env={**find_links(links), "HATCH_PRECOMPILE_NO_STEPS": "0"})
     assert_targets(proc.stdout, target, "pip's interpreter")
+    assert "1 step(s) ahead of time" in proc.stdout
     section = build_env_section(proc.stdout)
     assert "hatchling" in section and "torch" not in section.lower(), section
     assert "Installing backend dependencies" not in proc.stdout

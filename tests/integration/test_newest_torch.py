@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 from conftest import STEP_PKG, copy_project, make_venv, run, run_sample, run_step_pkg
 
+from integration.test_runtime import NOTES, PREDICT
+
 pytestmark = pytest.mark.slow  # builds wheels or venvs, or runs torch in fresh processes
 
 REQUIREMENT = os.environ.get("HATCH_PRECOMPILE_TEST_TORCH", "torch==2.14.1")
@@ -34,7 +36,7 @@ def test_newest_torch_builds_installs_and_starts_warm(hp_dist, step_wheel):
         version = run([python, "-c", "import torch; print(torch.__version__)"]).stdout.strip().splitlines()[-1]
         links = " ".join([os.environ.get("PIP_FIND_LINKS", ""), str(hp_dist)]).strip()
         proc = run([python, "-m", "pip", "install", "-v", copy_project(tmp_path / "sample_pkg")],
-                   env={"PIP_FIND_LINKS": links})
+                   env={"PIP_FIND_LINKS": links, "HATCH_PRECOMPILE_NO_STEPS": "0"})
         assert f"precompile: building artifacts for torch {version} of the target environment" in proc.stdout
         results = {}
         for name, env in (("cold", {"PRECOMPILE": "0"}), ("warm", {})):
@@ -50,6 +52,7 @@ def test_newest_torch_builds_installs_and_starts_warm(hp_dist, step_wheel):
         # sum; bit for bit against a cold run with TORCHINDUCTOR_CPP_DYNAMIC_THREADS=1).
         assert warm["loss"] == pytest.approx(cold["loss"], rel=1e-6)
         assert warm["logits_sum"] == pytest.approx(cold["logits_sum"], rel=1e-6)
+        assert_notes_only_what_this_torchs_keys_hold(python, tmp_path)
         if run([python, "-c", "import triton"], check=False).returncode == 0:  # a CUDA build's Triton
             assert_changed_triton_changes_the_key(python, tmp_path, cold)
         if run([python, "-c", "import torch; torch.compiler.precompile"], check=False).returncode == 0:
@@ -58,12 +61,28 @@ def test_newest_torch_builds_installs_and_starts_warm(hp_dist, step_wheel):
         shutil.rmtree(tmp_path / "venv")
 
 
+def assert_notes_only_what_this_torchs_keys_hold(python: Path, tmp_path: Path) -> None:
+    """As test_runtime's on the suite's torch, read from this torch's own config: no note for
+    TORCHINDUCTOR_COMPILE_THREADS=1 and the shipped graphs hit; a note for TORCHINDUCTOR_MAX_AUTOTUNE=1
+    (whose miss, a max-autotune compile, is left to the suite's torch)."""
+    for variable, noted in (("TORCHINDUCTOR_COMPILE_THREADS", False), ("TORCHINDUCTOR_MAX_AUTOTUNE", True)):
+        (tmp_path / variable).mkdir()
+        env = {variable: "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / variable)}
+        notes = json.loads(run([python, "-c", NOTES], env=env, cwd=tmp_path).stdout.strip().splitlines()[-1])
+        if noted:
+            assert len(notes) == 1 and notes[0].startswith(f"{variable}=1 here and the graphs were compiled with it unset")
+            continue
+        assert notes == []
+        hits, misses = json.loads(run([python, "-c", PREDICT], env=env, cwd=tmp_path).stdout.strip().splitlines()[-1])
+        assert hits >= 1 and misses == 0
+
+
 def assert_steps_ship_past_dynamo(python: Path, tmp_path: Path, links: str) -> None:
     """save_step / load_step on a torch with torch.compiler.precompile: the package's steps run
     captured, with no Dynamo and no kernel built; outside their contract, or with a damaged
     artifact, they fall back to torch.compile and compute the same."""
     proc = run([python, "-m", "pip", "install", "-v", copy_project(tmp_path / "step_pkg", STEP_PKG)],
-               env={"PIP_FIND_LINKS": links})
+               env={"PIP_FIND_LINKS": links, "HATCH_PRECOMPILE_NO_STEPS": "0"})
     assert "TorchScript module(s), 3 step(s) ahead of time;" in proc.stdout
     results = {}
     for name, env in (("steps-cold", {"PRECOMPILE": "0"}), ("steps-warm", {})):
@@ -114,7 +133,8 @@ def assert_an_exported_step_proven_on_this_torch_serves_it(python: Path, tmp_pat
     proven here and shipped for this torch as it is (the same bytes), not compiled again; this
     torch then serves it with no compiler, and the suite's torch still serves its own."""
     out = tmp_path / "baked"
-    proc = run([sys.executable, "-m", "hatch_precompile", "bake", "-o", out, "--python", python, wheel])
+    proc = run([sys.executable, "-m", "hatch_precompile", "bake", "-o", out, "--python", python, wheel],
+               env={"HATCH_PRECOMPILE_NO_STEPS": "0"})
     assert (f"step 'classify': the package built on torch {torch_version()} loads and matches on torch {version}: "
             "shipped for it as it is") in proc.stdout
     (baked,) = out.glob("*.whl")

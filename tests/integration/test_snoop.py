@@ -151,7 +151,8 @@ def test_a_dynamic_graph_in_the_artifacts_needs_the_dim_marked_in_a_new_process(
     """Dynamo compiles a new process's first call static: the workload's automatic-dynamic graph
     serves it only when the program marks the dim dynamic, and snoop says so."""
     from conftest import build_wheel, unpack
-    from test_build_errors import WORKLOAD_TABLE, project_with
+
+    from integration.test_build_errors import WORKLOAD_TABLE, project_with
 
     _, wheel = build_wheel(project_with(tmp_path / "src", WORKLOAD_TABLE, TWO_BATCH_SIZES), tmp_path / "dist")
     site = unpack(wheel, tmp_path / "site")

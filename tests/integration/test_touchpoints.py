@@ -57,7 +57,7 @@ def test_build_with_every_observer_broken_still_ships_working_artifacts(tmp_path
     cache = tmp_path / "cache"
     cache.mkdir()
     result = run_sample(Path(sys.executable), cache, pythonpath=unpack(wheel, tmp_path / "site"))
-    assert result["precompiled"] and result["kernels_compiled"] == 0, result
+    assert result["precompiled"] and result["kernels_compiled"] == 0, (result["precompile_reason"], result)
     assert result["aot_autograd"]["autograd_cache_hit"] >= 2 and not result["aot_autograd"].get("autograd_cache_miss")
     assert math.isclose(result["loss"], cold_result["loss"], rel_tol=1e-6)
 
@@ -139,7 +139,8 @@ def test_an_aoti_compile_that_raises_fails_the_step_by_name(tmp_path):
             "    try:\n        hatch_precompile.save_step('serve', lambda m, x: m(x), m, torch.randn(3, 4))\n"
             "    except hatch_precompile.StepCaptureError as exc:\n        print(exc)\n")
     proc = run([sys.executable, "-c", code], cwd=tmp_path,
-               env={**misbehaving("aoti-compile"), "HATCH_PRECOMPILE_STEPS_DIR": str(tmp_path / "steps")})
+               env={**misbehaving("aoti-compile"), "HATCH_PRECOMPILE_STEPS_DIR": str(tmp_path / "steps"),
+                    "HATCH_PRECOMPILE_NO_STEPS": "0"})
     assert "step 'serve' (aotinductor route): torch " in proc.stdout
     assert "could not capture it: RuntimeError: misbehaving on purpose" in proc.stdout
     assert not (tmp_path / "steps").exists()

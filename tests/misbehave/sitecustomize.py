@@ -93,9 +93,20 @@ def _convert_frame(module):
         module._compile = _compile
 
 
+def _from_hatch_precompile() -> bool:
+    return sys._getframe(2).f_globals.get("__name__", "").startswith("hatch_precompile")
+
+
 def _cpp_builder(module):
-    if "cpp-compiler" in BROKEN:
-        module.get_cpp_compiler = _raise
+    if "cpp-compiler" in BROKEN:  # as if torch renamed it: its own callers work, hatch-precompile's fail
+        original = module.get_cpp_compiler
+
+        def get_cpp_compiler(*args, **kwargs):
+            if _from_hatch_precompile():
+                _raise()
+            return original(*args, **kwargs)
+
+        module.get_cpp_compiler = get_cpp_compiler
     if "compile-command" in BROKEN:
         original = module.run_compile_cmd
 
@@ -151,24 +162,28 @@ def _compiler(module):
         module.save_cache_artifacts = _raise
 
 
-def _config(module):
+def _config_module(module):
+    # A torch whose settings do not take what is set through their section (`config.cpp.X = ...`):
+    # the set's cpp.dynamic_threads, or any setting verify's --setting names. Torch's own settings
+    # (config.patch, environment variables) work as always.
     if "inductor-config" in BROKEN or "verify-setting" in BROKEN:
-        class Frozen:  # a settings object that takes no settings
-            def __init__(self, real):
-                object.__setattr__(self, "_real", real)
+        proxy = module.SubConfigProxy
+        original = proxy.__setattr__
 
-            def __getattr__(self, name):
-                return getattr(self._real, name)
-
-            def __setattr__(self, name, value):
+        def __setattr__(self, name, value):
+            if "verify-setting" in BROKEN or name == "dynamic_threads":
                 raise RuntimeError("misbehaving on purpose")
+            return original(self, name, value)
 
-        module.__dict__["cpp"] = Frozen(module.cpp)  # found before the config module's own lookup
+        proxy.__setattr__ = __setattr__
 
 
 def _cache_dir_utils(module):
-    if "cache-dir" in BROKEN:
-        module.cache_dir = _raise
+    if "cache-dir" in BROKEN:  # another shape torch's own callers take (a Path, not a str)
+        import pathlib
+
+        original = module.cache_dir
+        module.cache_dir = lambda: pathlib.Path(original())
 
 
 def _inductor(module):
@@ -178,7 +193,11 @@ def _inductor(module):
 
 def _torch(module):
     if "aoti-loader" in BROKEN and hasattr(module._C, "_aoti"):
-        module._C._aoti.AOTIModelPackageLoader = _raise
+        class Refusing(module._C._aoti.AOTIModelPackageLoader):  # its methods, and no package it takes
+            def __init__(self, *args, **kwargs):
+                _raise()
+
+        module._C._aoti.AOTIModelPackageLoader = Refusing
     if "precompile-logger" in BROKEN:
         import logging
 
@@ -193,7 +212,7 @@ def _backends_cpu(module):
 PATCHES = {
     "torch": _torch,
     "torch._inductor": _inductor,
-    "torch._inductor.config": _config,
+    "torch.utils._config_module": _config_module,
     "torch._inductor.runtime.cache_dir_utils": _cache_dir_utils,
     "torch._inductor.codecache": _codecache,
     "torch._dynamo.convert_frame": _convert_frame,

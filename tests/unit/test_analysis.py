@@ -195,6 +195,28 @@ def test_merge_unites_the_sets_stores_each_blob_once_and_writes_a_true_record(tm
                 assert rows[name] == [f"sha256={digest}", str(len(archive.read(name)))]
 
 
+def test_merge_of_wheels_for_two_glibcs_installs_only_where_both_sets_load(tmp_path):
+    """A set whose kernels call a newer glibc (expf@GLIBC_2.27, say) tags its wheel higher."""
+    def wheel(name: str, platform: str, generator: bytes = b"") -> Path:
+        files = {**CODE, "mypkg-1.0.dist-info/WHEEL": generator + f"Tag: cp311-cp311-{platform}\n".encode()}
+        return make_wheel(tmp_path / name, {**files, **artifact_set(name, name.encode())},
+                          name=f"mypkg-1.0-cp311-cp311-{platform}.whl")
+
+    old, new = wheel("old", "manylinux_2_24_x86_64"), wheel("new", "manylinux_2_27_x86_64")
+    merged, _ = merge.merge([old, new], tmp_path / "out")
+    assert merged.name == "mypkg-1.0-cp311-cp311-manylinux_2_27_x86_64.whl"
+    with zipfile.ZipFile(merged) as archive:
+        assert archive.read("mypkg-1.0.dist-info/WHEEL").decode().splitlines() == [
+            "Tag: cp311-cp311-manylinux_2_27_x86_64"
+        ]
+    other = wheel("other", "manylinux_2_17_x86_64", generator=b"Generator: another\n")
+    with pytest.raises(merge.MergeError, match="WHEEL differs between"):
+        merge.merge([old, other], tmp_path / "out2")
+    abi3 = make_wheel(tmp_path / "abi3", {**CODE, **artifact_set("c", b"c")}, name="mypkg-1.0-cp311-abi3-linux_x86_64.whl")
+    with pytest.raises(merge.MergeError, match="must be one project, version, Python and ABI"):
+        merge.merge([old, abi3], tmp_path / "out3")
+
+
 @pytest.mark.parametrize(
     ("second", "message"),
     [
@@ -225,7 +247,7 @@ def test_merge_checks_every_listed_blob_and_the_names(tmp_path):
     with pytest.raises(merge.MergeError, match="whose blob is missing or altered"):
         merge.merge([a, b], tmp_path / "out")
     other = make_wheel(tmp_path / "c", CODE, name="mypkg-2.0-cp311-cp311-linux_x86_64.whl")
-    with pytest.raises(merge.MergeError, match="must be one project, version and tag"):
+    with pytest.raises(merge.MergeError, match="must be one project, version, Python and ABI"):
         merge.merge([b, other], tmp_path / "out")
     with pytest.raises(merge.MergeError, match="give two wheels or more"):
         merge.merge([b], tmp_path / "out")

@@ -88,9 +88,9 @@ def test_a_torch_the_wheel_does_not_accept_is_refused_before_anything_runs(tmp_p
     (["linux_x86_64", "manylinux_2_24_x86_64"], "linux_x86_64"),
 ])
 def test_the_baked_tag_is_the_least_compatible_of_the_inputs_and_the_kernels(platforms, least):
-    from hatch_precompile.tools.bake import _least_compatible
+    from hatch_precompile.tools.wheelfile import least_compatible
 
-    assert _least_compatible(platforms) == least
+    assert least_compatible(platforms) == least
 
 
 def test_bake_in_the_wheels_project_dir_reads_its_table_and_says_so(tmp_path, monkeypatch):

@@ -148,7 +148,7 @@ def test_the_wheel_takes_the_least_compatible_sets_tag():
         ("__LZCNT__=1", "abm"), ("__SHA__=1", "sha_ni"), ("__AMX_TILE__=1", "amx_tile"),
         ("__GCC_HAVE_SYNC_COMPARE_AND_SWAP_16=1", "cx16"), ("__ARM_FEATURE_SVE=1", "sve"),
         ("__ARM_FEATURE_SVE_BITS=256", None), ("__BIGGEST_ALIGNMENT__=64", None), ("__znver4__=1", None),
-        ("__tune_znver4__=1", None), ("__FP_FAST_FMA=1", None), ("__SHSTK__=1", None), ("__SOMETHING_NEW__=1", "?__SOMETHING_NEW__"),
+        ("__tune_znver4__=1", None), ("__FP_FAST_FMA=1", None), ("__SHSTK__=1", None), ("__RDSEED__=1", None), ("__SOMETHING_NEW__=1", "?__SOMETHING_NEW__"),
         ("__ARM_FEATURE_FUTURE=1", "?__ARM_FEATURE_FUTURE"),
     ],
 )

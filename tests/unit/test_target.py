@@ -43,3 +43,16 @@ def test_the_creator_of_a_frontend_build_venv_is_the_target(tmp_path, monkeypatc
         monkeypatch.setattr(sys, "prefix", str(venv))
         found = target._venv_creator({})
         assert (found[0] if found else None) == expected, name
+
+
+def test_the_probe_reads_an_environment_that_has_neither_torch_nor_hatch_precompile(tmp_path, monkeypatch):
+    """A user's fresh venv: the probe runs in its interpreter and may import only the standard library."""
+    import subprocess
+
+    from hatch_precompile.build import target
+
+    monkeypatch.chdir(tmp_path)  # a project's dir, as in a build: not this checkout, whose package `-c` would see
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", tmp_path / "venv"], check=True)
+    found = target.probe(str(tmp_path / "venv" / "bin" / "python"), {})
+    assert found is not None and found.torch is None and found.prefix == str(tmp_path / "venv")
+    assert found.site_packages and all("venv" in p for p in found.site_packages)
