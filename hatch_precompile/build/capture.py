@@ -251,30 +251,23 @@ def _platform(libraries: dict[str, dict[str, str]], result: dict[str, Any]) -> d
 
 def _step_libraries(out_dir: Path, say: Callable[[str], None]) -> None:
     """Write into each exported step's contract what its package's native libraries need of the
-    system. Read here, not in the child: pyelftools is this build's, not the target environment's."""
-    import io
+    system, read as the kernels' are (_native_needs). Here, not in the child: pyelftools is this
+    build's, not the target environment's."""
     import tempfile
     import zipfile
-
-    from hatch_precompile.build import elf
 
     for contract in sorted((out_dir / STEPS_DIR).glob("*.json")):
         record = json.loads(contract.read_text())
         package = contract.with_suffix(".pt2")
         if not isinstance(record.get("export"), dict) or not package.is_file():
             continue
-        needed: dict[str, dict[str, str]] = {}
-        with zipfile.ZipFile(io.BytesIO(package.read_bytes())) as archive, tempfile.TemporaryDirectory() as tmp:
-            for member in archive.namelist():
-                if not member.endswith(".so"):
-                    continue
-                path = Path(tmp) / "lib.so"
-                path.write_bytes(archive.read(member))
-                try:
-                    elf.merge(needed, elf.needs(path))
-                except elf.Unreadable as exc:  # a library no machine has: load_step() falls back, saying so
-                    say(f"precompile: warning: step {contract.stem!r}: cannot read what {exc} needs of the system")
-                    needed[f"?unreadable {member}"] = {}
+        with zipfile.ZipFile(package) as archive, tempfile.TemporaryDirectory() as tmp:
+            libraries = [m for m in archive.namelist() if m.endswith(".so")]
+            archive.extractall(tmp, members=libraries)
+            needed, unreadable = _native_needs(Path(tmp))
+        for path, problem in unreadable.items():  # a library no machine has: load_step() falls back, saying so
+            say(f"precompile: warning: step {contract.stem!r}: {problem}")
+            needed[f"?unreadable {path.name}"] = {}
         record["export"]["libraries"] = needed
         contract.write_text(json.dumps(record, indent=1))
 

@@ -104,7 +104,5 @@ def _check_sets(merged: dict[str, bytes]) -> list[str]:
     return sets
 
 
-
-
 def _untagged(wheel_file: bytes) -> list[str]:
     return [line for line in wheel_file.decode().splitlines() if not line.startswith("Tag:")]
