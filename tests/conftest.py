@@ -12,10 +12,12 @@ import sys
 import tempfile
 import venv
 import zipfile
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 ROOT = Path(__file__).resolve().parents[1]
 INTEGRATION = Path(__file__).resolve().parent / "integration"
@@ -31,7 +33,7 @@ TORCH_REQUIREMENT = f"torch=={metadata.version('torch').split('+')[0]}"
 # The slow tier: a test that builds a wheel or a venv, or runs torch in fresh processes. These
 # fixtures do; whole modules that do say so with `pytestmark`. `pytest -m "not slow"` runs the rest.
 SLOW_FIXTURES = frozenset({
-    "hp_dist", "precompiled_wheel", "runtime_python", "notorch_python", "cold_result", "eager_result", "links",
+    "hp_dist", "precompiled_build", "precompiled_wheel", "runtime_python", "notorch_python", "cold_result", "eager_result", "links",
     "target", "torch_wheels", "fleet_wheel", "single_wheels", "graph_break_build", "gpu_site", "build_tmpdir",
     "step_wheel", "step_site",
 })
@@ -49,6 +51,13 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if INTEGRATION in Path(str(item.fspath)).parents or SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    # The longest modules first, so that on two workers none of them starts last and runs alone.
+    items.sort(key=lambda item: LONGEST_MODULES.index(item.path.name) if item.path.name in LONGEST_MODULES
+               else len(LONGEST_MODULES))
+
+
+# Minutes each, serially (the durations .ci/run prints): a 3 GB torch install, then frontends' flows.
+LONGEST_MODULES = ("test_newest_torch.py", "test_install_flow.py", "test_pinned_installs.py", "test_bake.py")
 
 
 GPUS_VISIBLE = False  # test_gpu.py turns it on for its own processes
@@ -95,6 +104,23 @@ def run(cmd, *, env=None, cwd=None, check=True, timeout=1200) -> subprocess.Comp
     if check and proc.returncode != 0:
         pytest.fail(f"{' '.join(map(str, cmd))} exited {proc.returncode}:\n{proc.stdout[-6000:]}")
     return proc
+
+
+def built_once(tmp_path_factory, name: str, make: Callable[[Path], object]) -> Path:
+    """A dir that ``make`` fills once per test run, for read-only things (wheels, logs). Under
+    pytest-xdist (.ci/run runs two workers) the workers share it: the first to ask builds it while
+    the others wait on its lock, as pytest-xdist's docs show for session fixtures."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # one dir per run, above the workers' own
+    directory, done = root / f"once-{name}", root / f"once-{name}.done"
+    with FileLock(f"{directory}.lock"):
+        if not done.exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir()
+            make(directory)
+            done.touch()
+    return directory
 
 
 def make_venv(path: Path) -> Path:
@@ -180,44 +206,57 @@ def cache(tmp_path, monkeypatch) -> Path:
 def links(tmp_path_factory, hp_dist) -> Path:
     """A find-links dir with all an isolated build needs but torch, so no frontend goes online:
     hatch-precompile's wheel, hatchling and its dependencies."""
-    out = tmp_path_factory.mktemp("links")
-    for wheel in hp_dist.glob("*.whl"):
-        shutil.copy(wheel, out)
-    # hatch-precompile's own wheel brings its dependencies (whatever they are) along.
-    run([sys.executable, "-m", "pip", "download", "-q", "-d", out, "hatchling", *out.glob("hatch_precompile-*.whl")])
-    return out
+    def fill(out: Path) -> None:
+        for wheel in hp_dist.glob("*.whl"):
+            shutil.copy(wheel, out)
+        # hatch-precompile's own wheel brings its dependencies (whatever they are) along.
+        run([sys.executable, "-m", "pip", "download", "-q", "-d", out, "hatchling", *out.glob("hatch_precompile-*.whl")])
+
+    return built_once(tmp_path_factory, "links", fill)
 
 
 @pytest.fixture(scope="session")
 def hp_dist(tmp_path_factory) -> Path:
     """hatch-precompile's own wheel, for venvs and isolated builds."""
-    out = tmp_path_factory.mktemp("hp-dist")
-    run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "-o", out, ROOT])
-    return out
+    return built_once(tmp_path_factory, "hp-dist",
+                      lambda out: run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "-o", out, ROOT]))
 
 
 @pytest.fixture(scope="session")
-def build_tmpdir(tmp_path_factory) -> Path:
-    """The temp dir (TMPDIR) the precompiled wheel's build ran with: what the build left there."""
-    return tmp_path_factory.mktemp("precompiled-tmp")
-
-
-@pytest.fixture(scope="session")
-def precompiled_wheel(tmp_path_factory, build_tmpdir) -> tuple[Path, str]:
+def precompiled_build(tmp_path_factory) -> Path:
     """sample_pkg built with precompilation in this (the test) environment, on a CI runner as wheels
-    are (CI=true); every test that runs it does so without CI, as users' machines do."""
-    project = copy_project(tmp_path_factory.mktemp("precompiled-src") / "sample_pkg")
-    env = {"CI": "true", "TMPDIR": str(build_tmpdir), "HATCH_PRECOMPILE_NO_STEPS": "0"}
-    proc, wheel = build_wheel(project, tmp_path_factory.mktemp("precompiled-dist"), env=env)
-    return wheel, proc.stdout
+    are (CI=true); every test that runs it does so without CI, as users' machines do. The dir holds
+    the wheel (dist/), the build's output (build.log) and the temp dir it ran with (tmp/)."""
+    def build(out: Path) -> None:
+        (out / "tmp").mkdir()
+        env = {"CI": "true", "TMPDIR": str(out / "tmp"), "HATCH_PRECOMPILE_NO_STEPS": "0"}
+        proc, _ = build_wheel(copy_project(out / "src" / "sample_pkg"), out / "dist", env=env)
+        (out / "build.log").write_text(proc.stdout)
+
+    return built_once(tmp_path_factory, "precompiled", build)
+
+
+@pytest.fixture(scope="session")
+def build_tmpdir(precompiled_build) -> Path:
+    """The temp dir (TMPDIR) the precompiled wheel's build ran with: what the build left there."""
+    return precompiled_build / "tmp"
+
+
+@pytest.fixture(scope="session")
+def precompiled_wheel(precompiled_build) -> tuple[Path, str]:
+    """The precompiled sample wheel and its build's output."""
+    (wheel,) = (precompiled_build / "dist").glob("*.whl")
+    return wheel, (precompiled_build / "build.log").read_text()
 
 
 @pytest.fixture(scope="session")
 def step_wheel(tmp_path_factory) -> Path:
     """tests/step_pkg built in this environment: its inference step exported, its training steps
     captured where this torch can (2.14+)."""
-    project = copy_project(tmp_path_factory.mktemp("step-src") / "step_pkg", STEP_PKG)
-    _, wheel = build_wheel(project, tmp_path_factory.mktemp("step-dist"), env={"HATCH_PRECOMPILE_NO_STEPS": "0"})
+    def build(out: Path) -> None:
+        build_wheel(copy_project(out / "src" / "step_pkg", STEP_PKG), out / "dist", env={"HATCH_PRECOMPILE_NO_STEPS": "0"})
+
+    (wheel,) = (built_once(tmp_path_factory, "step", build) / "dist").glob("*.whl")
     return wheel
 
 
