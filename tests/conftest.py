@@ -51,7 +51,8 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if INTEGRATION in Path(str(item.fspath)).parents or SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
-    # The longest modules first, so that on two workers none of them starts last and runs alone.
+    # The longest modules first, so that on two workers none of them starts last and runs alone
+    # (pyproject.toml keeps pytest-xdist from reordering them by their number of tests).
     items.sort(key=lambda item: LONGEST_MODULES.index(item.path.name) if item.path.name in LONGEST_MODULES
                else len(LONGEST_MODULES))
 
