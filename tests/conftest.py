@@ -269,11 +269,16 @@ def step_site(step_wheel, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def runtime_python(tmp_path_factory, hp_dist, precompiled_wheel) -> Path:
-    """A fresh venv (torch at another path than the builder's) with the precompiled wheel."""
-    python = make_venv(tmp_path_factory.mktemp("runtime") / "venv")
-    hp_wheel = next(hp_dist.glob("*.whl"))
-    run([python, "-m", "pip", "install", "-q", TORCH_REQUIREMENT, hp_wheel, precompiled_wheel[0]])
-    return python
+    """A fresh venv (torch at another path than the builder's) with the precompiled wheel. One for
+    both workers: no test writes into it (they install with --target, and preferences and warm
+    caches go to their own dirs); notorch_python and test_install_flow's target are changed by
+    their tests, so each worker makes its own."""
+    def install(out: Path) -> None:
+        python = make_venv(out / "venv")
+        hp_wheel = next(hp_dist.glob("*.whl"))
+        run([python, "-m", "pip", "install", "-q", TORCH_REQUIREMENT, hp_wheel, precompiled_wheel[0]])
+
+    return built_once(tmp_path_factory, "runtime", install) / "venv" / "bin" / "python"
 
 
 @pytest.fixture(scope="session")
@@ -287,7 +292,11 @@ def notorch_python(tmp_path_factory, hp_dist) -> Path:
 
 @pytest.fixture(scope="session")
 def cold_result(runtime_python, tmp_path_factory) -> dict:
-    """The sample's numbers from a cold compile (PRECOMPILE=0, empty cache dir)."""
-    cache = tmp_path_factory.mktemp("cold") / "cache"
-    cache.mkdir()
-    return run_sample(runtime_python, cache, env={"PRECOMPILE": "0"})
+    """The sample's numbers from a cold compile (PRECOMPILE=0, empty cache dir), run once for both
+    workers."""
+    def compile_cold(out: Path) -> None:
+        (out / "cache").mkdir()
+        result = run_sample(runtime_python, out / "cache", env={"PRECOMPILE": "0"})
+        (out / "result.json").write_text(json.dumps(result))
+
+    return json.loads((built_once(tmp_path_factory, "cold", compile_cold) / "result.json").read_text())

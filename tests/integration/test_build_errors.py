@@ -170,11 +170,8 @@ def test_graph_breaks_and_unstable_recompiles_can_fail_the_build(tmp_path):
     assert f"double_then_add ({source}:4): an input's number of dims changed" in proc.stdout
 
 
-def test_recompiles_error_lets_the_expected_grad_mode_recompile_pass(tmp_path):
-    """Training then inference of one model compiles two graphs by design: not an instability."""
-    proc, wheel = build_wheel(project_with(tmp_path, WORKLOAD_TABLE + 'recompiles = "error"\n'), tmp_path / "out")
-    assert "1 recompile(s)" in proc.stdout and "GLOBAL_STATE changed: grad_mode" in proc.stdout
-    assert re.search(r"-(manylinux_\d+_\d+|linux)_x86_64\.whl$", wheel.name), wheel.name  # precompiled
+# `recompiles = "error"` passing the sample's expected grad-mode recompile: test_build.py's
+# isolated pip build (one full compile fewer).
 
 
 # -- workloads that need a GPU, on this machine without one ----------------------------------------

@@ -72,8 +72,11 @@ def test_verify_names_the_inlined_function_whose_source_changed(runtime_python, 
 def test_snoop_names_deterministic_mode_as_the_cause(runtime_python, tmp_path):
     program = tmp_path / "program.py"
     program.write_text(DETERMINISTIC)
-    proc = run([runtime_python, "-m", "hatch_precompile", "snoop", "--json", "--", "python", program], cwd=tmp_path)
-    report = json.loads(proc.stdout[proc.stdout.index("{\n"):])
+    # One snoop (each compiles the step cold): its text on stdout, the same report as JSON in --out
+    # (--json on stdout is test_snoop's).
+    text = run([runtime_python, "-m", "hatch_precompile", "snoop", "--out", tmp_path / "report.json", "--", "python", program],
+               cwd=tmp_path).stdout
+    report = json.loads((tmp_path / "report.json").read_text())
     (gap,) = report["gaps"]
     assert gap["function"] == "forward"
     fields = {f["field"]: f for f in gap["why"]["fields"]}
@@ -86,7 +89,6 @@ def test_snoop_names_deterministic_mode_as_the_cause(runtime_python, tmp_path):
     assert "torch.use_deterministic_algorithms()" in fields["deterministic_algorithms_settings"]["means"]
     assert gap["hint"].startswith("this call of forward compiled fresh although the workload makes one like it; "
                                   "deterministic_algorithms_settings: shipped")
-    text = run([runtime_python, "-m", "hatch_precompile", "snoop", "--", "python", program], cwd=tmp_path).stdout
     assert "why it missed (torch's cache key against the shipped graph's):" in text
 
 
