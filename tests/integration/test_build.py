@@ -13,6 +13,8 @@ from importlib import metadata
 import pytest
 from conftest import SAMPLE, TORCH_REQUIREMENT, build_wheel, copy_project, read_manifest, run, run_sample, unpack
 
+from integration.test_build_errors import WORKLOAD_TABLE, project_with
+
 pytestmark = pytest.mark.slow  # builds wheels or venvs, or runs torch in fresh processes
 
 PREFIX = "sample_pkg/_precompiled/"
@@ -161,11 +163,7 @@ def test_isolated_pip_build_for_a_torchless_target_relocates_kernels(hp_dist, no
     torch, which lives at a random path, and the kernels still hit in another venv. The project
     says `recompiles = "error"`: training then inference of one model compiles two graphs by
     design, not an instability, so the build passes."""
-    project = copy_project(tmp_path / "sample_pkg")
-    pyproject = project / "pyproject.toml"
-    table = 'workload = "sample_pkg.precompile:workload"\n'
-    assert table in pyproject.read_text()
-    pyproject.write_text(pyproject.read_text().replace(table, table + 'recompiles = "error"\n'))
+    project = project_with(tmp_path, WORKLOAD_TABLE + 'recompiles = "error"\n')
     out = tmp_path / "dist"
     # Isolation resolves torch on its own (here it picked a CUDA 2.14 build once); pin it to ours.
     constraints = tmp_path / "constraints.txt"

@@ -18,6 +18,7 @@ WORKLOAD_TABLE = '[tool.hatch.build.hooks.precompile]\nworkload = "sample_pkg.pr
 def project_with(tmp_path, hook_table: str, workload_source: str | None = None):
     project = copy_project(tmp_path / "sample_pkg")
     pyproject = project / "pyproject.toml"
+    assert WORKLOAD_TABLE in pyproject.read_text(), "the sample's hook table changed: update WORKLOAD_TABLE"
     pyproject.write_text(pyproject.read_text().replace(WORKLOAD_TABLE, hook_table))
     if workload_source is not None:
         (project / "sample_pkg" / "precompile.py").write_text(workload_source)
@@ -168,10 +169,6 @@ def test_graph_breaks_and_unstable_recompiles_can_fail_the_build(tmp_path):
     assert f"{source}:6: print() inside the compiled function" in proc.stdout
     assert 'precompile: the workload shows 2 recompile(s) (`recompiles = "error"`):' in proc.stdout
     assert f"double_then_add ({source}:4): an input's number of dims changed" in proc.stdout
-
-
-# `recompiles = "error"` passing the sample's expected grad-mode recompile: test_build.py's
-# isolated pip build (one full compile fewer).
 
 
 # -- workloads that need a GPU, on this machine without one ----------------------------------------
