@@ -6,6 +6,7 @@ without installing a torch into the build environment, and leave the target unto
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -14,6 +15,7 @@ import shutil
 import sys
 import zipfile
 from pathlib import Path
+from typing import Callable
 
 import pytest
 from conftest import TORCH_REQUIREMENT, copy_project, make_venv, run, run_sample, unpack
@@ -70,9 +72,31 @@ def assert_warm(python: Path, tmp_path: Path, pythonpath: Path | None = None) ->
     assert result["kernels_compiled"] == 0
 
 
-def assert_fix_works(python: Path, tmp_path: Path, env: dict[str, str], expected: str) -> None:
+def says_where_it_ran(marker: Path) -> str:
+    """A workload that writes the interpreter prefix and the torch it ran with to ``marker``, then stops:
+    a build with it proves where the hook ran the workload without compiling anything."""
+    return ("import json, pathlib, sys\n\nimport torch\n\n\ndef workload():\n"
+            f"    where = [sys.prefix, torch.__version__, torch.__file__]\n"
+            f"    pathlib.Path({str(marker)!r}).write_text(json.dumps(where))\n"
+            "    raise ValueError('stop here')\n")
+
+
+def stop_after_saying_where(project: Path, marker: Path) -> None:
+    """Turn ``project`` (a copy of the sample) into one whose build stops at once and, under
+    on-failure = "warn", still makes a wheel: plain, with the workload that says where it ran."""
+    pyproject = project / "pyproject.toml"
+    assert WORKLOAD_TABLE in pyproject.read_text(), "the sample's hook table changed: update WORKLOAD_TABLE"
+    pyproject.write_text(pyproject.read_text().replace(WORKLOAD_TABLE, WORKLOAD_TABLE + 'on-failure = "warn"\n'))
+    (project / "sample_pkg" / "precompile.py").write_text(says_where_it_ran(marker))
+
+
+def assert_fix_rebuilds(python: Path, tmp_path: Path, env: dict[str, str], expected: str,
+                        change_source: Callable[[Path], None]) -> None:
     """A wheel for another torch (simulated by its manifest): the skip message's fix, run as printed,
-    makes the package warm again."""
+    builds the package again from its source, runs the workload in this environment, and reinstalls
+    it. ``change_source`` swaps the source for one whose workload records where it ran and stops (the
+    same test's first install already showed that this frontend's build for this environment is warm;
+    a second full compile would show nothing new). A reinstall of a cached wheel writes no record."""
     package_dir = Path(run([python, "-c", "import os, sample_pkg; print(os.path.dirname(sample_pkg.__file__))"],
                            env={"PRECOMPILE": "0"}).stdout.strip().splitlines()[-1])
     (manifest,) = (package_dir / "_precompiled" / "sets").glob("*/manifest.json")
@@ -85,9 +109,13 @@ def assert_fix_works(python: Path, tmp_path: Path, env: dict[str, str], expected
     command = re.search(r"reinstall it from source, which builds for this environment: `([^`]+)`", reason)
     assert command, reason
     assert expected in command[1], command[1]
+    marker = tmp_path / "fix-ran-the-workload-here.json"
+    change_source(marker)
     run(shlex.split(command[1]), env=env)
-    (tmp_path / "after-fix").mkdir()
-    assert_warm(python, tmp_path / "after-fix")
+    assert marker.exists(), "the fix reinstalled without building the package from its source"
+    prefix, torch_version, _ = json.loads(marker.read_text())
+    assert prefix == prefix_of(python) and torch_version == torch_of(python)
+    assert not (package_dir / "_precompiled").exists(), "the fix did not replace the installed package"
 
 
 def test_pip_install_builds_for_the_target_torch_and_writes_nothing_into_it(target, links, tmp_path):
@@ -105,7 +133,9 @@ def test_pip_install_builds_for_the_target_torch_and_writes_nothing_into_it(targ
     changed = {p for p, mtime in snapshot(lib).items() if "/torch/" in p and before.get(p) != mtime}
     assert not changed, sorted(changed)[:5]
     assert_warm(target, tmp_path)
-    assert_fix_works(target, tmp_path, find_links(links), f"-m pip install --force-reinstall --no-deps --no-cache-dir {project}")
+    assert_fix_rebuilds(target, tmp_path, find_links(links),
+                        f"-m pip install --force-reinstall --no-deps --no-cache-dir {project}",
+                        functools.partial(stop_after_saying_where, project))
     run([target, "-m", "pip", "uninstall", "-q", "-y", "sample-pkg"])
 
 
@@ -120,8 +150,14 @@ def test_pip_install_of_an_sdist_from_an_index(target, links, tmp_path):
     assert "torch" not in build_env_section(proc.stdout).lower()
     assert_warm(target, tmp_path)
     # pip cached the wheel it built from the sdist: the fix must build again, not reuse it.
-    assert_fix_works(target, tmp_path, {"PIP_FIND_LINKS": str(index), "PIP_NO_INDEX": "1"},
-                     "--no-cache-dir --no-binary sample-pkg sample-pkg")
+    def index_with_a_changed_sdist(marker: Path) -> None:
+        changed = copy_project(tmp_path / "changed")
+        stop_after_saying_where(changed, marker)
+        (index / "sample_pkg-0.1.0.tar.gz").unlink()
+        run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", index, changed])
+
+    assert_fix_rebuilds(target, tmp_path, {"PIP_FIND_LINKS": str(index), "PIP_NO_INDEX": "1"},
+                        "--no-cache-dir --no-binary sample-pkg sample-pkg", index_with_a_changed_sdist)
     run([target, "-m", "pip", "uninstall", "-q", "-y", "sample-pkg"])
 
 
@@ -156,8 +192,8 @@ def test_uv_pip_install_and_uv_build(target, links, tmp_path):
     assert not re.search(r"Adding direct dependency: torch", proc.stdout), "uv's build env asked for torch"
     assert_warm(target, tmp_path)
     uv_env = {"PATH": f"{Path(uv).parent}:{os.environ['PATH']}", "UV_NO_INDEX": "1", "UV_FIND_LINKS": str(links), **env}
-    assert_fix_works(target, tmp_path, uv_env, f"uv pip install --python {target} --reinstall-package sample-pkg "
-                     f"--no-deps --no-cache {project}")
+    assert_fix_rebuilds(target, tmp_path, uv_env, f"uv pip install --python {target} --reinstall-package sample-pkg "
+                        f"--no-deps --no-cache {project}", functools.partial(stop_after_saying_where, project))
     run([target, "-m", "pip", "uninstall", "-q", "-y", "sample-pkg"])
 
     # Activated instead of --python; a failing workload keeps these cheap: only the choice counts.
