@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import build_wheel, copy_project, run, run_sample, set_manifest, unpack
+from conftest import build_wheel, copy_project, read_manifest, run, run_sample, set_manifest, unpack
 
 from hatch_precompile import protocol
 from hatch_precompile.run import preferences
@@ -83,6 +83,19 @@ def test_build_shows_per_workload_summary_and_float64(graph_break_build):
         r"[1-9]\d* recompile\(s\), [1-9]\d* kernel\(s\), [\d.]+ MB", output
     )
     assert f"float64 computed in a compiled graph at {source}:{line_of(source, 'x.double()')} (to_double)" in output
+
+
+def test_graph_breaks_and_recompiles_are_recorded_and_shown(graph_break_build):
+    project, wheel, output = graph_break_build
+    source = project / "sample_pkg" / "precompile.py"
+    assert f"graph break at {source}:6: Dynamo does not know how to trace builtin operator `print`" in output
+    assert "recompiled double_then_add" in output and "rank mismatch" in output
+    manifest = read_manifest(wheel)
+    (workload,) = [w for w in manifest["workloads"] if w["name"] == "sample_pkg.precompile:workload"]
+    assert workload["graph_breaks"][0]["location"] == f"{source}:6"
+    assert workload["recompiles"][0]["function"] == "double_then_add"
+    assert workload["recompiles"][0]["location"] == f"{source}:4"
+    assert any(p.endswith(".so") for p in manifest["files"]), "artifacts are still captured"
 
 
 def test_report_on_a_wheel_lists_graph_breaks_recompiles_and_float64(graph_break_build):
