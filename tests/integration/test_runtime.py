@@ -61,10 +61,8 @@ def test_load_notes_a_variable_only_where_torchs_keys_hold_it(runtime_python, tm
     and the shipped inference graph misses, as said."""
     (tmp_path / "cache").mkdir()
     env = {variable: "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
-    proc = run([runtime_python, "-c", NOTES], env=env, cwd=tmp_path)
-    notes = json.loads(proc.stdout.strip().splitlines()[-1])
-    predict = run([runtime_python, "-c", PREDICT], env=env, cwd=tmp_path)
-    hits, misses = json.loads(predict.stdout.strip().splitlines()[-1])
+    proc = run([runtime_python, "-c", PREDICT], env=env, cwd=tmp_path)
+    notes, hits, misses = json.loads(proc.stdout.strip().splitlines()[-1])
     if in_key:
         assert notes == [f"{variable}=1 here and the graphs were compiled with it unset: torch's cache keys hold "
                          "the setting it makes, so every graph will compile again"]
@@ -74,13 +72,15 @@ def test_load_notes_a_variable_only_where_torchs_keys_hold_it(runtime_python, tm
         assert hits >= 1 and misses == 0
 
 
-# The sample's shipped inference graph (no_grad, batch 32): its AOTAutograd hits and misses.
+# The notes load() gave at import, then the sample's shipped inference graph (no_grad, batch 32):
+# its AOTAutograd hits and misses.
 PREDICT = """
 import json, sample_pkg
 from torch._dynamo.utils import counters
+notes = list(sample_pkg.precompile_status.notes)
 sample_pkg.Trainer(sample_pkg.make_model()).predict(sample_pkg.make_batch()[0])
 aot = counters["aot_autograd"]
-print(json.dumps([aot.get("autograd_cache_hit", 0), aot.get("autograd_cache_miss", 0)]))
+print(json.dumps([notes, aot.get("autograd_cache_hit", 0), aot.get("autograd_cache_miss", 0)]))
 """
 
 
