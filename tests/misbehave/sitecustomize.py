@@ -2,7 +2,7 @@
 
 Any Python started with this dir on PYTHONPATH and ``MISBEHAVE=name,...`` gets, right after the
 torch module in question is imported, each named touchpoint replaced by something with another
-signature, another shape, or that raises (see tests/test_touchpoints.py). The names are those of
+signature, another shape, or that raises (see tests/integration/test_touchpoints.py). The names are those of
 hatch_precompile.run.touchpoints.REGISTRY, one breaker each (``BREAKERS``). Torch's own bound
 references are left alone, so torch works; only what hatch-precompile reads or wraps breaks.
 """
@@ -227,7 +227,7 @@ PATCHES = {
 }
 
 
-# The breakers, by the touchpoint they break (tests/test_touchpoints.py checks they are the registry's).
+# The breakers, by the touchpoint they break (tests/unit/test_touchpoints.py checks they are the registry's).
 BREAKERS = frozenset({
     "write", "precompile-header", "torch-key", "triton-key", "system", "check-build", "probe-load", "autotune-recheck",
     "hash-details", "inductor-config", "compile-command", "dynamo-compile", "key-details", "fx-key", "aot-key",

@@ -1,6 +1,6 @@
 """The GPU half of the environment key, in-process: CUDA's visibility rules, no CUDA initialisation.
 
-The NVML answers are made up (this machine has no GPU); tests/test_gpu.py checks them against
+The NVML answers are made up (this machine has no GPU); tests/integration/test_gpu.py checks them against
 CUDA's own on a real one.
 """
 
