@@ -95,9 +95,8 @@ def test_a_flit_wheel_baked_from_its_sdists_table_adds_a_set_when_baked_again(ru
     # The same machine twice is refused, naming why. A set is named by its machine, whatever the
     # workload: one that compiles a single small function is refused as the whole one would be.
     (tmp_path / "small_work.py").write_text("import torch\n\n\ndef workload():\n    torch.compile(torch.sin)(torch.ones(4))\n")
-    again = run([sys.executable, "-m", "hatch_precompile", "bake", baked, "-o", tmp_path / "again",
-                 "--workload", "small_work:workload", "--package", "sample_pkg"],
-                env={"PYTHONPATH": str(tmp_path)}, check=False)
+    again = bake(baked, "-o", tmp_path / "again", "--workload", "small_work:workload", "--package", "sample_pkg",
+                 env={"PYTHONPATH": str(tmp_path)}, check=False)
     assert again.returncode == 2 and "already has sample_pkg/_precompiled/" in again.stdout
     assert not list((tmp_path / "again").glob("*.whl"))
 

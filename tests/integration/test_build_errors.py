@@ -16,7 +16,11 @@ WORKLOAD_TABLE = '[tool.hatch.build.hooks.precompile]\nworkload = "sample_pkg.pr
 
 
 def project_with(tmp_path, hook_table: str, workload_source: str | None = None):
-    project = copy_project(tmp_path / "sample_pkg")
+    return rewrite(copy_project(tmp_path / "sample_pkg"), hook_table, workload_source)
+
+
+def rewrite(project, hook_table: str, workload_source: str | None = None):
+    """A copy of the sample, in place: ``hook_table`` for the sample's, ``workload_source`` for its workload."""
     pyproject = project / "pyproject.toml"
     assert WORKLOAD_TABLE in pyproject.read_text(), "the sample's hook table changed: update WORKLOAD_TABLE"
     pyproject.write_text(pyproject.read_text().replace(WORKLOAD_TABLE, hook_table))

@@ -20,7 +20,7 @@ from typing import Callable
 import pytest
 from conftest import TORCH_REQUIREMENT, copy_project, make_venv, run, run_sample, unpack
 
-from integration.test_build_errors import WORKLOAD_TABLE, project_with
+from integration.test_build_errors import WORKLOAD_TABLE, project_with, rewrite
 
 pytestmark = pytest.mark.slow  # builds wheels or venvs, or runs torch in fresh processes
 
@@ -76,7 +76,7 @@ def says_where_it_ran(marker: Path) -> str:
     """A workload that writes the interpreter prefix and the torch it ran with to ``marker``, then stops:
     a build with it proves where the hook ran the workload without compiling anything."""
     return ("import json, pathlib, sys\n\nimport torch\n\n\ndef workload():\n"
-            f"    where = [sys.prefix, torch.__version__, torch.__file__]\n"
+            "    where = [sys.prefix, torch.__version__, torch.__file__]\n"
             f"    pathlib.Path({str(marker)!r}).write_text(json.dumps(where))\n"
             "    raise ValueError('stop here')\n")
 
@@ -84,10 +84,7 @@ def says_where_it_ran(marker: Path) -> str:
 def stop_after_saying_where(project: Path, marker: Path) -> None:
     """Turn ``project`` (a copy of the sample) into one whose build stops at once and, under
     on-failure = "warn", still makes a wheel: plain, with the workload that says where it ran."""
-    pyproject = project / "pyproject.toml"
-    assert WORKLOAD_TABLE in pyproject.read_text(), "the sample's hook table changed: update WORKLOAD_TABLE"
-    pyproject.write_text(pyproject.read_text().replace(WORKLOAD_TABLE, WORKLOAD_TABLE + 'on-failure = "warn"\n'))
-    (project / "sample_pkg" / "precompile.py").write_text(says_where_it_ran(marker))
+    rewrite(project, WORKLOAD_TABLE + 'on-failure = "warn"\n', says_where_it_ran(marker))
 
 
 def assert_fix_rebuilds(python: Path, tmp_path: Path, env: dict[str, str], expected: str,
