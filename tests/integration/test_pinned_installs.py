@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import TORCH_REQUIREMENT, copy_project, make_venv, run
 
+from integration.test_build_errors import WORKLOAD_TABLE, rewrite
 from integration.test_install_flow import (
     assert_warm,
     build_env_section,
@@ -66,8 +67,11 @@ def test_pip_install_with_torch_pinned_in_the_same_command(links, tmp_path):
 
 def test_dockerfile_requirements_then_a_fresh_container_process(links, tmp_path):
     """RUN python -m venv /venv; RUN pip install -r requirements.txt; then `docker run`: a new
-    process with an empty HOME and an empty cache dir (no Docker engine here: the same steps)."""
-    project = copy_project(tmp_path / "app" / "sample_pkg")
+    process with an empty HOME and an empty cache dir (no Docker engine here: the same steps).
+    The kernels are built in pip's build env, at a path that is gone when they run: they hit. The
+    project says `recompiles = "error"`: training then inference of one model compiles two graphs
+    by design, not an instability, so the build passes."""
+    project = rewrite(copy_project(tmp_path / "app" / "sample_pkg"), WORKLOAD_TABLE + 'recompiles = "error"\n')
     (tmp_path / "app" / "constraints.txt").write_text("torch<2.14\n")
     (tmp_path / "app" / "requirements.txt").write_text(f"-c constraints.txt\n{TORCH_REQUIREMENT}\n./sample_pkg\n")
     python = make_venv(tmp_path / "venv")
@@ -75,6 +79,13 @@ def test_dockerfile_requirements_then_a_fresh_container_process(links, tmp_path)
                cwd=tmp_path / "app")
     assert_built_for_the_pin(proc.stdout, "pip was told to install ")
     assert project.is_dir()
+    assert "1 recompile(s)" in proc.stdout and "GLOBAL_STATE changed: grad_mode" in proc.stdout
+    assert re.search(r"filename=sample_pkg-0\.1\.0-cp\d+-cp\d+-(manylinux_\d+_\d+|linux)_x86_64\.whl", proc.stdout)
+    site = Path(run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"]).stdout.strip())
+    (manifest,) = (site / "sample_pkg" / "_precompiled" / "sets").glob("*/manifest.json")
+    manifest = json.loads(manifest.read_text())
+    assert manifest["kernels"] and "pip-build-env" not in json.dumps(manifest["kernels"])
+    assert manifest["env"]["torch"].startswith(TORCH_VERSION)
     home, cache = tmp_path / "container-home", tmp_path / "container-cache"
     home.mkdir()
     cache.mkdir()
