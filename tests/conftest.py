@@ -176,6 +176,40 @@ def run_sample(python: Path, cache_dir: Path, env=None, pythonpath: Path | None 
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+ONE_FUNCTION = "torch.compile(torch.sin)(torch.ones(4))"
+
+# `import sample_pkg`, then ONE_FUNCTION: the fields of run_sample's result that a warm check reads.
+RUN_ONE_FUNCTION = f"""
+import json, pathlib, torch
+from torch._dynamo.utils import counters
+from torch._inductor.runtime.cache_dir_utils import cache_dir
+import sample_pkg
+def kernels():
+    return sum(1 for _ in pathlib.Path(cache_dir()).rglob("*.so"))
+before = kernels()
+{ONE_FUNCTION}
+status = sample_pkg.precompile_status
+print(json.dumps({{"precompiled": status.loaded, "precompile_reason": status.reason,
+                  "aot_autograd": dict(counters["aot_autograd"]), "kernels_compiled": kernels() - before}}))
+"""
+
+
+def one_function_workload() -> str:
+    """The sample's precompile.py made to compile ONE_FUNCTION only: a build of it costs a third of
+    the sample's. For a frontend's own warm check where the sample's whole workload is already
+    shown warm through the same kind of build (an isolated pip build: test_install_flow's pip test)."""
+    return f"import torch\n\n\ndef workload():\n    {ONE_FUNCTION}\n"
+
+
+def run_one_function(python: Path, cache_dir: Path, env=None, pythonpath: Path | None = None) -> dict:
+    """RUN_ONE_FUNCTION in a fresh process with ``cache_dir`` as Inductor's cache."""
+    extra = {"TORCHINDUCTOR_CACHE_DIR": str(cache_dir), **(env or {})}
+    if pythonpath:
+        extra["PYTHONPATH"] = str(pythonpath)
+    proc = run([python, "-c", RUN_ONE_FUNCTION], env=extra, cwd=cache_dir.parent)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def run_step_pkg(python: Path, cache_dir: Path, env=None, pythonpath: Path | None = None) -> dict:
     """`python -m step_pkg` in a fresh process with ``cache_dir`` as Inductor's cache."""
     extra = {"TORCHINDUCTOR_CACHE_DIR": str(cache_dir), **(env or {})}

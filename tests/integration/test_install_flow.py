@@ -18,7 +18,16 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-from conftest import TORCH_REQUIREMENT, copy_project, make_venv, run, run_sample, unpack
+from conftest import (
+    TORCH_REQUIREMENT,
+    copy_project,
+    make_venv,
+    one_function_workload,
+    run,
+    run_one_function,
+    run_sample,
+    unpack,
+)
 
 from integration.test_build_errors import WORKLOAD_TABLE, project_with, rewrite
 
@@ -62,12 +71,14 @@ def assert_targets(output: str, python: Path, via: str) -> None:
     ) in output, output[-4000:]
 
 
-def assert_warm(python: Path, tmp_path: Path, pythonpath: Path | None = None) -> None:
+def assert_warm(python: Path, tmp_path: Path, pythonpath: Path | None = None, one_function: bool = False) -> None:
+    """A fresh process of ``python`` starts warm: the sample's training step and inference, or
+    (``one_function``) the function of conftest.one_function_workload()."""
     cache = tmp_path / "cache"
     cache.mkdir()
-    result = run_sample(python, cache, pythonpath=pythonpath)
+    result = (run_one_function if one_function else run_sample)(python, cache, pythonpath=pythonpath)
     assert result["precompiled"], result["precompile_reason"]
-    assert result["aot_autograd"]["autograd_cache_hit"] >= 2
+    assert result["aot_autograd"]["autograd_cache_hit"] >= (1 if one_function else 2)
     assert result["aot_autograd"].get("autograd_cache_miss", 0) == 0
     assert result["kernels_compiled"] == 0
 
@@ -137,15 +148,18 @@ def test_pip_install_builds_for_the_target_torch_and_writes_nothing_into_it(targ
 
 
 def test_pip_install_of_an_sdist_from_an_index(target, links, tmp_path):
-    """An index with only the sdist: pip builds it in isolation, for the target's torch."""
+    """An index with only the sdist: pip builds it in isolation, for the target's torch. pip builds an
+    unpacked sdist as it builds a directory (the sample's whole workload is warm from there: the
+    first test), so one compiled function shows this wheel warm."""
     index = tmp_path / "index"
     shutil.copytree(links, index)
-    run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", index, copy_project(tmp_path / "src")])
+    project = rewrite(copy_project(tmp_path / "src"), WORKLOAD_TABLE, one_function_workload())
+    run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", index, project])
     proc = run([target, "-m", "pip", "install", "-v", "--no-index", "--find-links", index, "sample-pkg"])
     assert "sample_pkg-0.1.0.tar.gz" in proc.stdout
     assert_targets(proc.stdout, target, "pip's interpreter")
     assert "torch" not in build_env_section(proc.stdout).lower()
-    assert_warm(target, tmp_path)
+    assert_warm(target, tmp_path, one_function=True)
     # pip cached the wheel it built from the sdist: the fix must build again, not reuse it.
     def index_with_a_changed_sdist(marker: Path) -> None:
         changed = copy_project(tmp_path / "changed")
@@ -159,16 +173,18 @@ def test_pip_install_of_an_sdist_from_an_index(target, links, tmp_path):
 
 
 def test_python_m_build_from_an_activated_venv(target, links, tmp_path):
+    """build's own isolated env (not pip's); its wheel warm in the target, shown on one compiled function."""
     venv = Path(prefix_of(target))
     env = {"VIRTUAL_ENV": str(venv), "PATH": f"{venv / 'bin'}:{os.environ['PATH']}", **find_links(links)}
     out = tmp_path / "dist"
-    proc = run([target, "-m", "build", "--wheel", "-o", out, copy_project(tmp_path / "sample_pkg")], env=env)
+    project = rewrite(copy_project(tmp_path / "sample_pkg"), WORKLOAD_TABLE, one_function_workload())
+    proc = run([target, "-m", "build", "--wheel", "-o", out, project], env=env)
     assert "Creating isolated environment" in proc.stdout
     assert_targets(proc.stdout, target, "VIRTUAL_ENV")
     installed = proc.stdout.split("Installing packages in isolated environment", 1)[1].split("precompile:", 1)[0]
     assert "torch" not in installed, installed
     (wheel,) = out.glob("*.whl")
-    assert_warm(target, tmp_path, pythonpath=unpack(wheel, tmp_path / "site"))
+    assert_warm(target, tmp_path, pythonpath=unpack(wheel, tmp_path / "site"), one_function=True)
 
 
 def test_python_m_build_without_activation_finds_the_venv_that_runs_it(target, links, tmp_path):
@@ -183,11 +199,12 @@ def test_uv_pip_install_and_uv_build(target, links, tmp_path):
     uv = shutil.which("uv", path=str(Path(sys.executable).parent))
     assert uv, "uv is a test dependency"
     env = {"UV_CACHE_DIR": str(tmp_path / "uv-cache")}
-    project = copy_project(tmp_path / "sample_pkg")
+    # One compiled function: the sample's whole workload ends warm through uv in test_pinned_installs.
+    project = rewrite(copy_project(tmp_path / "sample_pkg"), WORKLOAD_TABLE, one_function_workload())
     proc = run([uv, "pip", "install", "-v", "--python", target, "--no-index", "--find-links", links, project], env=env)
     assert_targets(proc.stdout, target, "uv's --python")
     assert not re.search(r"Adding direct dependency: torch", proc.stdout), "uv's build env asked for torch"
-    assert_warm(target, tmp_path)
+    assert_warm(target, tmp_path, one_function=True)
     uv_env = {"PATH": f"{Path(uv).parent}:{os.environ['PATH']}", "UV_NO_INDEX": "1", "UV_FIND_LINKS": str(links), **env}
     assert_fix_rebuilds(target, tmp_path, uv_env, f"uv pip install --python {target} --reinstall-package sample-pkg "
                         f"--no-deps --no-cache {project}", functools.partial(stop_after_saying_where, project))
