@@ -9,7 +9,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import read_manifest, run, run_sample
+from conftest import one_function_workload, read_manifest, run, run_one_function, run_sample
 from unit.test_bake import bake, digest, fake_wheel, project, pyproject
 
 SETUPTOOLS = pyproject("setuptools>=61", "setuptools.build_meta", '\n[tool.setuptools]\npackages = ["sample_pkg"]\n')
@@ -79,8 +79,12 @@ def test_a_setuptools_wheel_baked_installs_with_pip_and_starts_warm(setuptools_w
 
 
 @pytest.mark.slow
-def test_a_flit_wheel_baked_from_its_sdists_table_adds_a_set_when_baked_again(runtime_python, cold_result, tmp_path):
+def test_a_flit_wheel_baked_from_its_sdists_table_adds_a_set_when_baked_again(runtime_python, tmp_path):
+    """Its workload compiles one function (conftest.one_function_workload): what is under test is where
+    bake finds the workload and what it adds; that a baked wheel of the whole sample starts warm is
+    the setuptools test's."""
     src = project(tmp_path / "proj", FLIT)
+    (src / "sample_pkg" / "precompile.py").write_text(one_function_workload())
     run([sys.executable, "-m", "build", "--no-isolation", "-o", tmp_path / "dist", src])
     (wheel,), (sdist,) = (tmp_path / "dist").glob("*.whl"), (tmp_path / "dist").glob("*.tar.gz")
     proc = bake(wheel, "-o", tmp_path / "baked", "--project", sdist)
@@ -92,21 +96,17 @@ def test_a_flit_wheel_baked_from_its_sdists_table_adds_a_set_when_baked_again(ru
     (twice,) = (tmp_path / "twice").glob("*.whl")
     sets = {n.split("/")[3] for n in members(twice) if n.startswith("sample_pkg/_precompiled/sets/")}
     assert len(sets) == 2 and any(s.startswith("default-") for s in sets), sets
-    # The same machine twice is refused, naming why. A set is named by its machine, whatever the
-    # workload: one that compiles a single small function is refused as the whole one would be.
-    (tmp_path / "small_work.py").write_text("import torch\n\n\ndef workload():\n    torch.compile(torch.sin)(torch.ones(4))\n")
-    again = bake(baked, "-o", tmp_path / "again", "--workload", "small_work:workload", "--package", "sample_pkg",
-                 env={"PYTHONPATH": str(tmp_path)}, check=False)
+    # The same machine twice is refused, naming why.
+    again = bake(baked, "-o", tmp_path / "again", check=False)
     assert again.returncode == 2 and "already has sample_pkg/_precompiled/" in again.stdout
     assert not list((tmp_path / "again").glob("*.whl"))
 
     site = install(runtime_python, twice, tmp_path / "site")
     cache = tmp_path / "cache"
     cache.mkdir()
-    warm = run_sample(runtime_python, cache, pythonpath=site)
+    warm = run_one_function(runtime_python, cache, pythonpath=site)
     assert warm["precompiled"] and warm["kernels_compiled"] == 0, warm
-    assert warm["aot_autograd"]["autograd_cache_hit"] >= 2 and not warm["aot_autograd"].get("autograd_cache_miss")
-    assert math.isclose(warm["loss"], cold_result["loss"], rel_tol=1e-6)
+    assert warm["aot_autograd"]["autograd_cache_hit"] >= 1 and not warm["aot_autograd"].get("autograd_cache_miss")
 
 
 @pytest.mark.slow

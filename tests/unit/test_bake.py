@@ -26,8 +26,8 @@ def project(dest: Path, pyproject: str) -> Path:
     return dest
 
 
-def bake(*args, check=True, env=None):
-    return run([sys.executable, "-m", "hatch_precompile", "bake", *[str(a) for a in args]], check=check, env=env)
+def bake(*args, check=True):
+    return run([sys.executable, "-m", "hatch_precompile", "bake", *[str(a) for a in args]], check=check)
 
 
 def digest(path: Path) -> str:
