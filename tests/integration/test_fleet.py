@@ -1,4 +1,9 @@
-"""One wheel for a fleet: an artifact set per CPU capability, and wheels of several machines merged."""
+"""One wheel for a fleet: an artifact set per CPU capability, and wheels of several machines merged.
+
+The projects compile one function (conftest.one_function_workload): what is under test is which
+sets are made, stored, merged and picked, the same for any workload; the sample's whole workload
+warm from a wheel is test_install_flow's and test_bake's. Five builds (three sets in one) cost a
+third of the sample's each."""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import build_wheel, copy_project, run, run_sample, unpack
+from conftest import build_wheel, copy_project, one_function_workload, run, run_one_function, unpack
 
 from integration.test_build_errors import WORKLOAD_TABLE, project_with
 
@@ -26,7 +31,7 @@ if MACHINE not in ("AVX2", "AVX512"):
 
 def with_capabilities(tmp_path: Path, capabilities: list[str]) -> Path:
     table = WORKLOAD_TABLE + f"cpu-capabilities = {json.dumps(capabilities)}\n"
-    return project_with(tmp_path, table)
+    return project_with(tmp_path, table, one_function_workload())
 
 
 def sets_in(wheel: Path) -> dict[str, dict]:
@@ -87,9 +92,10 @@ def test_each_process_gets_the_set_of_its_capability(fleet_wheel, runtime_python
     site = unpack(fleet_wheel[0], tmp_path / "site")
     cache = tmp_path / "cache"
     cache.mkdir()
-    result = run_sample(runtime_python, cache, pythonpath=site, env={"ATEN_CPU_CAPABILITY": capability} if capability else {})
+    env = {"ATEN_CPU_CAPABILITY": capability} if capability else {}
+    result = run_one_function(runtime_python, cache, pythonpath=site, env=env)
     assert result["precompiled"], result["precompile_reason"]
-    assert result["aot_autograd"]["autograd_cache_hit"] >= 2 and not result["aot_autograd"].get("autograd_cache_miss")
+    assert result["aot_autograd"]["autograd_cache_hit"] >= 1 and not result["aot_autograd"].get("autograd_cache_miss")
     assert result["kernels_compiled"] == 0
 
 
@@ -140,9 +146,9 @@ def test_merged_wheels_of_two_machines_behave_like_the_build_with_both(single_wh
     for capability in ("default", "avx2"):
         cache = tmp_path / f"cache-{capability}"
         cache.mkdir()
-        result = run_sample(runtime_python, cache, pythonpath=site, env={"ATEN_CPU_CAPABILITY": capability})
+        result = run_one_function(runtime_python, cache, pythonpath=site, env={"ATEN_CPU_CAPABILITY": capability})
         assert result["precompiled"] and result["kernels_compiled"] == 0, (capability, result)
-        assert not result["aot_autograd"].get("autograd_cache_miss"), capability
+        assert result["aot_autograd"].get("autograd_cache_hit") and not result["aot_autograd"].get("autograd_cache_miss"), capability
     shown = run([runtime_python, "-m", "hatch_precompile", "report", merged]).stdout
     assert shown.count("sample_pkg: precompiled artifacts shipped, ") == 2
     assert re.search(r"_precompiled: 2 artifact sets in [\d.]+ MB", shown)
