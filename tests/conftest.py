@@ -167,13 +167,18 @@ def blob(site: Path, manifest: dict, path: str) -> Path:
     return site / "sample_pkg" / "_precompiled" / "blobs" / manifest["files"][path]["sha256"]
 
 
-def run_sample(python: Path, cache_dir: Path, env=None, pythonpath: Path | None = None) -> dict:
-    """`python -m sample_pkg --json` in a fresh process with ``cache_dir`` as Inductor's cache."""
+def run_fresh(python: Path, args: list, cache_dir: Path, env=None, pythonpath: Path | None = None) -> dict:
+    """``python *args`` in a fresh process with ``cache_dir`` as Inductor's cache: its last line's JSON."""
     extra = {"TORCHINDUCTOR_CACHE_DIR": str(cache_dir), **(env or {})}
     if pythonpath:
         extra["PYTHONPATH"] = str(pythonpath)
-    proc = run([python, "-m", "sample_pkg", "--json"], env=extra, cwd=cache_dir.parent)
+    proc = run([python, *args], env=extra, cwd=cache_dir.parent)
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_sample(python: Path, cache_dir: Path, env=None, pythonpath: Path | None = None) -> dict:
+    """`python -m sample_pkg --json` in a fresh process with ``cache_dir`` as Inductor's cache."""
+    return run_fresh(python, ["-m", "sample_pkg", "--json"], cache_dir, env, pythonpath)
 
 
 ONE_FUNCTION = "torch.compile(torch.sin)(torch.ones(4))"
@@ -203,20 +208,12 @@ def one_function_workload() -> str:
 
 def run_one_function(python: Path, cache_dir: Path, env=None, pythonpath: Path | None = None) -> dict:
     """RUN_ONE_FUNCTION in a fresh process with ``cache_dir`` as Inductor's cache."""
-    extra = {"TORCHINDUCTOR_CACHE_DIR": str(cache_dir), **(env or {})}
-    if pythonpath:
-        extra["PYTHONPATH"] = str(pythonpath)
-    proc = run([python, "-c", RUN_ONE_FUNCTION], env=extra, cwd=cache_dir.parent)
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_fresh(python, ["-c", RUN_ONE_FUNCTION], cache_dir, env, pythonpath)
 
 
 def run_step_pkg(python: Path, cache_dir: Path, env=None, pythonpath: Path | None = None) -> dict:
     """`python -m step_pkg` in a fresh process with ``cache_dir`` as Inductor's cache."""
-    extra = {"TORCHINDUCTOR_CACHE_DIR": str(cache_dir), **(env or {})}
-    if pythonpath:
-        extra["PYTHONPATH"] = str(pythonpath)
-    proc = run([python, "-m", "step_pkg"], env=extra, cwd=cache_dir.parent)
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_fresh(python, ["-m", "step_pkg"], cache_dir, env, pythonpath)
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TORCH_REQUIREMENT, copy_project, make_venv, run
+from conftest import TORCH_REQUIREMENT, copy_project, make_venv, run, set_manifest
 
 from integration.test_build_errors import WORKLOAD_TABLE, rewrite
 from integration.test_install_flow import (
@@ -82,8 +82,7 @@ def test_dockerfile_requirements_then_a_fresh_container_process(links, tmp_path)
     assert "1 recompile(s)" in proc.stdout and "GLOBAL_STATE changed: grad_mode" in proc.stdout
     assert re.search(r"filename=sample_pkg-0\.1\.0-cp\d+-cp\d+-(manylinux_\d+_\d+|linux)_x86_64\.whl", proc.stdout)
     site = Path(run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"]).stdout.strip())
-    (manifest,) = (site / "sample_pkg" / "_precompiled" / "sets").glob("*/manifest.json")
-    manifest = json.loads(manifest.read_text())
+    manifest = json.loads(set_manifest(site).read_text())
     assert manifest["kernels"] and "pip-build-env" not in json.dumps(manifest["kernels"])
     assert manifest["env"]["torch"].startswith(TORCH_VERSION)
     home, cache = tmp_path / "container-home", tmp_path / "container-cache"
