@@ -24,16 +24,12 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
+from hatch_precompile.build.step_check import NotAvailable, StepMismatch, check_against_reference, note
 from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol import NO_STEPS_VAR, ON_FAILURE, STEP_CHECKS, check_artifact_name, step_files
+from hatch_precompile.protocol.steps import CONTRACT_FORMAT, EXPORTED
+from hatch_precompile.protocol.steps import PRECOMPILE as PRECOMPILE_ROUTE
 from hatch_precompile.run import contract, variables
-
-CONTRACT_FORMAT = 1
-PRECOMPILE_ROUTE = "precompile"
-
-
-class StepMismatch(PrecompileError, AssertionError):
-    """At build: the captured step computed something else than the reference (fails the workload)."""
 
 
 class StepCaptureError(PrecompileError, RuntimeError):
@@ -71,7 +67,7 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
     if not directory:
         return None
     if variables.no_steps():
-        _note(f"step {name!r} not captured: {NO_STEPS_VAR} is set; load_step() falls back to torch.compile")
+        note(f"step {name!r} not captured: {NO_STEPS_VAR} is set; load_step() falls back to torch.compile")
         return None
     out = Path(directory)
     if (out / Path(step_files(name)["json"]).name).exists():
@@ -82,7 +78,7 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
     if dynamic_shapes is not None and not exported:
         raise ValueError(f"save_step({name!r}, ...): dynamic_shapes is for an exported step: save it under "
                          "torch.no_grad() with its modules in eval(); a training step is captured for its shapes")
-    route = "aotinductor" if exported else PRECOMPILE_ROUTE
+    route = EXPORTED if exported else PRECOMPILE_ROUTE
     if exported:
         from hatch_precompile.build import export
 
@@ -96,7 +92,7 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
             raise
         _skipped(name, route, "its captured step computes something else than the reference (above)")
     except NotAvailable as exc:
-        _note(f"step {name!r} not captured: {exc}; load_step() falls back to torch.compile")
+        note(f"step {name!r} not captured: {exc}; load_step() falls back to torch.compile")
     except Exception as exc:
         reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
         if on_failure == "error":
@@ -105,10 +101,6 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
                 + _what_to_do(route)) from exc
         _skipped(name, route, f"torch {torch.__version__} could not capture it: {reason}")
     return None
-
-
-class NotAvailable(PrecompileError):
-    """This torch has no way to ship the step by its route (not the workload's fault)."""
 
 
 def _what_to_do(route: str) -> str:
@@ -122,12 +114,8 @@ def _what_to_do(route: str) -> str:
 
 
 def _skipped(name: str, route: str, why: str) -> None:
-    _note(f"step {name!r} ({route} route) not shipped: {why}; load_step() falls back to torch.compile "
+    note(f"step {name!r} ({route} route) not shipped: {why}; load_step() falls back to torch.compile "
           "(on_failure=\"warn\")")
-
-
-def _note(text: str) -> None:
-    print(f"precompile: warning: {text}", flush=True)
 
 
 def inference(args: tuple) -> bool:
@@ -177,113 +165,3 @@ def _verify(name: str, fn: Callable, args: tuple, check: str) -> None:
         record["route"], record["reason"] = step.route, step.reason
     verified.append(record)
     return None
-
-
-# -- the check: the captured step against the reference -----------------------------------------
-
-
-def check_against_reference(name: str, fn: Callable, args: tuple, loaded: Callable, check: str,
-                            changed: tuple | None = None) -> None:
-    """Run the loaded step and the reference on equal copies of changed arguments: a value the
-    trace baked in (a tensor read outside the arguments) shows as a difference, and so does a
-    branch on a value wherever the changed values take the other branch."""
-    import torch
-
-    changed = _changed(args) if changed is None else changed
-    reference_fn = torch.compile(fn) if check == "compile" else fn
-    results = []
-    for runner in (reference_fn, loaded):
-        copies = copy.deepcopy(changed)
-        with torch.random.fork_rng():
-            torch.manual_seed(0)
-            value = runner(*copies)
-        results.append((value, _state(copies)))
-    (want, want_state), (got, got_state) = results
-    problems = _compare(want, got, "the result") + _compare(want_state, got_state, "the arguments after the step")
-    if problems:
-        raise StepMismatch(
-            f"step {name!r}: the captured step computes something else than {fn.__qualname__} run "
-            f"{'eagerly' if check == 'eager' else 'with torch.compile'} on changed weights and inputs: "
-            + "; ".join(problems[:5]).replace("{fn}", fn.__qualname__)
-            + ". The step breaks its route's contract (a tensor read outside its arguments, a branch on a "
-              "value, randomness: try check=\"compile\"); it is not shipped."
-        )
-
-
-def _changed(args: tuple) -> tuple:
-    """Copies of ``args`` with other floating-point weights and inputs, a quarter of the entries of
-    masks (bool, or integers all 0 or 1) flipped, and other integer inputs shuffled."""
-    import torch
-
-    copies = copy.deepcopy(args)
-    generator = torch.Generator().manual_seed(1234)
-    with torch.no_grad():
-        for tensor in _tensors(copies):
-            if tensor.is_floating_point():
-                noise = torch.randn(tensor.shape, generator=generator, dtype=torch.float32).to(tensor.device, tensor.dtype)
-                tensor.mul_(1 + 0.1 * noise).add_(0.01 * noise)
-            elif tensor.dtype == torch.bool or tensor.numel() > 1 and not tensor.is_complex() and _zero_one(tensor):
-                flip = (torch.rand(tensor.shape, generator=generator) < 0.25).to(tensor.device)
-                tensor.copy_(torch.where(flip, 1 - tensor.to(torch.int8), tensor.to(torch.int8)).to(tensor.dtype))
-            elif tensor.numel() > 1 and not tensor.is_complex():
-                order = torch.randperm(tensor.numel(), generator=generator).to(tensor.device)
-                tensor.copy_(tensor.flatten()[order].reshape(tensor.shape))
-    return copies
-
-
-def _zero_one(tensor: Any) -> bool:
-    """An integer tensor of zeros and ones: a mask, whose values branches read (padding, packing)."""
-    return bool(((tensor == 0) | (tensor == 1)).all())
-
-
-def _tensors(value: Any) -> list:
-    import torch
-
-    if isinstance(value, torch.nn.Module):
-        return [*value.parameters(), *value.buffers()]
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _tensors(v)]
-    return []
-
-
-def _state(args: tuple) -> list:
-    """What a step can change in its arguments: tensors' values and parameters' gradients."""
-    import torch
-
-    state = []
-    for arg in args:
-        if isinstance(arg, torch.nn.Module):
-            state += [(n, p.detach().clone(), None if p.grad is None else p.grad.clone()) for n, p in arg.named_parameters()]
-            state += [(n, b.clone(), None) for n, b in arg.named_buffers()]
-        else:
-            state += [(None, t.detach().clone(), None) for t in _tensors(arg)]
-    return state
-
-
-def _compare(want: Any, got: Any, where: str) -> list[str]:
-    import torch
-
-    if isinstance(want, torch.Tensor) or isinstance(got, torch.Tensor):
-        if not (isinstance(want, torch.Tensor) and isinstance(got, torch.Tensor)):
-            return [f"{where} is {type(got).__name__}, expected {type(want).__name__}"]
-        if want.requires_grad != got.requires_grad:
-            return [f"{where} {'needs' if want.requires_grad else 'does not need'} gradients from {{fn}} but "
-                    f"{'does' if got.requires_grad else 'does not'} from the captured step (call backward() inside the step)"]
-        try:
-            torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-4, equal_nan=True)
-        except AssertionError as exc:
-            return [f"{where}: {str(exc).splitlines()[0]}"]
-        return []
-    if isinstance(want, (list, tuple)) and isinstance(got, (list, tuple)) and len(want) == len(got):
-        return [p for i, (w, g) in enumerate(zip(want, got)) for p in _compare(w, g, f"{where}[{i}]")]
-    if isinstance(want, dict) and isinstance(got, dict) and want.keys() == got.keys():
-        return [p for k in want for p in _compare(want[k], got[k], f"{where}[{k!r}]")]
-    if hasattr(want, "to_tuple") and hasattr(got, "to_tuple"):  # transformers' ModelOutput
-        return _compare(want.to_tuple(), got.to_tuple(), where)
-    if want is None and got is None or (isinstance(want, contract.VALUES) and want == got):
-        return []
-    return [f"{where} is {type(got).__name__} {str(got)[:80]}, expected {type(want).__name__} {str(want)[:80]}"]

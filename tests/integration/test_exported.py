@@ -154,7 +154,7 @@ def test_a_call_outside_the_contract_runs_the_fallback_with_the_reason(step_site
         "float64": "input 0: torch.float64 on cpu, exported for torch.float32 on cpu",
         "train mode": "argument 0 is in train() mode; the step was exported in eval()",
         "grad enabled": "the process modes {'grad': True",
-        "another submodule": "argument 0 differs from the export's: its submodules or their settings",
+        "another submodule": "argument 0 differs from the export's: its submodules (names or classes)",
         "not contiguous": "input 0: not contiguous, exported for a contiguous tensor",
     }
     for case, reason in says.items():
