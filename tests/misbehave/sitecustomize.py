@@ -201,10 +201,13 @@ def _pytree(module):
 
 
 class _UnreadableHooks(dict):
-    """A module's hooks dict that torch can fill and test, but whose entries cannot be listed."""
+    """A module's hooks dict that torch can fill, test and pickle, but whose entries cannot be listed."""
 
     def items(self):
         raise RuntimeError("misbehaving on purpose")
+
+    def __reduce_ex__(self, protocol):
+        return type(self), (), None, None, iter(dict.items(self))
 
 
 def _nn_module(module):
