@@ -192,10 +192,12 @@ def _spec(torch: Any, name: str, program: Any, args: tuple, positions: list[int]
     fqns = list(loader.get_constant_fqns())
     modules: dict[str, dict[str, Any]] = {}
     named: dict[int, dict[str, Any]] = {}
+    persistent: dict[int, set[str]] = {}  # what a checkpoint holds
     for i in positions:
         module = args[i]
         named[i] = {**dict(module.named_parameters(remove_duplicate=False)),
                     **dict(module.named_buffers(remove_duplicate=False))}
+        persistent[i] = set(module.state_dict(keep_vars=True))
         modules[str(i)] = {"class": f"{type(module).__module__}.{type(module).__qualname__}",
                            "structure": contract.structure(module), "reads": read.get(i, []),
                            "hooks": contract.hooks(module), "tied": _tied(named[i]), "tensors": {}}
@@ -207,7 +209,7 @@ def _spec(torch: Any, name: str, program: Any, args: tuple, positions: list[int]
         index = int(position[3:]) if position.startswith("arg") and position[3:].isdigit() else None
         if index in named and rest in named[index]:
             t = named[index][rest]
-            held = rest in args[index].state_dict(keep_vars=True)
+            held = rest in persistent[index]
             modules[str(index)]["tensors"][rest] = [list(t.shape), list(t.stride()), str(t.dtype), str(t.device), held]
             constants[fqn] = ["arg", index, rest]
             if not held:  # not in a checkpoint: the package carries it

@@ -97,14 +97,14 @@ class ExportedStep:
         inputs = tuple(a for i, a in enumerate(args) if i not in self._modules)
         flat = self._inputs(inputs)
         with self._lock:
-            rebind = False
+            fresh = {}  # bound into the loader only once every argument passed: a refusal binds nothing
             for position, recorded in self._modules.items():
                 bound = self._bound.get(position)
                 if bound is None or not bound.holds(args[position]):
-                    self._bound[position] = _Bound.check(args[position], position, recorded)
-                    rebind = True
-                self._bound[position].check_settings(position)
-            if rebind:
+                    bound = fresh[position] = _Bound.check(args[position], position, recorded)
+                bound.check_settings(position)
+            if fresh:
+                self._bound.update(fresh)
                 self._bind()
             outputs = self._loader.run(flat)
         return self._pytree.tree_unflatten(outputs, self._out_spec)

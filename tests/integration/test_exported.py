@@ -78,6 +78,11 @@ wider = MLP(); wider.net[1] = torch.nn.ReLU(); wider.eval()
 case("another submodule", wider, x)
 case("not contiguous", model, torch.randn(32, 4).t())
 case("as exported again", model, x)
+other = step_pkg.make_model(seed=5).eval()
+other.net[2].eps = 1e-3  # a setting the trace read: refused, and nothing of `other` bound
+case("eps changed", other, x)
+other.net[2].eps = 1e-5
+case("eps put back", other, x)  # served with other's weights, not the last ones bound
 print(json.dumps(out))
 '''
 
@@ -148,7 +153,9 @@ def test_the_exported_step_runs_at_the_process_thread_count(step_site, tmp_path,
 
 def test_a_call_outside_the_contract_runs_the_fallback_with_the_reason(step_site, tmp_path):
     out = serve(step_site, tmp_path / "cache", FALLBACKS)
-    assert out["as exported"][:2] == ["aotinductor", None] and out["as exported again"][:2] == ["aotinductor", None]
+    for case in ("as exported", "as exported again", "eps put back"):
+        route, reason, error = out[case]
+        assert route == "aotinductor" and reason is None and error < 1e-6, (case, out[case])
     says = {
         "batch 300": "input 0: dim 0 is 300, outside the exported range 1..256",
         "float64": "input 0: torch.float64 on cpu, exported for torch.float32 on cpu",
@@ -156,6 +163,7 @@ def test_a_call_outside_the_contract_runs_the_fallback_with_the_reason(step_site
         "grad enabled": "the process modes {'grad': True",
         "another submodule": "argument 0 differs from the export's: its submodules (names or classes)",
         "not contiguous": "input 0: not contiguous, exported for a contiguous tensor",
+        "eps changed": "argument 0's net.2.eps: 1e-05 at build, 0.001 now",
     }
     for case, reason in says.items():
         route, why, error = out[case]

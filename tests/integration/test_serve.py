@@ -91,6 +91,9 @@ convnet.train()
 served("convnet train mode", convnet_step, predict, convnet, images)
 convnet.eval()
 served("convnet back", convnet_step, predict, convnet, images)
+handle = convnet.head.register_forward_hook(lambda module, args, output: output * 2)  # after a first call
+served("convnet hooked", convnet_step, predict, convnet, images)
+handle.remove()
 out["warnings when refused"] = [str(w.message) for w in seen if w.category.__name__ == "PrecompileWarning"]
 caught.__exit__(None, None, None)
 warnings.simplefilter("error")  # a warning never raises: the call still falls back
@@ -120,6 +123,8 @@ def test_real_models_serve_the_weights_users_load_and_refuse_only_what_the_trace
     assert route == "fallback" and reason.startswith("argument 0's features.1.eps: 1e-05 at build, 0.01 now")
     assert out["convnet eps changed again"][0] == "fallback"
     assert out["convnet train mode"][:2] == ["fallback", "argument 0 is in train() mode; the step was exported in eval()"]
+    route, reason, error = out["convnet hooked"]  # the hook ran: eager's output, not the package's
+    assert route == "fallback" and reason.startswith("argument 0's hooks changed since it was checked") and error < 1e-4
     # One warning per step and kind, naming the package, the step, the reason and the fix; none for
     # the second refusal of a kind, none for train mode (the author planned it).
     warned = out["warnings when refused"]
