@@ -69,8 +69,10 @@ def _settings(module: Any) -> list:
                    if k != "training" and isinstance(v, VALUES + (tuple,)) and not k.startswith("__"))
     config = getattr(module, "config", None)
     to_dict = getattr(config, "to_dict", None)
-    hooks = [[getattr(h, "__qualname__", type(h).__name__) for h in getattr(module, kind, {}).values()]
-             for kind in ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")]
+    from hatch_precompile.run import touchpoints
+
+    hooks = [[getattr(h, "__qualname__", type(h).__name__) for h in registered.values()]
+             for registered in touchpoints.module_hooks(module).values()]
     return [plain, to_dict() if callable(to_dict) else None, hooks]
 
 
