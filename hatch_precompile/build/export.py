@@ -41,12 +41,14 @@ _flags: list[tuple[str, ...]] = []  # arch flags of the compiles while one is re
 _recording = [False]
 
 
-def save(name: str, fn: Callable, args: tuple, shapes: Any, check: str, out: Path) -> Path:
-    """Export, compile, check and store step ``name`` (``shapes``: from input_shapes); raises
-    NotAvailable, StepMismatch, or torch's error (which save_step turns into a StepCaptureError)."""
+def save(name: str, fn: Callable, args: tuple, shapes: Any, check: str, out: Path, training: bool = False) -> Path:
+    """Export, compile, check and store step ``name`` (``shapes``: from input_shapes); ``training``:
+    ``fn`` returns a scalar loss, and the package computes it and every gradient (the joint
+    forward and backward graph). Raises NotAvailable, StepMismatch, or torch's error (which
+    save_step turns into a StepCaptureError)."""
     import torch
 
-    problem = available(torch)
+    problem = available(torch, training)
     if problem:
         raise step_check.NotAvailable(problem)
     reused = _reuse_shipped(name, fn, args, check, out)
@@ -54,23 +56,27 @@ def save(name: str, fn: Callable, args: tuple, shapes: Any, check: str, out: Pat
         return reused
     positions = [i for i, a in enumerate(args) if isinstance(a, torch.nn.Module)]
     inputs = tuple(a for i, a in enumerate(args) if i not in positions)
-    wrapper = _Wrapper(fn, args, positions)
+    wrapper = _Wrapper(fn, args, positions, training)
     with reads.recording({i: args[i] for i in positions}) as read:
         program = torch.export.export(wrapper, inputs, dynamic_shapes=None if shapes is None else {"inputs": shapes},
                                       strict=False)
+    if training:
+        program = touchpoints.joint_program(torch, program)
     with tempfile.TemporaryDirectory(prefix="hatch-precompile-export-") as tmp:
         package_path = os.path.join(tmp, "step.pt2")
         flags = _compile(torch, program, package_path, tmp)
         package = Path(package_path).read_bytes()
     spec, shipped = _spec(torch, name, program, args, positions, inputs, package, flags, read)
+    if training:
+        spec["training"] = _training_outputs(name, program)
     step = exported.ExportedStep(name, spec, package, shipped)
     _prove(name, fn, args, check, step, spec)
     record = {"format": CONTRACT_FORMAT, "route": EXPORTED, "torch": spec["torch"], "export": spec}
     return _store_proven(name, out, record, package, shipped, proven=[])
 
 
-def available(torch: Any) -> str | None:
-    """Why this torch cannot export a step for the route, or None."""
+def available(torch: Any, training: bool = False) -> str | None:
+    """Why this torch cannot export a step for the route (a training step: with its backward), or None."""
     problem = exported.loader_problem(torch)
     if problem:
         return problem
@@ -83,13 +89,16 @@ def available(torch: Any) -> str | None:
     if not touchpoints.keeps_tensor_constants(torch):
         return (f"torch {torch.__version__}'s Inductor cannot keep small tensors out of the code it generates (no "
                 "always_keep_tensor_constants): a caller's other weights would not be seen")
+    if training and not touchpoints.has_joint_export(torch):
+        return (f"torch {torch.__version__} cannot export a step's backward "
+                "(no torch.export.experimental._export_forward_backward)")
     return None
 
 
 class _Wrapper:
     """Built lazily as a torch module: ``forward(*inputs)`` is ``fn`` with its modules put back."""
 
-    def __new__(cls, fn: Callable, args: tuple, positions: list[int]) -> Any:
+    def __new__(cls, fn: Callable, args: tuple, positions: list[int], training: bool = False) -> Any:
         import torch
 
         class Step(torch.nn.Module):
@@ -100,7 +109,8 @@ class _Wrapper:
 
             def forward(self, *inputs: Any) -> Any:
                 rest = iter(inputs)
-                return fn(*[getattr(self, f"arg{i}") if i in positions else next(rest) for i in range(len(args))])
+                result = fn(*[getattr(self, f"arg{i}") if i in positions else next(rest) for i in range(len(args))])
+                return (result,) if training else result  # the joint graph's loss is output 0
 
         return Step()
 
@@ -200,7 +210,9 @@ def _spec(torch: Any, name: str, program: Any, args: tuple, positions: list[int]
         persistent[i] = set(module.state_dict(keep_vars=True))
         modules[str(i)] = {"class": f"{type(module).__module__}.{type(module).__qualname__}",
                            "structure": contract.structure(module), "reads": read.get(i, []),
-                           "hooks": contract.hooks(module), "tied": _tied(named[i]), "tensors": {}}
+                           "hooks": contract.hooks(module), "tied": _tied(named[i]), "tensors": {},
+                           "train_modes": contract.train_modes(module),
+                           "requires_grad": contract.requiring_grad(module)}
     _check_covered(name, program, fqns, modules)
     constants: dict[str, list[Any]] = {}
     shipped: dict[str, Any] = {}
@@ -234,6 +246,37 @@ def _spec(torch: Any, name: str, program: Any, args: tuple, positions: list[int]
         torch.save(shipped, buffer)
         blob = buffer.getvalue()
     return spec, blob
+
+
+def _training_outputs(name: str, program: Any) -> dict[str, Any]:
+    """What a training package returns, in order: the loss, then a gradient per parameter that
+    requires one (``grads``: [argument position, parameter name]); the buffers it updates (batch
+    norm's statistics) it writes in place, into the caller's tensors it was bound to."""
+    grads: list[list[Any]] = []
+    kinds: list[str] = []
+    loss = None
+    for spec in program.graph_signature.output_specs:
+        kind = spec.kind.name
+        if kind == "BUFFER_MUTATION":
+            continue
+        if kind == "LOSS_OUTPUT":
+            loss = len(kinds)
+        elif kind == "GRADIENT_TO_PARAMETER":
+            position, _, rest = spec.target.partition(".")
+            grads.append([len(kinds), int(position[3:]), rest])
+        else:
+            raise ValueError(f"step {name!r}: the joint program returns a {kind} output; a training step returns its "
+                             "loss alone")
+        kinds.append(kind)
+    if loss is None:
+        raise ValueError(f"step {name!r}: the joint program returns no loss")
+    mutated = [spec.target for spec in program.graph_signature.output_specs if spec.kind.name == "BUFFER_MUTATION"]
+    random = any(any(word in str(node.target) for word in RANDOM_OPS)
+                 for node in program.graph.nodes if node.op == "call_function")
+    return {"loss": loss, "grads": grads, "outputs": len(kinds), "mutated": mutated, "random": random}
+
+
+RANDOM_OPS = ("rand", "bernoulli", "dropout", "normal", "multinomial", "philox")  # ops that draw numbers
 
 
 def _tied(named: dict[str, Any]) -> list[list[str]]:
@@ -319,10 +362,17 @@ def _prove(name: str, fn: Callable, args: tuple, check: str, step: exported.Expo
             raise step_check.StepMismatch(f"step {name!r}: the exported step refused its own example: {exc}") from None
 
     changed = step_check.changed_copies(args)  # every weight other than the build's: all are the caller's
-    step_check.check_against_reference(name, fn, args, run, check, changed=changed)
+    reference = fn
+    if "training" in spec:  # what the step leaves users: the loss, and the gradients in .grad
+        reference = step_check.with_backward(torch.compile(fn) if check == "compile" else fn)
+        check = "eager"
+        if spec["training"]["random"]:  # dropout draws other numbers than eager's: compared statistically
+            step_check.check_statistically(name, reference, run, changed)
+            return
+    step_check.check_against_reference(name, reference, args, run, check, changed=changed)
     resized = _resized(torch, changed, spec)
     if resized is not None:
-        step_check.check_against_reference(name, fn, args, run, check, changed=resized)
+        step_check.check_against_reference(name, reference, args, run, check, changed=resized)
 
 
 def _resized(torch: Any, args: tuple, spec: dict[str, Any]) -> tuple | None:

@@ -23,6 +23,45 @@ class NotAvailable(PrecompileError):
     """This torch has no way to ship the step by its route (not the workload's fault)."""
 
 
+def with_backward(fn: Callable) -> Callable:
+    """``fn`` (it returns a loss) as a training step runs it: the loss, then its backward; the
+    detached loss returned, the gradients left in ``.grad``."""
+    def step(*args: Any) -> Any:
+        loss = fn(*args)
+        loss.backward()
+        return loss.detach()
+
+    step.__qualname__ = getattr(fn, "__qualname__", "step")
+    return step
+
+
+def check_statistically(name: str, reference: Callable, loaded: Callable, args: tuple, seeds: int = 4) -> None:
+    """For a step that draws random numbers (dropout), which the captured step draws otherwise
+    than eager: over ``seeds`` runs on equal copies, the mean loss agrees within three standard
+    errors (and 1%), and the mean gradient points the same way (cosine above 0.9)."""
+    import torch
+
+    losses: list[list[float]] = [[], []]
+    grads: list[Any] = [None, None]
+    for seed in range(seeds):
+        for side, runner in enumerate((reference, loaded)):
+            copies = copy.deepcopy(args)
+            with torch.random.fork_rng():
+                torch.manual_seed(seed)
+                losses[side].append(float(runner(*copies)))
+            flat = torch.cat([p.grad.flatten().double() for a in copies if isinstance(a, torch.nn.Module)
+                              for p in a.parameters() if p.grad is not None] or [torch.zeros(1, dtype=torch.float64)])
+            grads[side] = flat if grads[side] is None else grads[side] + flat
+    want, got = torch.tensor(losses[0], dtype=torch.float64), torch.tensor(losses[1], dtype=torch.float64)
+    spread = 3 * float(torch.cat([want, got]).std()) / seeds ** 0.5 + 0.01 * abs(float(want.mean()))
+    cosine = float(torch.nn.functional.cosine_similarity(grads[0], grads[1], dim=0))
+    if abs(float(got.mean() - want.mean())) > spread or not cosine > 0.9:
+        raise StepMismatch(
+            f"step {name!r}: the captured step draws random numbers (dropout), so it was compared over {seeds} "
+            f"seeds: its mean loss {float(got.mean()):.6g} against {float(want.mean()):.6g} (allowed {spread:.3g}), "
+            f"its mean gradient's cosine with the reference's {cosine:.3f} (at least 0.9). It is not shipped.")
+
+
 def note(text: str) -> None:
     """A warning in the build's output that does not fail it."""
     print(f"precompile: warning: {text}", flush=True)

@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from hatch_precompile.build.step_check import NotAvailable, StepMismatch, check_against_reference, note
+from hatch_precompile.build.step_check import NotAvailable, StepMismatch, check_against_reference, note, with_backward
 from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol import NO_STEPS_VAR, ON_FAILURE, STEP_CHECKS, check_artifact_name, step_files
 from hatch_precompile.protocol.steps import CONTRACT_FORMAT, EXPORTED
@@ -41,11 +41,17 @@ verified: list[dict[str, Any]] = []
 
 
 def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager", dynamic_shapes: Any = None,
-              on_failure: str = "error") -> Path | None:
+              on_failure: str = "error", backward: bool = False) -> Path | None:
     """Ship ``fn(*args)`` as the package's step ``name`` when called from a build's workload.
 
     ``fn`` is the whole step: ``fn(model, x, y)`` that returns the loss after ``backward()``, or a
-    forward. Called under ``torch.no_grad()`` with every module in ``eval()``, it is exported
+    forward, or with ``backward=True`` one that returns the loss and leaves ``backward()`` to
+    hatch-precompile: saved with grad enabled and the modules in ``train()``, its forward and
+    backward are exported as one graph (AOTInductor) that ``load_step(..., backward=True)`` runs
+    with the caller's tensors, no compiler in the process; ``dynamic_shapes`` works as for
+    inference. Where torch cannot export it the build says why and the step falls back to
+    ``torch.compile(fn)`` and ``backward()``. Called under ``torch.no_grad()`` with every module in
+    ``eval()``, it is exported
     (AOTInductor) and ``dynamic_shapes`` (torch.export's form: one entry per argument of ``fn``,
     None for a module) says which dims may vary and how far; else it is captured with
     ``torch.compiler.precompile`` (torch 2.14+). The capture runs on copies: the workload's model
@@ -61,7 +67,7 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
     if on_failure not in ON_FAILURE:
         raise ValueError(f"save_step({name!r}, ...): on_failure={on_failure!r} must be one of {', '.join(ON_FAILURE)}")
     if variables.steps_verify():
-        _verify(name, fn, args, check)
+        _verify(name, fn, args, check, backward)
         return None
     directory = variables.steps_dir()
     if not directory:
@@ -74,6 +80,8 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
         raise ValueError(f"save_step({name!r}, ...): a step named {name!r} was already saved by this build")
     import torch
 
+    if backward:
+        return _save_training(name, fn, args, check, out, dynamic_shapes, on_failure)
     exported = inference(args)
     if dynamic_shapes is not None and not exported:
         raise ValueError(f"save_step({name!r}, ...): dynamic_shapes is for an exported step: save it under "
@@ -101,6 +109,45 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
                 + _what_to_do(route)) from exc
         _skipped(name, route, f"torch {torch.__version__} could not capture it: {reason}")
     return None
+
+
+def _save_training(name: str, fn: Callable, args: tuple, check: str, out: Path, dynamic_shapes: Any,
+                   on_failure: str) -> Path | None:
+    """A step that returns its loss: exported with its backward, or not shipped, saying why."""
+    import torch
+
+    if not torch.is_grad_enabled():
+        raise ValueError(f"save_step({name!r}, ..., backward=True): save a training step with grad enabled (not "
+                         "under torch.no_grad() or torch.inference_mode())")
+    from hatch_precompile.build import export
+
+    shapes = export.input_shapes(name, fn, args, dynamic_shapes)  # the author's mistakes, as they are
+    try:
+        return export.save(name, fn, args, shapes, check, out, training=True)
+    except StepMismatch:
+        if on_failure == "error":
+            raise
+        _skipped(name, EXPORTED, "its captured step computes something else than the reference (above)")
+    except NotAvailable as exc:
+        note(f"step {name!r} not captured: {exc}; load_step() runs torch.compile and backward()")
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        where = _user_frame(exc)
+        note(f"step {name!r} (aotinductor route, forward and backward): torch {torch.__version__} could not export "
+             f"it{f' at {where}' if where else ''}: {reason}; load_step() runs torch.compile and backward() (warm "
+             "where the workload called the step's fallback)")
+    return None
+
+
+def _user_frame(exc: BaseException) -> str | None:
+    """``file:line`` of the innermost frame of the error's traceback outside torch and hatch-precompile."""
+    import traceback
+
+    found = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if "/torch/" not in frame.filename and "/hatch_precompile/" not in frame.filename:
+            found = f"{frame.filename}:{frame.lineno}"
+    return found
 
 
 def _what_to_do(route: str) -> str:
@@ -144,7 +191,7 @@ def _save_precompiled(name: str, fn: Callable, args: tuple, check: str, out: Pat
     return out / Path(files["py"]).name
 
 
-def _verify(name: str, fn: Callable, args: tuple, check: str) -> None:
+def _verify(name: str, fn: Callable, args: tuple, check: str, backward: bool = False) -> None:
     """Under verify: the shipped step, loaded as users get it, against ``fn`` on changed arguments.
     A step the set does not ship is left alone: the workload's own calls show what it compiles."""
     from hatch_precompile.run import artifacts, steps
@@ -157,9 +204,10 @@ def _verify(name: str, fn: Callable, args: tuple, check: str) -> None:
     shipped = found is not None and name in found.manifest.steps
     record: dict[str, Any] = {"name": name, "route": None, "reason": None, "problems": [], "shipped": shipped}
     if shipped:
-        step = steps.load_step(package, name, fn)
+        step = steps.load_step(package, name, fn, backward=backward)
+        reference = with_backward(fn) if backward else fn  # what the step leaves: the loss, gradients in .grad
         try:
-            check_against_reference(name, fn, args, step, check)
+            check_against_reference(name, reference, args, step, check)
         except StepMismatch as exc:
             record["problems"].append(str(exc))
         record["route"], record["reason"] = step.route, step.reason

@@ -142,6 +142,27 @@ def structure(module: Any) -> dict[str, str]:
             "submodules": _digest(json.dumps(submodules)), "tensors": _digest(json.dumps(tensors))}
 
 
+def train_modes(module: Any) -> list[bool]:
+    """Each submodule's train() flag, in ``modules()`` order."""
+    return [m.training for m in module.modules()]
+
+
+def requiring_grad(module: Any) -> list[str]:
+    """The names of the parameters that require a gradient."""
+    return [name for name, p in module.named_parameters(remove_duplicate=False) if p.requires_grad]
+
+
+def modes_difference(module: Any, recorded: list[bool], position: int) -> str | None:
+    """How ``module``'s train()/eval() flags differ from ``recorded`` (named by submodule), or None."""
+    now = train_modes(module)
+    if now == recorded:
+        return None
+    names = [name or "the module" for name, _ in module.named_modules()]
+    changed = [f"{n} in {'train' if r else 'eval'}() at build, {'train' if m else 'eval'}() now"
+               for n, r, m in zip(names, recorded, now) if r != m]
+    return f"argument {position}'s modes differ from the export's: {'; '.join(changed[:3]) or 'other submodules'}"
+
+
 def structure_difference(was: dict[str, str], got: dict[str, str]) -> str | None:
     parts = {"module": "its class", "submodules": "its submodules (names or classes)",
              "tensors": "its parameters or buffers (names, shapes, strides, dtypes, devices)"}
@@ -179,33 +200,34 @@ def _plain(value: Any, depth: int) -> str | None:
     return None
 
 
-def resolve_reads(module: Any, reads: list[list[str]], position: int) -> list[tuple[Any, str, str, str, str]]:
+def resolve_reads(module: Any, reads: list[list[str]], position: int) -> list[tuple[Any, str, str, tuple[str, ...], str]]:
     """The recorded reads of argument ``position`` bound to ``module``'s submodules: (submodule,
     attribute holding the config or "", name, value at build, what a reason calls it). Raises
     LookupError naming a submodule the module lacks."""
     resolved = []
-    for path, attr, name, value in reads:
+    for path, attr, name, *values in reads:
         try:
             owner = module.get_submodule(path) if path else module
         except AttributeError:
             raise LookupError(f"argument {position} has no submodule {path!r}, which the export read") from None
         label = ".".join(p for p in (path, attr, name) if p)
-        resolved.append((owner, attr, name, value, label))
+        resolved.append((owner, attr, name, tuple(values), label))
     return resolved
 
 
 _MISSING = object()
 
 
-def reads_problem(resolved: list[tuple[Any, str, str, str, str]], position: int) -> str | None:
+def reads_problem(resolved: list[tuple[Any, str, str, tuple[str, ...], str]], position: int) -> str | None:
     """Why the values the trace read differ now (the first that does), or None: a handful of
-    attribute reads, made at every call."""
-    for owner, attr, name, value, label in resolved:
+    attribute reads, made at every call. A field the step sets itself may hold what it read or
+    what it left."""
+    for owner, attr, name, values, label in resolved:
         holder = getattr(owner, attr, _MISSING) if attr else owner
         now = encode(getattr(holder, name, _MISSING))
-        if now != value:
+        if now not in values:
             shown = "missing" if now is None else now
-            return f"argument {position}'s {label}: {value} at build, {shown} now"
+            return f"argument {position}'s {label}: {' or '.join(values)} at build, {shown} now"
     return None
 
 

@@ -85,6 +85,7 @@ class ExportedStep:
         self._in_spec = _spec(self._pytree, spec["call_spec"][0])
         self._out_spec = _spec(self._pytree, spec["call_spec"][1])
         self._modules = {int(k): v for k, v in spec["modules"].items()}
+        self._training: dict[str, Any] | None = spec.get("training")  # the loss and its gradients
         self._bound: dict[int, _Bound] = {}
         self._lock = threading.Lock()
 
@@ -101,13 +102,31 @@ class ExportedStep:
             for position, recorded in self._modules.items():
                 bound = self._bound.get(position)
                 if bound is None or not bound.holds(args[position]):
-                    bound = fresh[position] = _Bound.check(args[position], position, recorded)
+                    bound = fresh[position] = _Bound.check(args[position], position, recorded, self._training is not None)
                 bound.check_settings(position)
             if fresh:
                 self._bound.update(fresh)
                 self._bind()
             outputs = self._loader.run(flat)
+            if self._training is not None:
+                return self._gradients(outputs)
         return self._pytree.tree_unflatten(outputs, self._out_spec)
+
+    def _gradients(self, outputs: list[Any]) -> Any:
+        """A training step's outputs as ``loss.backward()`` leaves them: each gradient in its
+        parameter's ``.grad`` (added where one is there), the loss returned detached. The buffers
+        it updates (batch norm's statistics) the package wrote into the caller's, in place."""
+        training = self._training or {}
+        if len(outputs) != training["outputs"]:
+            raise RuntimeError(f"the training package returned {len(outputs)} outputs, its contract says "
+                               f"{training['outputs']}")
+        for index, position, name in training["grads"]:
+            parameter, grad = self._bound[position].tensors[name], outputs[index]
+            if parameter.grad is None:
+                parameter.grad = grad
+            else:
+                parameter.grad.add_(grad)
+        return outputs[training["loss"]].detach()
 
     def _inputs(self, inputs: tuple) -> list[Any]:
         """The flat tensors the package takes, once each leaf is what the export allows."""
@@ -155,19 +174,23 @@ class _Bound:
     What the trace read and the hooks are checked at every call (``check_settings``)."""
 
     def __init__(self, obj: Any, tensors: dict[str, Any], slots: list[tuple[Any, str, Any]], modules: list[Any],
-                 reads: list[tuple[Any, str, str, str, str]], hook_dicts: list[dict[int, Any]]) -> None:
+                 reads: list[tuple[Any, str, str, tuple[str, ...], str]], hook_dicts: list[dict[int, Any]]) -> None:
         self.obj, self.tensors, self.slots, self.modules = obj, tensors, slots, modules
         self.reads, self.hook_dicts = reads, hook_dicts
         self.hooks = contracts.hook_keys(hook_dicts)
         self.pointers = tuple(t.data_ptr() for t in tensors.values())
+        self.modes = tuple(m.training for m in modules)
+        self.grads = tuple(t.requires_grad for t in tensors.values())
 
     def holds(self, obj: Any) -> bool:
         if obj is not self.obj:
             return False
-        if any(m.training for m in self.modules):
-            return False
+        if tuple(m.training for m in self.modules) != self.modes:
+            return False  # train() or eval() since: checked in full
         if any(container.get(key) is not value for container, key, value in self.slots):
             return False  # a submodule, parameter or buffer was replaced
+        if tuple(t.requires_grad for t in self.tensors.values()) != self.grads:
+            return False  # frozen or unfrozen since
         return tuple(t.data_ptr() for t in self.tensors.values()) == self.pointers  # `.data =`, `.to()`
 
     def check_settings(self, position: int) -> None:
@@ -180,16 +203,28 @@ class _Bound:
                           "none)", SETTINGS)
 
     @classmethod
-    def check(cls, obj: Any, position: int, recorded: dict[str, Any]) -> "_Bound":
-        """Check ``obj`` in full against what the export recorded of the module at ``position``."""
+    def check(cls, obj: Any, position: int, recorded: dict[str, Any], training: bool = False) -> "_Bound":
+        """Check ``obj`` in full against what the export recorded of the module at ``position``
+        (``training``: for a training step, whose modes and frozen parameters are the build's)."""
         import torch
 
         if isinstance(obj, torch.nn.Module):
-            if any(m.training for m in obj.modules()):
+            modes = contracts.train_modes(obj)
+            if not training and any(modes):
                 raise Refused(f"argument {position} is in train() mode; the step was exported in eval()", PLANNED)
+            if training and not any(modes):
+                raise Refused(f"argument {position} is in eval() mode; the training step was exported in train()",
+                              PLANNED)
+            difference = contracts.modes_difference(obj, recorded["train_modes"], position)
+            if difference:
+                raise Refused(difference, MODES)
             difference = contracts.structure_difference(recorded["structure"], contracts.structure(obj))
             if difference:
                 raise Refused(f"argument {position} differs from the export's: {difference}", MODULE)
+            if training and contracts.requiring_grad(obj) != recorded["requires_grad"]:
+                raise Refused(f"argument {position}'s parameters that require gradients differ from the export's "
+                              f"({len(contracts.requiring_grad(obj))} now, {len(recorded['requires_grad'])} at build)",
+                              MODULE)
             try:
                 hooks = contracts.hooks(obj)
                 dicts = contracts.hook_dicts(list(obj.modules()))
@@ -210,11 +245,11 @@ class _Bound:
                     raise Refused(f"argument {position}'s {', '.join(group)} are not one tensor, as they were at "
                                   "build", MODULE)
             modules = list(obj.modules())
-        elif isinstance(obj, Mapping):
+        elif isinstance(obj, Mapping) and not training:
             named, slots, modules, reads, dicts = dict(obj), [], [], [], []
         else:
             raise Refused(f"argument {position} is a {type(obj).__name__}; the step was exported with a module there "
-                          "(give it, or a mapping of its weights by state_dict name)", MODULE)
+                          "(give it, or for an inference step a mapping of its weights by state_dict name)", MODULE)
         tensors = {}
         for name, want in recorded["tensors"].items():
             found = named.get(name)

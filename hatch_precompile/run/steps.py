@@ -70,10 +70,11 @@ class Step:
     """
 
     def __init__(self, package: str, name: str, fn: Callable[..., Any], fallback: Callable[..., Any] | None,
-                 dynamic: bool | None = None):
+                 dynamic: bool | None = None, backward: bool = False):
         self.package, self.name, self.fn = package, name, fn
         self._fallback = fallback
         self._dynamic = dynamic
+        self.backward = backward  # fn returns a loss: a call leaves its gradients in .grad
         self._lock = threading.Lock()
         self._resolved = False
         self._contract: dict[str, Any] | None = None
@@ -115,7 +116,11 @@ class Step:
 
     def _run_fallback(self, why: str | None, args: tuple, kwargs: dict[str, Any]) -> Any:
         self._ran(FALLBACK, why, None)
-        return self.fallback(*args, **kwargs)
+        result = self.fallback(*args, **kwargs)
+        if not self.backward:
+            return result
+        result.backward()  # what the shipped training step does: gradients in .grad, the loss detached
+        return result.detach()
 
     def _refused(self, kind: str, why: str) -> None:
         """A shipped step refused a call: said once per kind in this process (a PrecompileWarning with
@@ -255,15 +260,22 @@ def _not_the_exec_warning(record: logging.LogRecord) -> bool:
 
 
 def load_step(package: str, name: str, fn: Callable[..., Any], fallback: Callable[..., Any] | None = None, *,
-              dynamic: bool | None = None) -> Step:
+              dynamic: bool | None = None, backward: bool = False) -> Step:
     """``fn`` as ``package`` shipped it under ``name`` (see Step); never raises for an artifact problem.
 
     Cheap at import: nothing is read before the first call. ``fallback`` (default
     ``torch.compile(fn, dynamic=dynamic)``, made on first need) runs wherever the shipped step
     cannot; ``dynamic=True`` makes it one graph for every size, as an exported step with dynamic
     dims serves them (the workload warms it by calling ``step.fallback`` once).
+
+    ``backward=True``: ``fn`` returns a scalar loss and does not call ``backward()`` itself (as the
+    workload's ``save_step(..., backward=True)`` saved it). A call then does what ``loss =
+    fn(*args); loss.backward()`` does, by the shipped package of the forward and backward where it
+    can and by ``fallback`` then ``backward()`` elsewhere: each gradient added to its parameter's
+    ``.grad``, batch norm's statistics updated, the loss returned detached. The optimizer step stays
+    the caller's.
     """
     check_artifact_name(name, "step")
     if not callable(fn):
         raise TypeError(f"load_step({package!r}, {name!r}, fn): fn must be callable, got {type(fn).__name__}")
-    return Step(package, name, fn, fallback, dynamic)
+    return Step(package, name, fn, fallback, dynamic, backward)

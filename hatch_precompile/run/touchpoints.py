@@ -156,6 +156,10 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "exported step's modules stays a constant the caller binds, none folded into the code "
                "(build/export.py)",
                broken="the step is not exported, and the build says why (load_step runs its fallback)"),
+    Touchpoint("joint-export", "torch.export.experimental", "_export_forward_backward", "call", "build: a "
+               "training step's exported program made into one graph of the loss and every gradient "
+               "(build/export.py)",
+               broken="the training step is not exported, and the build says why (load_step runs its fallback)"),
     Touchpoint("pytree", "torch.utils._pytree", "tree_flatten, tree_unflatten, treespec_dumps, treespec_loads",
                "call", "build and load_step: an exported step's inputs and outputs, flattened as the package "
                "takes them (build/export.py, run/exported.py)",
@@ -657,3 +661,25 @@ def module_slots(module: Any) -> list[tuple[Any, str, Any]]:
                 raise TypeError(f"torch.nn.Module.{kind} is a {type(container).__name__}, not a dict")
             slots.extend((container, name, value) for name, value in container.items())
     return slots
+
+
+def has_joint_export(torch: Any) -> bool:
+    """Whether this torch can make an exported loss into one graph of the loss and its gradients."""
+    _lookup("joint-export", "call")
+    try:
+        from torch.export import experimental
+    except ImportError:
+        return False
+    return callable(getattr(experimental, "_export_forward_backward", None))
+
+
+def joint_program(torch: Any, program: Any) -> Any:
+    """``program`` (an export whose forward returns ``(loss,)``) as one program that returns the loss,
+    then the gradient of each parameter that requires one; raises where this torch has no such pass."""
+    _lookup("joint-export", "call")
+    from torch.export import experimental
+
+    joint = getattr(experimental, "_export_forward_backward", None)
+    if joint is None:
+        raise NotImplementedError(f"torch {torch.__version__} has no torch.export.experimental._export_forward_backward")
+    return joint(program, joint_loss_index=0)

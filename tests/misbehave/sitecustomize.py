@@ -195,6 +195,11 @@ def _inductor(module):
         importlib.import_module("torch._inductor.config")._config.pop("always_keep_tensor_constants", None)
 
 
+def _export_experimental(module):
+    if "joint-export" in BROKEN:
+        module._export_forward_backward = _raise
+
+
 def _pytree(module):
     if "pytree" in BROKEN:
         module.treespec_loads = _raise
@@ -243,6 +248,7 @@ PATCHES = {
     "torch": _torch,
     "torch._inductor": _inductor,
     "torch.utils._pytree": _pytree,
+    "torch.export.experimental": _export_experimental,
     "torch.nn.modules.module": _nn_module,
     "torch.utils._config_module": _config_module,
     "torch._inductor.runtime.cache_dir_utils": _cache_dir_utils,
@@ -265,7 +271,7 @@ BREAKERS = frozenset({
     "hash-details", "inductor-config", "compile-command", "dynamo-compile", "key-details", "fx-key", "aot-key",
     "verify-setting", "precompile-logger", "logs", "metrics", "counters", "guard-failures", "compile-times",
     "megacache", "cpu-capability", "cpp-compiler", "cache-dir", "aoti-compile", "aoti-loader",
-    "keep-constants", "pytree", "module-internals",
+    "keep-constants", "pytree", "module-internals", "joint-export",
 })
 
 

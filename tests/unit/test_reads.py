@@ -117,3 +117,27 @@ def test_hooks_are_listed_and_an_added_one_changes_the_keys():
     assert contract.hooks(block) == [["norm", "forward_hooks", ["test_hooks_are_listed_and_an_added_one_changes_the_keys.<locals>.<lambda>"]]]
     handle.remove()
     assert contract.hook_keys(dicts) == before
+
+
+def test_a_field_the_step_sets_is_given_back_and_may_hold_either_value():
+    class Head(nn.Module):  # as transformers' classification heads set problem_type on a first loss
+        def __init__(self) -> None:
+            super().__init__()
+            self.config, self.proj = Config(), nn.Linear(4, 2)
+
+        def forward(self, x):
+            if self.config.problem_type is None:
+                self.config.problem_type = "single_label_classification"
+            return self.proj(x)
+
+    head = Head()
+    found = recorded(head, torch.randn(2, 4))
+    assert ["", "config", "problem_type", "None", "'single_label_classification'"] in found
+    assert head.config.problem_type is None  # the workload's model as it was before the trace
+    resolved = contract.resolve_reads(head, found, 0)
+    assert contract.reads_problem(resolved, 0) is None
+    head.config.problem_type = "single_label_classification"
+    assert contract.reads_problem(resolved, 0) is None
+    head.config.problem_type = "regression"
+    assert contract.reads_problem(resolved, 0) == ("argument 0's config.problem_type: None or "
+                                                   "'single_label_classification' at build, 'regression' now")
