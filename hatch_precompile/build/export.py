@@ -88,7 +88,8 @@ def available(torch: Any, training: bool = False) -> str | None:
         return f"torch {torch.__version__}'s AOTInductor cannot leave the weights out of a package"
     if not touchpoints.keeps_tensor_constants(torch):
         return (f"torch {torch.__version__}'s Inductor cannot keep small tensors out of the code it generates (no "
-                "always_keep_tensor_constants): a caller's other weights would not be seen")
+                "always_keep_tensor_constants or joint_graph_constant_folding): a caller's other weights would not be "
+                "seen")
     if training and not touchpoints.has_joint_export(torch):
         return (f"torch {torch.__version__} cannot export a step's backward "
                 "(no torch.export.experimental._export_forward_backward)")

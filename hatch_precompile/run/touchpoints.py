@@ -152,7 +152,8 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
     Touchpoint("aoti-loader", "torch._C._aoti", "AOTIModelPackageLoader", "call", "load_step: run an exported "
                "step, with the caller's weights bound in place (run/exported.py)",
                broken="the step runs its fallback, with the loader's reason in `step.reason`"),
-    Touchpoint("keep-constants", CONFIG, "always_keep_tensor_constants", "setting", "build: every tensor of an "
+    Touchpoint("keep-constants", CONFIG, "always_keep_tensor_constants, joint_graph_constant_folding", "setting",
+               "build: every tensor of an "
                "exported step's modules stays a constant the caller binds, none folded into the code "
                "(build/export.py)",
                broken="the step is not exported, and the build says why (load_step runs its fallback)"),
@@ -609,16 +610,20 @@ def aoti_compile(torch: Any, program: Any, package_path: str, configs: dict[str,
 def keeps_tensor_constants(torch: Any) -> bool:
     """Whether this torch's Inductor can keep every tensor constant out of the code it generates
     (``always_keep_tensor_constants``: without it, 0-dim tensors and 1-D ones of up to 8 elements
-    are folded in, and a caller's other values would not be seen)."""
+    are folded in, and a caller's other values would not be seen; ``joint_graph_constant_folding``
+    off)."""
     _lookup("keep-constants", "setting")
     try:
         from torch._inductor import config
     except ImportError:
         return False
-    return hasattr(config, "always_keep_tensor_constants")
+    return all(hasattr(config, setting) for setting in KEEP_CONSTANTS)
 
 
-KEEP_CONSTANTS = {"always_keep_tensor_constants": True}  # the compile's setting, with that check
+# The compile's settings, with that check. Inductor's joint-graph constant folding would still fold
+# what is computed from single-element tensors alone (``logit_scale.exp()``, a BatchNorm's
+# ``num_batches_tracked + 1``) into the code: it is turned off for these packages.
+KEEP_CONSTANTS = {"always_keep_tensor_constants": True, "joint_graph_constant_folding": False}
 
 
 def pytree(torch: Any) -> Any:

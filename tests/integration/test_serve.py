@@ -68,6 +68,7 @@ with torch.no_grad():
     for _ in range(5):
         trained(torch.randn(8, 3, 16, 16) * 2 + 1)  # running statistics move
     trained.head.bias.normal_()
+    trained.temperature.fill_(0.5)
 path = tempfile.mktemp(suffix=".pt")
 torch.save(trained.state_dict(), path)
 convnet = make_convnet()
@@ -158,7 +159,8 @@ def test_the_contract_holds_what_the_trace_read_and_no_module_tensor_is_in_the_c
     constants = set(bert["export"]["constants"])
     assert {"arg0.classifier.bias", "arg0.classifier.weight"} <= constants
     convnet = contract("convnet")["export"]
-    assert {"arg0.head.bias", "arg0.features.1.running_mean", "arg0.features.1.running_var"} <= set(convnet["constants"])
+    assert {"arg0.head.bias", "arg0.temperature", "arg0.features.1.running_mean",
+            "arg0.features.1.running_var"} <= set(convnet["constants"])
     assert [r[2] for r in convnet["modules"]["0"]["reads"] if r[0] == "features.1"] == ["eps"]  # not momentum
 
 

@@ -41,9 +41,10 @@ class ConvNet(nn.Module):
         self.features = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
                                       nn.AdaptiveAvgPool2d(1), nn.Flatten())
         self.head = nn.Linear(8, 5)  # 5 classes: a bias Inductor would fold into its code
+        self.temperature = nn.Parameter(torch.tensor(0.0))  # 0-dim, and what is computed from it alone
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.head(self.features(images))
+        return self.head(self.features(images)) * self.temperature.exp()
 
 
 def make_convnet(seed: int = 0) -> ConvNet:
