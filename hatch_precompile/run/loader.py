@@ -114,7 +114,7 @@ def _load(package: str) -> LoadResult:
     cache_dir = install.inductor_cache_dir()
     installed, present = _install(found, cache_dir)
     _installed[package] = (found, cache_dir)
-    notes = tuple(standin.apply(found.manifest)) + tuple(
+    notes = tuple(standin.apply(found.manifest, note_once)) + tuple(
         visible.contradictions(found.manifest.visible, str(found.manifest.env.get("torch") or "")))
     for note in notes:  # what this process will compile anyway, said before it happens
         _warn_once(f"hatch-precompile: {package}'s precompiled caches are installed, but {note}", 4)

@@ -223,12 +223,25 @@ def test_a_sets_dynamic_threads_reach_this_process_unless_the_user_chose(monkeyp
     manifest = Manifest("p", {}, {}, settings={"cpp.dynamic_threads": True})
     monkeypatch.setattr(config.cpp, "dynamic_threads", False)
     monkeypatch.delenv(standin.DYNAMIC_THREADS_VAR, raising=False)
-    assert standin.apply(manifest) == []
+    later: list[str] = []
+    assert standin.apply(manifest, later.append) == []
     assert config.cpp.dynamic_threads is True
     monkeypatch.setattr(config.cpp, "dynamic_threads", False)
     monkeypatch.setenv(standin.DYNAMIC_THREADS_VAR, "0")
-    (note,) = standin.apply(manifest)
-    assert note.startswith("TORCHINDUCTOR_CPP_DYNAMIC_THREADS=0 here") and config.cpp.dynamic_threads is False
+    (note,) = standin.apply(manifest, later.append)
+    assert later == [] and note.startswith("TORCHINDUCTOR_CPP_DYNAMIC_THREADS=0 here") and config.cpp.dynamic_threads is False
+
+
+def test_a_missing_compiler_is_said_through_the_loaders_note(monkeypatch):
+    """Once Inductor is imported, standin tells load()'s note (passed in: it does not import the loader)."""
+    notes: list[str] = []
+    monkeypatch.setattr(envkey, "compiler", lambda: {"command": "g++", "version": "unavailable: not found"})
+    standin._say_if_unavailable({"family": "gcc"}, notes.append)
+    assert notes == ["no working C++ compiler here (g++: unavailable: not found): torch needs one, "
+                     "of the gcc family, even to load the shipped kernels"]
+    monkeypatch.setattr(envkey, "compiler", lambda: {"command": "g++", "version": "13.2"})
+    standin._say_if_unavailable({"family": "gcc"}, notes.append)
+    assert len(notes) == 1
 
 
 def test_probes_are_vouched_for_only_with_their_flags_and_this_cpus_features(monkeypatch):
