@@ -32,7 +32,7 @@ TORCH_INTERNALS_ALLOWED = (
     "hatch_precompile/child/*.py",
     "hatch_precompile/build/worker.py",
     "hatch_precompile/build/export.py",
-    "hatch_precompile/tools/replay.py",
+    "hatch_precompile/tools/verify_child.py",
     "hatch_precompile/tools/snoop_child.py",
     "tests/**",
     "bench/**",

@@ -11,7 +11,7 @@ import pytest
 
 from hatch_precompile.build import elf, isa
 from hatch_precompile.protocol import Manifest
-from hatch_precompile.run import envkey, machine, relocate, speedups, standin
+from hatch_precompile.run import envkey, key_agreement, machine, relocate, speedups
 from unit.test_install import assert_skipped, ship
 
 LINUX = sys.platform.startswith("linux")
@@ -197,11 +197,11 @@ def test_compiler_family_as_inductor_tells_it(command, family):
 
 
 def test_the_build_compiler_is_put_into_the_key_only_for_a_stand_in(monkeypatch):
-    monkeypatch.setattr(standin, "_built_compiler", {"config": [None, "g++"], "family": "gcc"})
+    monkeypatch.setattr(key_agreement, "_built_compiler", {"config": [None, "g++"], "family": "gcc"})
     for resolved, expected in (("g++-12", (None, "g++")), ("clang++", (None, "g++-12"))):
-        monkeypatch.setattr(standin, "stands_in", lambda resolved=resolved: envkey.compiler_family(resolved) == "gcc")
+        monkeypatch.setattr(key_agreement, "stands_in", lambda resolved=resolved: envkey.compiler_family(resolved) == "gcc")
         key = {"cpp.cxx": (None, "g++-12"), "cpp.threads": -1}
-        standin.agree_compiler(key)
+        key_agreement.agree_compiler(key)
         assert key == {"cpp.cxx": expected, "cpp.threads": -1}
 
 
@@ -222,25 +222,25 @@ def test_a_sets_dynamic_threads_reach_this_process_unless_the_user_chose(monkeyp
 
     manifest = Manifest("p", {}, {}, settings={"cpp.dynamic_threads": True})
     monkeypatch.setattr(config.cpp, "dynamic_threads", False)
-    monkeypatch.delenv(standin.DYNAMIC_THREADS_VAR, raising=False)
+    monkeypatch.delenv(key_agreement.DYNAMIC_THREADS_VAR, raising=False)
     later: list[str] = []
-    assert standin.apply(manifest, later.append) == []
+    assert key_agreement.apply(manifest, later.append) == []
     assert config.cpp.dynamic_threads is True
     monkeypatch.setattr(config.cpp, "dynamic_threads", False)
-    monkeypatch.setenv(standin.DYNAMIC_THREADS_VAR, "0")
-    (note,) = standin.apply(manifest, later.append)
+    monkeypatch.setenv(key_agreement.DYNAMIC_THREADS_VAR, "0")
+    (note,) = key_agreement.apply(manifest, later.append)
     assert later == [] and note.startswith("TORCHINDUCTOR_CPP_DYNAMIC_THREADS=0 here") and config.cpp.dynamic_threads is False
 
 
 def test_a_missing_compiler_is_said_through_the_loaders_note(monkeypatch):
-    """Once Inductor is imported, standin tells load()'s note (passed in: it does not import the loader)."""
+    """Once Inductor is imported, key_agreement tells load()'s note (passed in: it does not import the loader)."""
     notes: list[str] = []
     monkeypatch.setattr(envkey, "compiler", lambda: {"command": "g++", "version": "unavailable: not found"})
-    standin._say_if_unavailable({"family": "gcc"}, notes.append)
+    key_agreement._say_if_unavailable({"family": "gcc"}, notes.append)
     assert notes == ["no working C++ compiler here (g++: unavailable: not found): torch needs one, "
                      "of the gcc family, even to load the shipped kernels"]
     monkeypatch.setattr(envkey, "compiler", lambda: {"command": "g++", "version": "13.2"})
-    standin._say_if_unavailable({"family": "gcc"}, notes.append)
+    key_agreement._say_if_unavailable({"family": "gcc"}, notes.append)
     assert len(notes) == 1
 
 

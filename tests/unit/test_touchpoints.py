@@ -13,8 +13,8 @@ from itertools import count
 import pytest
 
 from hatch_precompile.build import isa
-from hatch_precompile.child import keys
-from hatch_precompile.run import standin, touchpoints, tuned_configs
+from hatch_precompile.child import key_details
+from hatch_precompile.run import key_agreement, touchpoints, tuned_configs
 
 _names = count()
 
@@ -170,10 +170,10 @@ def test_the_key_hook_leaves_a_key_it_cannot_read_as_torch_made_it(fake, monkeyp
             self.inductor_config = config
 
     name, _ = fake(FxGraphHashDetails=FxGraphHashDetails)
-    monkeypatch.setattr(standin, "_built_compiler", {"config": [None, "g++"], "family": "gcc"})
-    monkeypatch.setattr(standin, "stands_in", lambda: True)
+    monkeypatch.setattr(key_agreement, "_built_compiler", {"config": [None, "g++"], "family": "gcc"})
+    monkeypatch.setattr(key_agreement, "stands_in", lambda: True)
     touchpoints.wrap(point(name, "FxGraphHashDetails.__init__"),
-                     after=lambda arguments, _: standin.agree_compiler(arguments["self"].inductor_config))
+                     after=lambda arguments, _: key_agreement.agree_compiler(arguments["self"].inductor_config))
     assert FxGraphHashDetails("not a dict").inductor_config == "not a dict"
     assert FxGraphHashDetails({"cpp.cxx": (None, "g++-12")}).inductor_config == {"cpp.cxx": (None, "g++")}
 
@@ -202,7 +202,7 @@ def test_the_key_recorder_records_what_it_can_read_and_skips_the_rest(fake, monk
     for name, module_name in (("key-details", codecache), ("fx-key", codecache), ("aot-key", autograd)):
         monkeypatch.setitem(touchpoints.REGISTRY, name,
                             dataclasses.replace(touchpoints.REGISTRY[name], module=module_name))
-    recorder = keys.KeyRecorder()
+    recorder = key_details.KeyRecorder()
     module.compiled_fx_graph_hash(FxGraphHashDetails(default_dtype="torch.float32", inductor_config={"a": 1},
                                                      example_inputs=[3]))
     FxGraphHashDetails(broken=Unprintable())
