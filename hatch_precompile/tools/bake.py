@@ -70,6 +70,9 @@ def bake(wheel: Path, out_dir: Path, *, python: str, say: Callable[[str], None],
         file_name = wheelfile.wheel_name(wheel)
     except wheelfile.WheelError as exc:
         raise BakeError(str(exc)) from None
+    from hatch_precompile.build import elf
+
+    elf.require_publishing_tools("hatch-precompile bake")  # before the workload runs
     contents = wheelfile.read_wheel(wheel)
     record = wheelfile.record_name(contents, wheel)
     dist_info = record.rsplit("/", 1)[0]

@@ -132,6 +132,50 @@ def test_platform_tag_follows_auditwheels_policy():
     assert elf.platform_tag({"libc.so.6": {"GLIBC_PRIVATE": "x"}}, set(), "x86_64")[0] is None
 
 
+def test_without_auditwheel_tagging_is_refused_naming_the_extra(monkeypatch):
+    """Users' installs carry no auditwheel: `warm` records no tag, the hook and `bake` stop at once."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "auditwheel" else find_spec(name, *a))
+    assert elf.platform_tag(KERNEL_NEEDS, TORCH_SHIPS, "x86_64") == (
+        None, "auditwheel is not installed (hatch-precompile[publish])")
+    with pytest.raises(elf.MissingTool) as raised:
+        elf.require_publishing_tools("hatch-precompile bake")
+    assert str(raised.value) == (
+        "hatch-precompile bake tags wheels with the manylinux policy auditwheel defines, and auditwheel is not "
+        "installed here: install hatch-precompile's publishing tools with: pip install 'hatch-precompile[publish]'")
+    assert raised.value.exit_code == 2
+    monkeypatch.undo()
+    elf.require_publishing_tools("hatch-precompile bake")  # the test extra installs it
+
+
+def test_publishing_tools_are_an_extra_and_the_hooks_dependencies_not_a_users():
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
+    assert project["optional-dependencies"]["publish"] == list(elf.PUBLISH_REQUIREMENTS)
+    assert set(elf.PUBLISH_REQUIREMENTS) <= set(project["optional-dependencies"]["test"])
+    runtime = {d.split(">")[0].split("=")[0] for d in project["dependencies"]}
+    assert runtime == {"packaging", "tomlkit", "pyelftools"}  # load() needs none; users' commands these
+
+
+def test_the_build_hook_asks_for_the_publishing_tools_when_it_precompiles(tmp_path, monkeypatch):
+    """Through hatchling itself, as a frontend asks it: get_requires_for_build_wheel."""
+    import hatchling.build
+
+    (tmp_path / "tiny").mkdir()
+    (tmp_path / "tiny" / "__init__.py").write_text("")
+    (tmp_path / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["hatchling", "hatch-precompile"]\nbuild-backend = "hatchling.build"\n'
+        '[project]\nname = "tiny"\nversion = "1.0"\ndependencies = ["torch>=2.7"]\n'
+        '[tool.hatch.build.hooks.precompile]\nworkload = "tiny.work:workload"\n')
+    monkeypatch.chdir(tmp_path)
+    assert set(elf.PUBLISH_REQUIREMENTS) <= set(hatchling.build.get_requires_for_build_wheel())
+    monkeypatch.setenv("PRECOMPILE", "0")
+    assert hatchling.build.get_requires_for_build_wheel() == []
+
+
 def test_the_wheel_takes_the_least_compatible_sets_tag():
     sets = [{"tag": "manylinux_2_24_x86_64", "why": "a"}, {"tag": "manylinux_2_34_x86_64", "why": "b"}]
     assert elf.wheel_platform(sets) == ("manylinux_2_34_x86_64", "b")
