@@ -46,11 +46,11 @@ class MissingTool(PrecompileError):
     """A publishing tool that tagging a wheel needs is not installed."""
 
 
-def require_publishing_tools(who: str) -> None:
+def require_publishing_tools(prefix: str = "") -> None:
     """Raise MissingTool, naming the extra, unless the tools that tag a wheel are importable."""
     if importlib.util.find_spec("auditwheel") is None:
         raise MissingTool(
-            f"{who} tags wheels with the manylinux policy auditwheel defines, and auditwheel is not installed "
+            f"{prefix}the wheel's manylinux tag needs auditwheel's policies, and auditwheel is not installed "
             f"here: install hatch-precompile's publishing tools with: pip install 'hatch-precompile[{PUBLISH_EXTRA}]'"
         )
 

@@ -122,7 +122,7 @@ class PrecompileBuildHook(BuildHookInterface):
         package = self._check_package(package)
         from hatch_precompile.build import elf
 
-        elf.require_publishing_tools(f"build hook `{self.PLUGIN_NAME}`")  # before minutes of workload
+        elf.require_publishing_tools(f"build hook `{self.PLUGIN_NAME}`: ")  # before minutes of workload
         artifacts = self._capture(package)
         if artifacts is None:
             return

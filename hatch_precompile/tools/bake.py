@@ -72,7 +72,7 @@ def bake(wheel: Path, out_dir: Path, *, python: str, say: Callable[[str], None],
         raise BakeError(str(exc)) from None
     from hatch_precompile.build import elf
 
-    elf.require_publishing_tools("hatch-precompile bake")  # before the workload runs
+    elf.require_publishing_tools()  # before the workload runs; the command line names the command
     contents = wheelfile.read_wheel(wheel)
     record = wheelfile.record_name(contents, wheel)
     dist_info = record.rsplit("/", 1)[0]

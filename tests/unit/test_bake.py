@@ -118,6 +118,19 @@ def test_a_file_name_that_is_not_a_wheels_is_refused_naming_it(name):
         wheelfile.wheel_name(name)
 
 
+def test_bake_without_the_publishing_tools_stops_before_the_workload_naming_the_extra(tmp_path, monkeypatch):
+    import importlib.util
+
+    from hatch_precompile.build import elf
+    from hatch_precompile.tools import bake
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "auditwheel" else find_spec(name, *a))
+    with pytest.raises(elf.MissingTool, match=r"pip install 'hatch-precompile\[publish\]'"):
+        bake.bake(tmp_path / "tiny-1.0-py3-none-any.whl", tmp_path / "out", python=sys.executable, say=print)
+    assert not (tmp_path / "out").exists()
+
+
 def test_bake_in_the_wheels_project_dir_reads_its_table_and_says_so(tmp_path, monkeypatch):
     from hatch_precompile.tools import bake, wheelfile
 

@@ -141,13 +141,13 @@ def test_without_auditwheel_tagging_is_refused_naming_the_extra(monkeypatch):
     assert elf.platform_tag(KERNEL_NEEDS, TORCH_SHIPS, "x86_64") == (
         None, "auditwheel is not installed (hatch-precompile[publish])")
     with pytest.raises(elf.MissingTool) as raised:
-        elf.require_publishing_tools("hatch-precompile bake")
+        elf.require_publishing_tools("build hook `precompile`: ")
     assert str(raised.value) == (
-        "hatch-precompile bake tags wheels with the manylinux policy auditwheel defines, and auditwheel is not "
+        "build hook `precompile`: the wheel's manylinux tag needs auditwheel's policies, and auditwheel is not "
         "installed here: install hatch-precompile's publishing tools with: pip install 'hatch-precompile[publish]'")
     assert raised.value.exit_code == 2
     monkeypatch.undo()
-    elf.require_publishing_tools("hatch-precompile bake")  # the test extra installs it
+    elf.require_publishing_tools()  # the test extra installs it
 
 
 def test_publishing_tools_are_an_extra_and_the_hooks_dependencies_not_a_users():
