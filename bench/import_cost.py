@@ -87,7 +87,7 @@ def main() -> int:
     out.mkdir(parents=True)
     sh(sys.executable, "-m", "venv", out / "venv")
     python = out / "venv" / "bin" / "python"
-    sh(python, "-m", "pip", "install", "-q", TORCH, "build", "hatchling", str(ROOT), cwd=out)
+    sh(python, "-m", "pip", "install", "-q", TORCH, "build", "hatchling", f"{ROOT}[publish]", cwd=out)
     project = (ROOT / args.project).resolve()
     package = next(p.name for p in project.iterdir() if (p / "__init__.py").is_file())
     sites = {}
