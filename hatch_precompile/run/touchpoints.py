@@ -74,7 +74,7 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "load: skip the header for a kernel already built (run/speedups.py)",
                broken="passed through: the header is built"),
     Touchpoint("torch-key", CODECACHE, "torch_key", "prefetch", "load: hash torch's sources in the background "
-               "(run/speedups.py)",
+               "from the first compile on (run/speedups.py)",
                broken="not started: torch hashes when it needs the key"),
     Touchpoint("triton-key", CODECACHE, "triton_key", "prefetch", "load: hash Triton's in the background, or set "
                "the key this machine computed before (2.13+; before, `runtime.triton_compat.triton_key`)",
@@ -101,9 +101,11 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
     Touchpoint("compile-command", CPP_BUILDER, "run_compile_cmd", "wrap", "build: portable kernels and their flags "
                "(build/isa.py, build/export.py)",
                broken="the command runs as torch made it; the set is recorded `native`"),
-    Touchpoint("dynamo-compile", CONVERT_FRAME, "_compile", "wrap", "build, verify, snoop: each graph's call "
+    Touchpoint("dynamo-compile", CONVERT_FRAME, "_compile", "wrap", "load: the first compile starts the "
+               "torch-key and triton-key prefetches (run/speedups.py); build, verify, snoop: each graph's call "
                "(child/observe.py)",
-               broken="no call signatures recorded (snoop's gaps say less)"),
+               broken="no call signatures recorded (snoop's gaps say less); the keys are hashed when "
+               "torch needs them, not before"),
     Touchpoint("key-details", CODECACHE, "FxGraphHashDetails.__init__", "wrap", "build, verify, snoop: what each key "
                "is made of, AOTAutograd's subclass included (child/key_details.py)",
                broken="no key details recorded (`why` says less)"),

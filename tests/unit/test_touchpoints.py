@@ -230,6 +230,30 @@ def test_tuned_configs_are_looked_up_in_this_cache_dir_or_left_alone(fake):
     assert CachingAutotuner().recheck_autotune_cache() == "checked"
 
 
+def test_the_keys_are_hashed_from_the_first_compile_not_at_import(fake, monkeypatch):
+    """A package that calls torch.compile at import imports Inductor in a process that may never
+    compile (a CLI's --help): torch's sources are hashed only once Dynamo compiles a frame."""
+    from hatch_precompile.run import speedups
+
+    started = []
+
+    def torch_key():
+        return b"key"
+
+    torch_key.prefetch = lambda: started.append("torch-key")
+    codecache, _ = fake(torch_key=torch_key)
+    convert_frame, module = fake(_compile=lambda code, *rest: f"graph of {code}")
+    for name, where in (("torch-key", codecache), ("triton-key", codecache), ("dynamo-compile", convert_frame)):
+        monkeypatch.setitem(touchpoints.REGISTRY, name,
+                            dataclasses.replace(touchpoints.REGISTRY[name], module=where, elsewhere=None))
+    monkeypatch.setattr(touchpoints, "_hooks", {})
+    monkeypatch.setattr(speedups, "_first_compile", [])
+    speedups.apply()
+    assert started == []  # Inductor imported, nothing compiled: nothing hashed
+    assert module._compile("f") == "graph of f" and started == ["torch-key"]
+    assert module._compile("g") == "graph of g" and started == ["torch-key"]  # once
+
+
 def test_prefetch_uses_torchs_own_or_a_thread(fake):
     import threading
 
