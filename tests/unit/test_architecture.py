@@ -73,8 +73,21 @@ def rel(module: str, root: Path = ROOT) -> str:
     return str(modules(root)[module].relative_to(root))
 
 
+def named_import(node: ast.AST) -> str | None:
+    """The module a call imports or looks up by a constant name: ``importlib.import_module("m")``,
+    ``__import__("m")``, ``sys.modules.get("m")`` / ``sys.modules["m"]``."""
+    if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+        func = ast.unparse(node.func)
+        if func in {"importlib.import_module", "import_module", "__import__", "sys.modules.get"}:
+            return node.args[0].value if isinstance(node.args[0].value, str) else None
+    if isinstance(node, ast.Subscript) and ast.unparse(node.value) == "sys.modules" and isinstance(node.slice, ast.Constant):
+        return node.slice.value if isinstance(node.slice.value, str) else None
+    return None
+
+
 def imports(module: str, root: Path = ROOT) -> Iterator[Import]:
-    """Every import in ``module``, at any depth (lazy imports in functions included)."""
+    """Every import in ``module``, at any depth (lazy imports in functions included, and imports
+    by a constant name: ``importlib.import_module("hatch_precompile.run.loader")``)."""
     path = modules(root)[module]
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     top_level = set(map(id, tree(module, root).body))
@@ -93,6 +106,8 @@ def imports(module: str, root: Path = ROOT) -> Iterator[Import]:
                 submodule = f"{source}.{alias.name}"
                 target = submodule if submodule in modules(root) else source
                 yield Import(module, rel(module, root), node.lineno, target, alias.name, lazy)
+        elif (name := named_import(node)) is not None and name.split(".")[0] == PACKAGE:
+            yield Import(module, rel(module, root), node.lineno, name, None, True)
 
 
 def own(target: str) -> bool:
@@ -309,6 +324,8 @@ def torch_private_modules(root: Path = ROOT) -> dict[str, list[str]]:
                 names += [(node.lineno, [*node.module.split("."), alias.name]) for alias in node.names]
             elif isinstance(node, ast.Attribute):
                 names.append((node.lineno, dotted(node) or []))
+            elif (name := named_import(node)) is not None:
+                names.append((node.lineno, name.split(".")))
         for line, parts in names:
             if not parts or parts[0] != "torch":
                 continue
@@ -342,6 +359,26 @@ def test_only_the_designs_files_are_exempt_from_the_banned_api_rule():
     missing = sorted(set(TORCH_INTERNALS_ALLOWED) - exempt)
     assert not found and not missing, "\n".join(found + [f"pyproject.toml: {path} is not exempt from TID251 "
                                                          "though the design allows it" for path in missing])
+
+
+def torch_private_modules_by_name(root: Path = ROOT) -> list[str]:
+    """``import_module("torch._x")`` and the like, which ruff's banned-api rule does not see, outside
+    the files allowed to touch torch's internals."""
+    found = []
+    for module in modules(root):
+        if allowed(rel(module, root)):
+            continue
+        for node in ast.walk(tree(module, root)):
+            name = named_import(node)
+            if name and name.split(".")[0] == "torch" and any(map(private, name.split("."))):
+                found.append(f"{rel(module, root)}:{node.lineno}: torch internals: {ast.unparse(node)} names a private "
+                             "torch module; go through run/touchpoints.py")
+    return found
+
+
+def test_torch_private_modules_named_by_string_only_where_internals_are_allowed():
+    found = torch_private_modules_by_name()
+    assert not found, "\n".join(found)
 
 
 @cache
@@ -391,23 +428,27 @@ def test_each_check_reports_a_broken_rule_with_its_place(tmp_path):
         "__init__.py": "",
         "errors.py": "",
         "protocol/__init__.py": "",
-        "protocol/names.py": "from hatch_precompile.run import gate\n",  # a layer above
+        "protocol/names.py": "import importlib\n\nimportlib.import_module('hatch_precompile.run.gate')\n",
         "run/__init__.py": "",
         "run/gate.py": "_secret = 1\n\ndef f():\n    from hatch_precompile.run import loader\n",
         "run/loader.py": ("from hatch_precompile.run import gate\nfrom hatch_precompile.run.gate import _secret\n"
-                          "import torch.utils._pytree\n\ndef g(m):\n    return gate._secret, m._buffers, self_ok()\n"),
+                          "import torch.utils._pytree\n\ndef g(m):\n    return gate._secret, m._buffers, self_ok()\n"
+                          "\n\ndef h():\n    import sys\n    return sys.modules.get('torch._inductor.config')\n"),
     }
     for name, text in files.items():
         (tmp_path / PACKAGE / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / PACKAGE / name).write_text(text)
     assert layering_violations(tmp_path) == [
-        "hatch_precompile/protocol/names.py:1: layering: protocol/ imports hatch_precompile.run.gate, a layer above it "
+        "hatch_precompile/protocol/names.py:3: layering: protocol/ imports hatch_precompile.run.gate, a layer above it "
         f"(imports go {' -> '.join(LAYERS)})"]
     assert private_name_violations(tmp_path) == [
         "hatch_precompile/run/loader.py:2: private name: imports _secret from hatch_precompile.run.gate",
         "hatch_precompile/run/loader.py:6: private name: uses gate._secret (_secret of hatch_precompile.run.gate)"]
     assert cycles(graph(tmp_path)) == [["hatch_precompile.run.gate", "hatch_precompile.run.loader"]]
-    assert list(torch_private_modules(tmp_path)) == ["torch.utils._pytree"]
+    assert sorted(torch_private_modules(tmp_path)) == ["torch._inductor", "torch.utils._pytree"]
+    assert torch_private_modules_by_name(tmp_path) == [
+        "hatch_precompile/run/loader.py:11: torch internals: sys.modules.get('torch._inductor.config') names a "
+        "private torch module; go through run/touchpoints.py"]
     assert torch_private_attribute_uses(tmp_path) == [
         "hatch_precompile/run/loader.py:6: torch internals: m._buffers is a private attribute of torch.nn.Module; "
         "go through run/touchpoints.py"]
