@@ -174,6 +174,15 @@ def test_the_build_hook_asks_for_the_publishing_tools_when_it_precompiles(tmp_pa
     assert set(elf.PUBLISH_REQUIREMENTS) <= set(hatchling.build.get_requires_for_build_wheel())
     monkeypatch.setenv("PRECOMPILE", "0")
     assert hatchling.build.get_requires_for_build_wheel() == []
+    # Without isolation (the build env is this one) and without the tools: stopped before the workload.
+    monkeypatch.delenv("PRECOMPILE")
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "auditwheel" else find_spec(name, *a))
+    with pytest.raises(elf.MissingTool, match=r"^build hook `precompile`: .*'hatch-precompile\[publish\]'"):
+        hatchling.build.build_wheel(str(tmp_path / "dist"))
+    assert not (tmp_path / "dist").exists() or not list((tmp_path / "dist").glob("*.whl"))
 
 
 def test_the_wheel_takes_the_least_compatible_sets_tag():
