@@ -3,9 +3,11 @@
 
     python3 bench/serve.py [PROJECT ...] [--repeats 3] [--calls 200] [--out bench-out/serve]
 
-For each project (default: sample_pkg, bench/projects/tiny_transformer, bench/projects/hf_bert_serve),
-whose ``<package>.bench`` module has ``serve(mode)`` (build what a server builds, return
-``answer()``: one request of a shape the workload never used):
+For each project (default: sample_pkg, bench/projects/tiny_transformer, bench/projects/bn_convnet,
+bench/projects/hf_bert_serve), whose ``<package>.bench`` module has ``checkpoint(path)`` (write the
+weights a server loads: other values than the build's, every bias and norm included) and
+``serve(mode)`` (build what a server builds with that checkpoint, return ``answer()``: one request
+of a shape the workload never used):
 
 1. one venv (``BENCH_TORCH``, default torch==2.13.0; this checkout; ``transformers`` for a project
    that needs it) builds the wheel twice, timed: with its steps (after) and with
@@ -16,12 +18,13 @@ whose ``<package>.bench`` module has ``serve(mode)`` (build what a server builds
    - ``compiled``: ``torch.compile(fn, dynamic=True)`` from the before-wheel's shipped caches
      (what a precompiled package did before exported steps);
    - ``step``: the exported step (after-wheel);
-   - ``weights`` (where the bench has it): the step given a checkpoint's tensors, the modeling
-     library never imported;
+   - ``weights`` (where the bench ``serves_weights``): the step given a checkpoint's tensors, the
+     modeling library never imported;
    - ``step, long-lived``: the step again with a HOME used before (a machine, not a container);
 3. per mode: from process start to the answer (the parent's clock at spawn, the child's at the
    answer), the first call, the steady per-call median over ``--calls`` calls, the largest
-   difference from the eager answer, which compiler modules were imported, the route.
+   difference from the eager answer, which compiler modules were imported, the route the step took
+   (its fallback's reason goes to results.json) and the hatch-precompile warnings it raised.
 
 Prints the tables with the targets (first answer within 1.1x of eager's from process start,
 first call within 50 ms, steady calls within 1.05x of torch.compile's) and writes
@@ -45,15 +48,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH = os.environ.get("BENCH_TORCH", "torch==2.13.0")
-DEFAULT = ("sample_pkg", "bench/projects/tiny_transformer", "bench/projects/hf_bert_serve")
+DEFAULT = ("sample_pkg", "bench/projects/tiny_transformer", "bench/projects/bn_convnet", "bench/projects/hf_bert_serve")
 FROM_START, FIRST_CALL, STEADY = 1.1, 0.050, 1.05  # the targets
 
 # Runs in the bench venv. argv: package mode calls reference-file output-file
 CHILD = r"""
-import json, os, sys, time
+import json, os, sys, time, warnings
 package, mode, calls, reference, output = sys.argv[1:6]
 import torch
 import importlib
+warnings.simplefilter("always")
+caught = warnings.catch_warnings(record=True)
+seen = caught.__enter__()
 bench = importlib.import_module(package + ".bench")
 with torch.no_grad():
     answer = bench.serve(mode)
@@ -66,10 +72,10 @@ with torch.no_grad():
         started = time.perf_counter()
         answer()
         times.append(time.perf_counter() - started)
-pkg = importlib.import_module(package)
-step = getattr(pkg, "classify_step", None)
+step = getattr(bench, "classify_step", None)
 out = {"answered": answered, "first_call": first, "steady": sorted(times)[len(times) // 2] if times else None,
        "route": getattr(step, "route", None), "reason": getattr(step, "reason", None),
+       "warnings": [str(w.message) for w in seen if w.category.__name__ == "PrecompileWarning"],
        "compiler": sorted({".".join(m.split(".")[:2]) for m in sys.modules if m.startswith(("torch._dynamo", "torch._inductor"))}),
        "transformers": "transformers" in sys.modules}
 if reference != "-" and os.path.exists(reference):
@@ -94,7 +100,7 @@ def sh(*cmd, env=None, cwd=None) -> subprocess.CompletedProcess:
 def venv(path: Path, extra: list[str]) -> Path:
     sh(sys.executable, "-m", "venv", "--clear", path)
     python = path / "bin" / "python"
-    sh(python, "-m", "pip", "install", "-q", TORCH, "build", "hatchling", str(ROOT), *extra)
+    sh(python, "-m", "pip", "install", "-q", TORCH, "build", "hatchling", f"{ROOT}[publish]", *extra)
     return python
 
 
@@ -145,14 +151,12 @@ def bench_project(python: Path, spec: str, work: Path, repeats: int, calls: int)
         wheel, seconds = build(python, project, work / f"dist-{name}", env)
         wheels[name] = {"wheel": wheel.name, "bytes": wheel.stat().st_size, "build_seconds": seconds,
                         "site": unpack(wheel, work / f"site-{name}")}
-    env = {}
+    env = {"BENCH_WEIGHTS": str(work / "weights.pt")}
     modes = ["eager", "compiled", "step", "step, long-lived"]
-    probe = sh(python, "-c", f"import {package}.bench as b; print(hasattr(b, 'checkpoint'))",
+    probe = sh(python, "-c", f"import {package}.bench as b; b.checkpoint({str(work / 'weights.pt')!r}); "
+               "print(getattr(b, 'serves_weights', False))",
                env={"PYTHONPATH": str(wheels["after"]["site"])}, cwd=work).stdout.strip().splitlines()[-1]
     if probe == "True":
-        env["BENCH_WEIGHTS"] = str(work / "weights.pt")
-        sh(python, "-c", f"import {package}.bench as b; b.checkpoint({str(work / 'weights.pt')!r})",
-           env={"PYTHONPATH": str(wheels["after"]["site"])}, cwd=work)
         modes.insert(3, "weights")
     long_lived = work / "long-lived-home"
     serve(python, wheels["after"]["site"], package, "step", work, 0, env, home=long_lived)  # the machine's first
@@ -178,7 +182,7 @@ def table(result: dict) -> list[str]:
     eager, compiled = median(runs["eager"], "from_start"), median(runs["compiled"], "steady")
     lines = [f"### {result['package']}", "",
              "| mode | from process start | vs eager | first call | steady call | vs torch.compile | max diff "
-             "from eager | compiler modules | route |", "|---|---|---|---|---|---|---|---|---|"]
+             "from eager | compiler modules | route | warnings |", "|---|---|---|---|---|---|---|---|---|---|"]
     for mode, found in runs.items():
         start, first, steady = (median(found, k) for k in ("from_start", "first_call", "steady"))
         error = max((r.get("error") or 0.0 for r in found), default=0.0)
@@ -187,7 +191,7 @@ def table(result: dict) -> list[str]:
         lines.append(
             f"| {mode} | {start:.2f} s | {start / eager:.2f}x | {first * 1e3:.1f} ms | "
             f"{steady * 1e6:.0f} us | {steady / compiled:.2f}x | {error:.1e} | {', '.join(modules)}{libs} | "
-            f"{found[-1]['route'] or '-'} |")
+            f"{_routes(found, mode)} | {sum(len(r.get('warnings') or []) for r in found)} |")
     wheels = result["wheels"]
     lines += ["", "| wheel | size | build time |", "|---|---|---|"]
     for name, info in wheels.items():
@@ -199,12 +203,22 @@ def table(result: dict) -> list[str]:
          median(step, "from_start") <= FROM_START * eager),
         (f"first call within {FIRST_CALL * 1e3:.0f} ms", median(step, "first_call") <= FIRST_CALL),
         (f"steady calls within {STEADY}x of torch.compile's", median(step, "steady") <= STEADY * compiled),
+        ("the shipped route, every process", all(r["route"] == "aotinductor" for m in ("step", "weights", "step, long-lived")
+                                                 for r in runs.get(m, []))),
         ("no compiler module imported by the step", all(not r["compiler"] for r in step)
          if "weights" not in runs else all(not r["compiler"] for r in runs["weights"])),
         ("outputs within 1e-4 of eager", all((r.get("error") or 0) < 1e-4 for m in runs.values() for r in m)),
     ]
     lines += [""] + [f"- {'ok' if ok else 'MISSED'}: {text}" for text, ok in checks]
     return lines
+
+
+def _routes(found: list[dict], mode: str) -> str:
+    """The route each process's step took (eager and torch.compile modes call no step)."""
+    if mode in ("eager", "compiled"):
+        return "-"
+    routes = sorted({r["route"] or "none" for r in found})
+    return ", ".join(routes)
 
 
 def main() -> int:

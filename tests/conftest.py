@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 INTEGRATION = Path(__file__).resolve().parent / "integration"
 SAMPLE = ROOT / "sample_pkg"
 STEP_PKG = ROOT / "tests" / "step_pkg"  # save_step / load_step, end to end
+SERVE_PKG = ROOT / "tests" / "serve_pkg"  # real models' exported steps, served as users hold them
 TEST_USER_CACHE = tempfile.mkdtemp(prefix="hatch-precompile-tests-user-cache-")
 # The test processes' temp dir, removed at the end: torch leaves a ~150 MB prefix header per venv
 # under the temp dir after a cold compile, and this suite makes dozens of venvs.
@@ -35,7 +36,7 @@ TORCH_REQUIREMENT = f"torch=={metadata.version('torch').split('+')[0]}"
 SLOW_FIXTURES = frozenset({
     "hp_dist", "precompiled_build", "precompiled_wheel", "runtime_python", "notorch_python", "cold_result", "eager_result", "links",
     "target", "torch_wheels", "fleet_wheel", "single_wheels", "graph_break_build", "gpu_site", "build_tmpdir",
-    "step_wheel", "step_site",
+    "step_wheel", "step_site", "serve_site",
 })
 
 
@@ -300,6 +301,19 @@ def step_wheel(tmp_path_factory) -> Path:
 def step_site(step_wheel, tmp_path_factory) -> Path:
     """The step_pkg wheel unpacked: put it on PYTHONPATH to import the package as installed."""
     return unpack(step_wheel, tmp_path_factory.mktemp("step-site"))
+
+
+@pytest.fixture(scope="session")
+def serve_site(tmp_path_factory) -> Path:
+    """tests/serve_pkg built once (a BERT and a BatchNorm convnet, exported) and unpacked: put it on
+    PYTHONPATH to import the package as installed."""
+    def build(out: Path) -> None:
+        build_wheel(copy_project(out / "src" / "serve_pkg", SERVE_PKG), out / "dist",
+                    env={"HATCH_PRECOMPILE_NO_STEPS": "0"})
+        (wheel,) = (out / "dist").glob("*.whl")
+        unpack(wheel, out / "site")
+
+    return built_once(tmp_path_factory, "serve", build) / "site"
 
 
 @pytest.fixture(scope="session")

@@ -2,12 +2,16 @@
 
 ``fn(model, x, ...)`` becomes a module whose submodules are ``fn``'s module arguments (``arg0``,
 ...) and whose inputs are the rest; ``torch.export`` traces it (non-strict) with the author's
-``dynamic_shapes``, and AOTInductor compiles it into a package whose constants are not in it
-(``package_constants_in_so = False``): at run time they are the caller's tensors. What a
-checkpoint does not hold (buffers that are not persistent, constants the trace lifted) is saved
-beside it. The compile uses a private Inductor cache dir, so nothing of it is shipped twice, and
-its compiler commands go through the build's portable-kernel rewrite (build/isa.py): the CPU
-features its kernels may use are recorded with it.
+``dynamic_shapes``, while build/reads.py records the plain values its Python read of the modules
+and their configs. AOTInductor compiles it into a package that holds no tensor of the modules:
+not as data (``package_constants_in_so = False``), and not in the code either
+(``always_keep_tensor_constants``: Inductor otherwise folds every 0-dim tensor and 1-D tensor of
+up to 8 elements, a 2-to-8-class head's bias, a small LayerNorm's, into the generated code). Every
+module tensor the program reads must be a constant the caller binds at run time; the build fails
+naming any that is not. What a checkpoint does not hold (buffers that are not persistent,
+constants the trace lifted) is saved beside it. The compile uses a private Inductor cache dir, so
+nothing of it is shipped twice, and its compiler commands go through the build's portable-kernel
+rewrite (build/isa.py): the CPU features its kernels may use are recorded with it.
 
 Before it is stored, the package is loaded exactly as users load it (run/exported.py) and run on
 changed weights and inputs, and where dims may vary, on other sizes too, against ``fn``. When the
@@ -28,44 +32,51 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from hatch_precompile.build import steps as build_steps
+from hatch_precompile.build import reads, step_check
 from hatch_precompile.protocol import CACHE_DIR_VAR, step_files
+from hatch_precompile.protocol.steps import CONTRACT_FORMAT, EXPORTED
 from hatch_precompile.run import contract, exported, touchpoints, variables
 
-ROUTE = exported.ROUTE
 _flags: list[tuple[str, ...]] = []  # arch flags of the compiles while one is recorded
 _recording = [False]
 
 
-def save(name: str, fn: Callable, args: tuple, shapes: Any, check: str, out: Path) -> Path:
-    """Export, compile, check and store step ``name`` (``shapes``: from input_shapes); raises
-    NotAvailable, StepMismatch, or torch's error (which save_step turns into a StepCaptureError)."""
+def save(name: str, fn: Callable, args: tuple, shapes: Any, check: str, out: Path, training: bool = False) -> Path:
+    """Export, compile, check and store step ``name`` (``shapes``: from input_shapes); ``training``:
+    ``fn`` returns a scalar loss, and the package computes it and every gradient (the joint
+    forward and backward graph). Raises NotAvailable, StepMismatch, or torch's error (which
+    save_step turns into a StepCaptureError)."""
     import torch
 
-    problem = available(torch)
+    problem = available(torch, training)
     if problem:
-        raise build_steps.NotAvailable(problem)
+        raise step_check.NotAvailable(problem)
     reused = _reuse_shipped(name, fn, args, check, out)
     if reused is not None:
         return reused
     positions = [i for i, a in enumerate(args) if isinstance(a, torch.nn.Module)]
     inputs = tuple(a for i, a in enumerate(args) if i not in positions)
-    wrapper = _Wrapper(fn, args, positions)
-    program = torch.export.export(wrapper, inputs, dynamic_shapes=None if shapes is None else {"inputs": shapes},
-                                  strict=False)
+    wrapper = _Wrapper(fn, args, positions, training)
+    with reads.recording({i: args[i] for i in positions}) as read:
+        program = torch.export.export(wrapper, inputs, dynamic_shapes=None if shapes is None else {"inputs": shapes},
+                                      strict=False)
+    if training:
+        program = touchpoints.joint_program(torch, program)
     with tempfile.TemporaryDirectory(prefix="hatch-precompile-export-") as tmp:
         package_path = os.path.join(tmp, "step.pt2")
         flags = _compile(torch, program, package_path, tmp)
         package = Path(package_path).read_bytes()
-    spec, shipped = _spec(torch, name, program, args, positions, inputs, package, flags)
+    spec, shipped = _spec(torch, name, program, args, positions, inputs, package, flags, read)
+    if training:
+        spec["training"] = _training_outputs(name, program)
     step = exported.ExportedStep(name, spec, package, shipped)
     _prove(name, fn, args, check, step, spec)
-    record = {"format": build_steps.CONTRACT_FORMAT, "route": ROUTE, "torch": spec["torch"], "export": spec}
+    record = {"format": CONTRACT_FORMAT, "route": EXPORTED, "torch": spec["torch"], "export": spec}
     return _store_proven(name, out, record, package, shipped, proven=[])
 
 
-def available(torch: Any) -> str | None:
-    """Why this torch cannot export a step for the route, or None."""
+def available(torch: Any, training: bool = False) -> str | None:
+    """Why this torch cannot export a step for the route (a training step: with its backward), or None."""
     problem = exported.loader_problem(torch)
     if problem:
         return problem
@@ -75,13 +86,19 @@ def available(torch: Any) -> str | None:
         return f"torch {torch.__version__} has no torch._inductor.aoti_compile_and_package"
     if not hasattr(config.aot_inductor, "package_constants_in_so"):
         return f"torch {torch.__version__}'s AOTInductor cannot leave the weights out of a package"
+    if not touchpoints.keeps_tensor_constants(torch):
+        return (f"torch {torch.__version__}'s Inductor cannot keep small tensors out of the code it generates (no "
+                "always_keep_tensor_constants): a caller's other weights would not be seen")
+    if training and not touchpoints.has_joint_export(torch):
+        return (f"torch {torch.__version__} cannot export a step's backward "
+                "(no torch.export.experimental._export_forward_backward)")
     return None
 
 
 class _Wrapper:
     """Built lazily as a torch module: ``forward(*inputs)`` is ``fn`` with its modules put back."""
 
-    def __new__(cls, fn: Callable, args: tuple, positions: list[int]) -> Any:
+    def __new__(cls, fn: Callable, args: tuple, positions: list[int], training: bool = False) -> Any:
         import torch
 
         class Step(torch.nn.Module):
@@ -92,7 +109,8 @@ class _Wrapper:
 
             def forward(self, *inputs: Any) -> Any:
                 rest = iter(inputs)
-                return fn(*[getattr(self, f"arg{i}") if i in positions else next(rest) for i in range(len(args))])
+                result = fn(*[getattr(self, f"arg{i}") if i in positions else next(rest) for i in range(len(args))])
+                return (result,) if training else result  # the joint graph's loss is output 0
 
         return Step()
 
@@ -133,7 +151,8 @@ def _compile(torch: Any, program: Any, package_path: str, tmp: str) -> list[tupl
     _recording[0] = True
     try:
         with _cache_dir(os.path.join(tmp, "inductor-cache")):
-            touchpoints.aoti_compile(torch, program, package_path, {"aot_inductor.package_constants_in_so": False})
+            touchpoints.aoti_compile(torch, program, package_path, {"aot_inductor.package_constants_in_so": False,
+                                                                      **touchpoints.KEEP_CONSTANTS})
     finally:
         _recording[0] = False
     return list(dict.fromkeys(_flags))
@@ -160,9 +179,9 @@ def _cache_dir(path: str) -> Any:
 
 
 def _spec(torch: Any, name: str, program: Any, args: tuple, positions: list[int], inputs: tuple, package: bytes,
-          flags: list[tuple[str, ...]]) -> tuple[dict[str, Any], bytes | None]:
+          flags: list[tuple[str, ...]], read: dict[int, list]) -> tuple[dict[str, Any], bytes | None]:
     """The export's contract (run/exported.py reads it) and the constants shipped beside it."""
-    pytree = torch.utils._pytree
+    pytree = touchpoints.pytree(torch)
     leaves, in_spec = pytree.tree_flatten((inputs, {}))
     placeholders = _user_input_values(program)
     ranges: dict[str, list] = {}
@@ -179,26 +198,32 @@ def _spec(torch: Any, name: str, program: Any, args: tuple, positions: list[int]
             "dims": [_dim(name, i, d) for d in value.shape], "dtype": str(leaf.dtype), "device": str(leaf.device),
             "stride": None if leaf.is_contiguous() else list(leaf.stride()),
         })
-    loader = exported._open(torch, package)
+    loader = exported.open_package(torch, package)
+    fqns = list(loader.get_constant_fqns())
     modules: dict[str, dict[str, Any]] = {}
-    constants: dict[str, list[Any]] = {}
-    shipped: dict[str, Any] = {}
+    named: dict[int, dict[str, Any]] = {}
+    persistent: dict[int, set[str]] = {}  # what a checkpoint holds
     for i in positions:
         module = args[i]
-        named = dict(module.named_parameters(remove_duplicate=False))
-        named.update(module.named_buffers(remove_duplicate=False))
-        modules[str(i)] = {"describe": contract.describe_module(module, grads=False), "tensors": {},
-                           "class": f"{type(module).__module__}.{type(module).__qualname__}"}
-        persistent = set(module.state_dict(keep_vars=True))
-        modules[str(i)]["_named"], modules[str(i)]["_persistent"] = named, persistent
-    for fqn in loader.get_constant_fqns():
+        named[i] = {**dict(module.named_parameters(remove_duplicate=False)),
+                    **dict(module.named_buffers(remove_duplicate=False))}
+        persistent[i] = set(module.state_dict(keep_vars=True))
+        modules[str(i)] = {"class": f"{type(module).__module__}.{type(module).__qualname__}",
+                           "structure": contract.structure(module), "reads": read.get(i, []),
+                           "hooks": contract.hooks(module), "tied": _tied(named[i]), "tensors": {},
+                           "train_modes": contract.train_modes(module),
+                           "requires_grad": contract.requiring_grad(module)}
+    _check_covered(name, program, fqns, modules)
+    constants: dict[str, list[Any]] = {}
+    shipped: dict[str, Any] = {}
+    for fqn in fqns:
         position, _, rest = fqn.partition(".")
-        owner = modules.get(position[3:]) if position.startswith("arg") else None
-        if owner is not None and rest in owner["_named"]:
-            t = owner["_named"][rest]
-            held = rest in owner["_persistent"]
-            owner["tensors"][rest] = [list(t.shape), list(t.stride()), str(t.dtype), str(t.device), held]
-            constants[fqn] = ["arg", int(position[3:]), rest]
+        index = int(position[3:]) if position.startswith("arg") and position[3:].isdigit() else None
+        if index in named and rest in named[index]:
+            t = named[index][rest]
+            held = rest in persistent[index]
+            modules[str(index)]["tensors"][rest] = [list(t.shape), list(t.stride()), str(t.dtype), str(t.device), held]
+            constants[fqn] = ["arg", index, rest]
             if not held:  # not in a checkpoint: the package carries it
                 shipped[fqn] = t.detach().clone()
             continue
@@ -208,12 +233,6 @@ def _spec(torch: Any, name: str, program: Any, args: tuple, positions: list[int]
                              "nor one the trace lifted")
         constants[fqn] = ["shipped"]
         shipped[fqn] = value.detach().clone()
-    for position, owner in modules.items():
-        # What the compile folded into the code (0-dim tensors): its value must be the caller's too.
-        owner["baked"] = sorted(set(owner["_named"]) - set(owner["tensors"]))
-        for rest in owner["baked"]:
-            shipped[f"arg{position}.{rest}"] = owner["_named"][rest].detach().clone()
-        del owner["_named"], owner["_persistent"]
     spec = {
         "arity": len(args), "modes": contract.modes(), "modules": modules, "leaves": described,
         "ranges": ranges, "constants": constants, "call_spec": list(loader.get_call_spec()),
@@ -227,6 +246,67 @@ def _spec(torch: Any, name: str, program: Any, args: tuple, positions: list[int]
         torch.save(shipped, buffer)
         blob = buffer.getvalue()
     return spec, blob
+
+
+def _training_outputs(name: str, program: Any) -> dict[str, Any]:
+    """What a training package returns, in order: the loss, then a gradient per parameter that
+    requires one (``grads``: [argument position, parameter name]); the buffers it updates (batch
+    norm's statistics) it writes in place, into the caller's tensors it was bound to."""
+    grads: list[list[Any]] = []
+    kinds: list[str] = []
+    loss = None
+    for spec in program.graph_signature.output_specs:
+        kind = spec.kind.name
+        if kind == "BUFFER_MUTATION":
+            continue
+        if kind == "LOSS_OUTPUT":
+            loss = len(kinds)
+        elif kind == "GRADIENT_TO_PARAMETER":
+            position, _, rest = spec.target.partition(".")
+            grads.append([len(kinds), int(position[3:]), rest])
+        else:
+            raise ValueError(f"step {name!r}: the joint program returns a {kind} output; a training step returns its "
+                             "loss alone")
+        kinds.append(kind)
+    if loss is None:
+        raise ValueError(f"step {name!r}: the joint program returns no loss")
+    mutated = [spec.target for spec in program.graph_signature.output_specs if spec.kind.name == "BUFFER_MUTATION"]
+    random = any(any(word in str(node.target) for word in RANDOM_OPS)
+                 for node in program.graph.nodes if node.op == "call_function")
+    return {"loss": loss, "grads": grads, "outputs": len(kinds), "mutated": mutated, "random": random}
+
+
+RANDOM_OPS = ("rand", "bernoulli", "dropout", "normal", "multinomial", "philox")  # ops that draw numbers
+
+
+def _tied(named: dict[str, Any]) -> list[list[str]]:
+    """The names that share one tensor (tied weights), each group sorted."""
+    groups: dict[int, list[str]] = {}
+    for key, t in named.items():
+        groups.setdefault(id(t), []).append(key)
+    return sorted(sorted(group) for group in groups.values() if len(group) > 1)
+
+
+def _check_covered(name: str, program: Any, fqns: list[str], modules: dict[str, dict[str, Any]]) -> None:
+    """Every module tensor the program reads (a lifted input with users) is one of the package's
+    constants, itself or through a tied alias: else the compile folded it into the code, and a
+    caller's other value would not be seen. Raises naming each one that is not."""
+    signature = program.graph_signature
+    lifted = {**signature.inputs_to_parameters, **signature.inputs_to_buffers}
+    read = [lifted[node.name] for node in program.graph.nodes
+            if node.op == "placeholder" and node.name in lifted and node.users]
+    have = set(fqns)
+    folded = []
+    for fqn in read:
+        position, _, rest = fqn.partition(".")
+        owner = modules.get(position[3:]) if position.startswith("arg") else None
+        aliases = next((group for group in (owner or {}).get("tied", []) if rest in group), [rest])
+        if not any(f"{position}.{alias}" in have for alias in aliases):
+            folded.append(f"argument {position[3:]}'s {rest}" if owner is not None else fqn)
+    if folded:
+        raise ValueError(f"step {name!r}: the AOTInductor package holds these module tensors in its code, not as "
+                         f"constants the caller binds: {', '.join(sorted(folded))}. A caller's other values would "
+                         "not be seen, so it is not shipped")
 
 
 def _user_input_values(program: Any) -> list[Any]:
@@ -279,28 +359,27 @@ def _prove(name: str, fn: Callable, args: tuple, check: str, step: exported.Expo
         try:
             return step.call(call)
         except exported.Refused as exc:
-            raise build_steps.StepMismatch(f"step {name!r}: the exported step refused its own example: {exc}") from None
+            raise step_check.StepMismatch(f"step {name!r}: the exported step refused its own example: {exc}") from None
 
-    changed = build_steps._changed(args)
-    with torch.no_grad():  # what the compile folded in keeps its value: another one is refused, not wrong
-        for position, owner in spec["modules"].items():
-            named = {**dict(args[int(position)].named_parameters(remove_duplicate=False)),
-                     **dict(args[int(position)].named_buffers(remove_duplicate=False))}
-            copies = {**dict(changed[int(position)].named_parameters(remove_duplicate=False)),
-                      **dict(changed[int(position)].named_buffers(remove_duplicate=False))}
-            for rest in owner.get("baked", []):
-                copies[rest].copy_(named[rest])
-    build_steps.check_against_reference(name, fn, args, run, check, changed=changed)
+    changed = step_check.changed_copies(args)  # every weight other than the build's: all are the caller's
+    reference = fn
+    if "training" in spec:  # what the step leaves users: the loss, and the gradients in .grad
+        reference = step_check.with_backward(torch.compile(fn) if check == "compile" else fn)
+        check = "eager"
+        if spec["training"]["random"]:  # dropout draws other numbers than eager's: compared statistically
+            step_check.check_statistically(name, reference, run, changed)
+            return
+    step_check.check_against_reference(name, reference, args, run, check, changed=changed)
     resized = _resized(torch, changed, spec)
     if resized is not None:
-        build_steps.check_against_reference(name, fn, args, run, check, changed=resized)
+        step_check.check_against_reference(name, reference, args, run, check, changed=resized)
 
 
 def _resized(torch: Any, args: tuple, spec: dict[str, Any]) -> tuple | None:
     """Copies of ``args`` with every dim that may vary at another size in its range (sliced, or
     grown by repeating its first entries), or None where no dim varies."""
     sizes: dict[str, tuple[int, int]] = {}
-    pytree = torch.utils._pytree
+    pytree = touchpoints.pytree(torch)
     positions = {int(k) for k in spec["modules"]}
     inputs = tuple(a for i, a in enumerate(args) if i not in positions)
     leaves, tree = pytree.tree_flatten((inputs, {}))
@@ -342,8 +421,8 @@ def _reuse_shipped(name: str, fn: Callable, args: tuple, check: str, out: Path) 
             shipped = found.read(files["constants"]) if files["constants"] in found.manifest.files else None
             step = exported.ExportedStep(name, record["export"], package, shipped)
             _prove(name, fn, args, check, step, record["export"])
-        except (exported.Refused, build_steps.StepMismatch, Exception) as exc:
-            build_steps._note(f"step {name!r} built on torch {record.get('torch')} does not serve torch "
+        except Exception as exc:  # Refused, StepMismatch, or anything else: export it again
+            step_check.note(f"step {name!r} built on torch {record.get('torch')} does not serve torch "
                               f"{torch.__version__} ({exc}); exporting it again for this torch")
             continue
         print(f"precompile: step {name!r}: the package built on torch {record.get('torch')} loads and matches "
@@ -377,6 +456,7 @@ def shipped_exports(package: str, name: str) -> list[tuple[Any, dict[str, Any]]]
             record = json.loads(artifact_set.read(path))
         except (artifacts.Skip, ValueError):
             continue
-        if isinstance(record, dict) and record.get("route") == ROUTE and isinstance(record.get("export"), dict):
-            found.append((artifact_set, record))
+        if (isinstance(record, dict) and record.get("format") == CONTRACT_FORMAT and record.get("route") == EXPORTED
+                and isinstance(record.get("export"), dict)):
+            found.append((artifact_set, record))  # an older format's package is exported again, not reused
     return found

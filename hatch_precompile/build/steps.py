@@ -24,32 +24,34 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
+from hatch_precompile.build.step_check import NotAvailable, StepMismatch, check_against_reference, note, with_backward
 from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol import NO_STEPS_VAR, ON_FAILURE, STEP_CHECKS, check_artifact_name, step_files
+from hatch_precompile.protocol.steps import CONTRACT_FORMAT, EXPORTED
+from hatch_precompile.protocol.steps import PRECOMPILE as PRECOMPILE_ROUTE
 from hatch_precompile.run import contract, variables
-
-CONTRACT_FORMAT = 1
-PRECOMPILE_ROUTE = "precompile"
-
-
-class StepMismatch(PrecompileError, AssertionError):
-    """At build: the captured step computed something else than the reference (fails the workload)."""
 
 
 class StepCaptureError(PrecompileError, RuntimeError):
     """At build: torch could not capture the step by its route; the message says why and what to do."""
 
 
-# What the workload ran under `hatch-precompile verify`: one record per step (tools/replay.py).
+# What the workload ran under `hatch-precompile verify`: one record per step (tools/verify_child.py).
 verified: list[dict[str, Any]] = []
 
 
 def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager", dynamic_shapes: Any = None,
-              on_failure: str = "error") -> Path | None:
+              on_failure: str = "error", backward: bool = False) -> Path | None:
     """Ship ``fn(*args)`` as the package's step ``name`` when called from a build's workload.
 
     ``fn`` is the whole step: ``fn(model, x, y)`` that returns the loss after ``backward()``, or a
-    forward. Called under ``torch.no_grad()`` with every module in ``eval()``, it is exported
+    forward, or with ``backward=True`` one that returns the loss and leaves ``backward()`` to
+    hatch-precompile: saved with grad enabled and the modules in ``train()``, its forward and
+    backward are exported as one graph (AOTInductor) that ``load_step(..., backward=True)`` runs
+    with the caller's tensors, no compiler in the process; ``dynamic_shapes`` works as for
+    inference. Where torch cannot export it the build says why and the step falls back to
+    ``torch.compile(fn)`` and ``backward()``. Called under ``torch.no_grad()`` with every module in
+    ``eval()``, it is exported
     (AOTInductor) and ``dynamic_shapes`` (torch.export's form: one entry per argument of ``fn``,
     None for a module) says which dims may vary and how far; else it is captured with
     ``torch.compiler.precompile`` (torch 2.14+). The capture runs on copies: the workload's model
@@ -65,24 +67,26 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
     if on_failure not in ON_FAILURE:
         raise ValueError(f"save_step({name!r}, ...): on_failure={on_failure!r} must be one of {', '.join(ON_FAILURE)}")
     if variables.steps_verify():
-        _verify(name, fn, args, check)
+        _verify(name, fn, args, check, backward)
         return None
     directory = variables.steps_dir()
     if not directory:
         return None
     if variables.no_steps():
-        _note(f"step {name!r} not captured: {NO_STEPS_VAR} is set; load_step() falls back to torch.compile")
+        note(f"step {name!r} not captured: {NO_STEPS_VAR} is set; load_step() falls back to torch.compile")
         return None
     out = Path(directory)
     if (out / Path(step_files(name)["json"]).name).exists():
         raise ValueError(f"save_step({name!r}, ...): a step named {name!r} was already saved by this build")
     import torch
 
+    if backward:
+        return _save_training(name, fn, args, check, out, dynamic_shapes, on_failure)
     exported = inference(args)
     if dynamic_shapes is not None and not exported:
         raise ValueError(f"save_step({name!r}, ...): dynamic_shapes is for an exported step: save it under "
                          "torch.no_grad() with its modules in eval(); a training step is captured for its shapes")
-    route = "aotinductor" if exported else PRECOMPILE_ROUTE
+    route = EXPORTED if exported else PRECOMPILE_ROUTE
     if exported:
         from hatch_precompile.build import export
 
@@ -96,7 +100,7 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
             raise
         _skipped(name, route, "its captured step computes something else than the reference (above)")
     except NotAvailable as exc:
-        _note(f"step {name!r} not captured: {exc}; load_step() falls back to torch.compile")
+        note(f"step {name!r} not captured: {exc}; load_step() falls back to torch.compile")
     except Exception as exc:
         reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
         if on_failure == "error":
@@ -107,8 +111,43 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
     return None
 
 
-class NotAvailable(PrecompileError):
-    """This torch has no way to ship the step by its route (not the workload's fault)."""
+def _save_training(name: str, fn: Callable, args: tuple, check: str, out: Path, dynamic_shapes: Any,
+                   on_failure: str) -> Path | None:
+    """A step that returns its loss: exported with its backward, or not shipped, saying why."""
+    import torch
+
+    if not torch.is_grad_enabled():
+        raise ValueError(f"save_step({name!r}, ..., backward=True): save a training step with grad enabled (not "
+                         "under torch.no_grad() or torch.inference_mode())")
+    from hatch_precompile.build import export
+
+    shapes = export.input_shapes(name, fn, args, dynamic_shapes)  # the author's mistakes, as they are
+    try:
+        return export.save(name, fn, args, shapes, check, out, training=True)
+    except StepMismatch:
+        if on_failure == "error":
+            raise
+        _skipped(name, EXPORTED, "its captured step computes something else than the reference (above)")
+    except NotAvailable as exc:
+        note(f"step {name!r} not captured: {exc}; load_step() runs torch.compile and backward()")
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        where = _user_frame(exc)
+        note(f"step {name!r} (aotinductor route, forward and backward): torch {torch.__version__} could not export "
+             f"it{f' at {where}' if where else ''}: {reason}; load_step() runs torch.compile and backward() (warm "
+             "where the workload called the step's fallback)")
+    return None
+
+
+def _user_frame(exc: BaseException) -> str | None:
+    """``file:line`` of the innermost frame of the error's traceback outside torch and hatch-precompile."""
+    import traceback
+
+    found = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if "/torch/" not in frame.filename and "/hatch_precompile/" not in frame.filename:
+            found = f"{frame.filename}:{frame.lineno}"
+    return found
 
 
 def _what_to_do(route: str) -> str:
@@ -122,12 +161,8 @@ def _what_to_do(route: str) -> str:
 
 
 def _skipped(name: str, route: str, why: str) -> None:
-    _note(f"step {name!r} ({route} route) not shipped: {why}; load_step() falls back to torch.compile "
+    note(f"step {name!r} ({route} route) not shipped: {why}; load_step() falls back to torch.compile "
           "(on_failure=\"warn\")")
-
-
-def _note(text: str) -> None:
-    print(f"precompile: warning: {text}", flush=True)
 
 
 def inference(args: tuple) -> bool:
@@ -156,7 +191,7 @@ def _save_precompiled(name: str, fn: Callable, args: tuple, check: str, out: Pat
     return out / Path(files["py"]).name
 
 
-def _verify(name: str, fn: Callable, args: tuple, check: str) -> None:
+def _verify(name: str, fn: Callable, args: tuple, check: str, backward: bool = False) -> None:
     """Under verify: the shipped step, loaded as users get it, against ``fn`` on changed arguments.
     A step the set does not ship is left alone: the workload's own calls show what it compiles."""
     from hatch_precompile.run import artifacts, steps
@@ -169,121 +204,12 @@ def _verify(name: str, fn: Callable, args: tuple, check: str) -> None:
     shipped = found is not None and name in found.manifest.steps
     record: dict[str, Any] = {"name": name, "route": None, "reason": None, "problems": [], "shipped": shipped}
     if shipped:
-        step = steps.load_step(package, name, fn)
+        step = steps.load_step(package, name, fn, backward=backward)
+        reference = with_backward(fn) if backward else fn  # what the step leaves: the loss, gradients in .grad
         try:
-            check_against_reference(name, fn, args, step, check)
+            check_against_reference(name, reference, args, step, check)
         except StepMismatch as exc:
             record["problems"].append(str(exc))
         record["route"], record["reason"] = step.route, step.reason
     verified.append(record)
     return None
-
-
-# -- the check: the captured step against the reference -----------------------------------------
-
-
-def check_against_reference(name: str, fn: Callable, args: tuple, loaded: Callable, check: str,
-                            changed: tuple | None = None) -> None:
-    """Run the loaded step and the reference on equal copies of changed arguments: a value the
-    trace baked in (a tensor read outside the arguments) shows as a difference, and so does a
-    branch on a value wherever the changed values take the other branch."""
-    import torch
-
-    changed = _changed(args) if changed is None else changed
-    reference_fn = torch.compile(fn) if check == "compile" else fn
-    results = []
-    for runner in (reference_fn, loaded):
-        copies = copy.deepcopy(changed)
-        with torch.random.fork_rng():
-            torch.manual_seed(0)
-            value = runner(*copies)
-        results.append((value, _state(copies)))
-    (want, want_state), (got, got_state) = results
-    problems = _compare(want, got, "the result") + _compare(want_state, got_state, "the arguments after the step")
-    if problems:
-        raise StepMismatch(
-            f"step {name!r}: the captured step computes something else than {fn.__qualname__} run "
-            f"{'eagerly' if check == 'eager' else 'with torch.compile'} on changed weights and inputs: "
-            + "; ".join(problems[:5]).replace("{fn}", fn.__qualname__)
-            + ". The step breaks its route's contract (a tensor read outside its arguments, a branch on a "
-              "value, randomness: try check=\"compile\"); it is not shipped."
-        )
-
-
-def _changed(args: tuple) -> tuple:
-    """Copies of ``args`` with other floating-point weights and inputs, a quarter of the entries of
-    masks (bool, or integers all 0 or 1) flipped, and other integer inputs shuffled."""
-    import torch
-
-    copies = copy.deepcopy(args)
-    generator = torch.Generator().manual_seed(1234)
-    with torch.no_grad():
-        for tensor in _tensors(copies):
-            if tensor.is_floating_point():
-                noise = torch.randn(tensor.shape, generator=generator, dtype=torch.float32).to(tensor.device, tensor.dtype)
-                tensor.mul_(1 + 0.1 * noise).add_(0.01 * noise)
-            elif tensor.dtype == torch.bool or tensor.numel() > 1 and not tensor.is_complex() and _zero_one(tensor):
-                flip = (torch.rand(tensor.shape, generator=generator) < 0.25).to(tensor.device)
-                tensor.copy_(torch.where(flip, 1 - tensor.to(torch.int8), tensor.to(torch.int8)).to(tensor.dtype))
-            elif tensor.numel() > 1 and not tensor.is_complex():
-                order = torch.randperm(tensor.numel(), generator=generator).to(tensor.device)
-                tensor.copy_(tensor.flatten()[order].reshape(tensor.shape))
-    return copies
-
-
-def _zero_one(tensor: Any) -> bool:
-    """An integer tensor of zeros and ones: a mask, whose values branches read (padding, packing)."""
-    return bool(((tensor == 0) | (tensor == 1)).all())
-
-
-def _tensors(value: Any) -> list:
-    import torch
-
-    if isinstance(value, torch.nn.Module):
-        return [*value.parameters(), *value.buffers()]
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _tensors(v)]
-    return []
-
-
-def _state(args: tuple) -> list:
-    """What a step can change in its arguments: tensors' values and parameters' gradients."""
-    import torch
-
-    state = []
-    for arg in args:
-        if isinstance(arg, torch.nn.Module):
-            state += [(n, p.detach().clone(), None if p.grad is None else p.grad.clone()) for n, p in arg.named_parameters()]
-            state += [(n, b.clone(), None) for n, b in arg.named_buffers()]
-        else:
-            state += [(None, t.detach().clone(), None) for t in _tensors(arg)]
-    return state
-
-
-def _compare(want: Any, got: Any, where: str) -> list[str]:
-    import torch
-
-    if isinstance(want, torch.Tensor) or isinstance(got, torch.Tensor):
-        if not (isinstance(want, torch.Tensor) and isinstance(got, torch.Tensor)):
-            return [f"{where} is {type(got).__name__}, expected {type(want).__name__}"]
-        if want.requires_grad != got.requires_grad:
-            return [f"{where} {'needs' if want.requires_grad else 'does not need'} gradients from {{fn}} but "
-                    f"{'does' if got.requires_grad else 'does not'} from the captured step (call backward() inside the step)"]
-        try:
-            torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-4, equal_nan=True)
-        except AssertionError as exc:
-            return [f"{where}: {str(exc).splitlines()[0]}"]
-        return []
-    if isinstance(want, (list, tuple)) and isinstance(got, (list, tuple)) and len(want) == len(got):
-        return [p for i, (w, g) in enumerate(zip(want, got)) for p in _compare(w, g, f"{where}[{i}]")]
-    if isinstance(want, dict) and isinstance(got, dict) and want.keys() == got.keys():
-        return [p for k in want for p in _compare(want[k], got[k], f"{where}[{k!r}]")]
-    if hasattr(want, "to_tuple") and hasattr(got, "to_tuple"):  # transformers' ModelOutput
-        return _compare(want.to_tuple(), got.to_tuple(), where)
-    if want is None and got is None or (isinstance(want, contract.VALUES) and want == got):
-        return []
-    return [f"{where} is {type(got).__name__} {str(got)[:80]}, expected {type(want).__name__} {str(want)[:80]}"]

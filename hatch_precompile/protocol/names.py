@@ -63,7 +63,6 @@ __all__ = [
     "canonical_name",
     "package_switch",
     "STEP_CHECKS",
-    "STEP_ROUTES",
     "step_files",
     "sha256",
     "blob_path",
@@ -142,9 +141,6 @@ def package_switch(name: str) -> str:
 # -- steps -----------------------------------------------------------------------------------------
 
 STEP_CHECKS = ("eager", "compile")  # what save_step() compares the captured step with
-# The routes a shipped step runs by: AOTInductor (inference, no compiler at run time) and
-# torch.compiler.precompile (training, torch 2.14+); "fallback" is load_step's torch.compile.
-STEP_ROUTES = ("aotinductor", "precompiled")
 
 
 def step_files(name: str) -> dict[str, str]:

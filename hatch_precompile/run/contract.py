@@ -4,17 +4,25 @@ A step is captured from one call at build (build/steps.py). What the capture bak
 down here as the step's contract: each module's class, submodules, settings, parameter shapes and
 dtypes and train/eval mode; each tensor's shape, layout and dtype; each plain value; the process
 modes (grad, default dtype, autocast). At run time a call that keeps the contract runs the shipped
-step, any other the fallback (run/steps.py). The exported route (run/exported.py) records tensor
-dims that may vary within ranges; ``dims_problem`` checks those. Torch is imported lazily.
+step, any other the fallback (run/steps.py).
+
+The exported route (run/exported.py) holds less and checks it at every call: each module's
+structure (``structure``: class, submodules, tensor names and layouts), the plain values its trace
+read (``encode``: build/reads.py records them, ``reads_problem`` checks them), its hooks
+(``hooks``), and tensor dims that may vary within ranges (``dims_problem``). Torch is imported
+lazily.
 """
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
+import types
 from typing import Any
 
 VALUES = (bool, int, float, str, type(None))
+_LONG = 200  # an encoded value longer than this is kept as its digest
 
 
 def describe(args: tuple, where: str = "argument") -> list[dict[str, Any]]:
@@ -61,8 +69,10 @@ def _settings(module: Any) -> list:
                    if k != "training" and isinstance(v, VALUES + (tuple,)) and not k.startswith("__"))
     config = getattr(module, "config", None)
     to_dict = getattr(config, "to_dict", None)
-    hooks = [[getattr(h, "__qualname__", type(h).__name__) for h in getattr(module, kind, {}).values()]
-             for kind in ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")]
+    from hatch_precompile.run import touchpoints
+
+    hooks = [[getattr(h, "__qualname__", type(h).__name__) for h in registered.values()]
+             for registered in touchpoints.module_hooks(module).values()]
     return [plain, to_dict() if callable(to_dict) else None, hooks]
 
 
@@ -115,6 +125,134 @@ def difference(was: dict, got: dict) -> str:
 
 def kind(described: dict) -> str:
     return next(iter(described))
+
+
+# -- the exported route: structure, what the trace read, hooks ------------------------------------
+
+
+def structure(module: Any) -> dict[str, str]:
+    """What an exported step's code was made for, besides its reads: the class, the submodules
+    (names and classes), the tensors (names, shapes, strides, dtypes, devices)."""
+    submodules = [(name, f"{type(m).__module__}.{type(m).__qualname__}")
+                  for name, m in module.named_modules(remove_duplicate=False)]
+    tensors = [(kind, name, *tensor(t)[:4])
+               for kind, named in (("p", module.named_parameters(remove_duplicate=False)),
+                                   ("b", module.named_buffers(remove_duplicate=False))) for name, t in named]
+    return {"module": f"{type(module).__module__}.{type(module).__qualname__}",
+            "submodules": _digest(json.dumps(submodules)), "tensors": _digest(json.dumps(tensors))}
+
+
+def train_modes(module: Any) -> list[bool]:
+    """Each submodule's train() flag, in ``modules()`` order."""
+    return [m.training for m in module.modules()]
+
+
+def requiring_grad(module: Any) -> list[str]:
+    """The names of the parameters that require a gradient."""
+    return [name for name, p in module.named_parameters(remove_duplicate=False) if p.requires_grad]
+
+
+def modes_difference(module: Any, recorded: list[bool], position: int) -> str | None:
+    """How ``module``'s train()/eval() flags differ from ``recorded`` (named by submodule), or None."""
+    now = train_modes(module)
+    if now == recorded:
+        return None
+    names = [name or "the module" for name, _ in module.named_modules()]
+    changed = [f"{n} in {'train' if r else 'eval'}() at build, {'train' if m else 'eval'}() now"
+               for n, r, m in zip(names, recorded, now) if r != m]
+    return f"argument {position}'s modes differ from the export's: {'; '.join(changed[:3]) or 'other submodules'}"
+
+
+def structure_difference(was: dict[str, str], got: dict[str, str]) -> str | None:
+    parts = {"module": "its class", "submodules": "its submodules (names or classes)",
+             "tensors": "its parameters or buffers (names, shapes, strides, dtypes, devices)"}
+    changed = [text for key, text in parts.items() if was.get(key) != got.get(key)]
+    return ", ".join(changed) or None
+
+
+_SCALARS = frozenset(VALUES)
+
+
+def encode(value: Any) -> str | None:
+    """A plain value as the contract holds it (equal encodings: the same value to a trace), or None
+    for what is not plain (modules, tensors, objects): those are checked otherwise or not read."""
+    if type(value) in _SCALARS:  # the common case, at every call: no more than repr
+        return repr(value)
+    text = _plain(value, 0)
+    if text is None or len(text) <= _LONG:
+        return text
+    return "sha256:" + _digest(text)
+
+
+def _plain(value: Any, depth: int) -> str | None:
+    if isinstance(value, VALUES) or isinstance(value, enum.Enum):
+        return repr(value)
+    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType)):
+        return f"<function {getattr(value, '__module__', None)}.{getattr(value, '__qualname__', value)}>"
+    if depth < 3 and isinstance(value, (tuple, list)):
+        items = [_plain(v, depth + 1) for v in value]
+        return None if None in items else f"{type(value).__name__}({', '.join(items)})"  # type: ignore[arg-type]
+    if depth < 3 and isinstance(value, dict):
+        pairs = [(_plain(k, depth + 1), _plain(v, depth + 1)) for k, v in value.items()]
+        return None if any(None in p for p in pairs) else "{" + ", ".join(f"{k}: {v}" for k, v in pairs) + "}"
+    if type(value).__module__ == "torch" and type(value).__name__ in ("dtype", "device", "layout", "memory_format"):
+        return repr(value)
+    return None
+
+
+def resolve_reads(module: Any, reads: list[list[str]], position: int) -> list[tuple[Any, str, str, tuple[str, ...], str]]:
+    """The recorded reads of argument ``position`` bound to ``module``'s submodules: (submodule,
+    attribute holding the config or "", name, value at build, what a reason calls it). Raises
+    LookupError naming a submodule the module lacks."""
+    resolved = []
+    for path, attr, name, *values in reads:
+        try:
+            owner = module.get_submodule(path) if path else module
+        except AttributeError:
+            raise LookupError(f"argument {position} has no submodule {path!r}, which the export read") from None
+        label = ".".join(p for p in (path, attr, name) if p)
+        resolved.append((owner, attr, name, tuple(values), label))
+    return resolved
+
+
+_MISSING = object()
+
+
+def reads_problem(resolved: list[tuple[Any, str, str, tuple[str, ...], str]], position: int) -> str | None:
+    """Why the values the trace read differ now (the first that does), or None: a handful of
+    attribute reads, made at every call. A field the step sets itself may hold what it read or
+    what it left."""
+    for owner, attr, name, values, label in resolved:
+        holder = getattr(owner, attr, _MISSING) if attr else owner
+        now = encode(getattr(holder, name, _MISSING))
+        if now not in values:
+            shown = "missing" if now is None else now
+            return f"argument {position}'s {label}: {' or '.join(values)} at build, {shown} now"
+    return None
+
+
+def hooks(module: Any) -> list[list[Any]]:
+    """Each submodule's hooks that run in a call, by path: [path, kind, [hook names]]."""
+    from hatch_precompile.run import touchpoints
+
+    found = []
+    for path, sub in module.named_modules(remove_duplicate=False):
+        for kind, registered in touchpoints.module_hooks(sub).items():
+            if registered:
+                found.append([path, kind, [getattr(h, "__qualname__", type(h).__name__) for h in registered.values()]])
+    return found
+
+
+def hook_dicts(modules: list[Any]) -> list[dict[int, Any]]:
+    """Where ``modules`` keep their hooks (read once, at the full check)."""
+    from hatch_precompile.run import touchpoints
+
+    return [d for m in modules for d in touchpoints.module_hook_dicts(m)]
+
+
+def hook_keys(dicts: list[dict[int, Any]]) -> tuple[int, ...]:
+    """The handles of every hook in ``dicts`` now: equal while none is added or removed."""
+    return tuple(key for registered in dicts if registered for key in registered)
 
 
 # -- dims that vary: the exported route ----------------------------------------------------------

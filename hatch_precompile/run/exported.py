@@ -2,16 +2,18 @@
 
 No compiler in the process: the package's model library was built at wheel build
 (build/export.py); loading it is a zip extract and a ``dlopen`` (``torch._C._aoti``), and neither
-Dynamo nor Inductor is imported. The package holds no parameters: each call binds the tensors of
-the module it is given (or of a mapping of its weights, in ``state_dict`` names) as the model's
-constants, in place (``user_managed``), so ``load_state_dict``, an optimizer step or weights read
-at run time are what the next call computes with. Tensors a checkpoint does not hold (buffers
-that are not persistent, tensors the trace lifted) are shipped beside the package.
+Dynamo nor Inductor is imported. The package holds no tensor of the step's modules, of any size:
+each call binds the tensors of the module it is given (or of a mapping of its weights, in
+``state_dict`` names) as the model's constants, in place (``user_managed``), so
+``load_state_dict``, an optimizer step or weights read at run time are what the next call computes
+with. Tensors a checkpoint does not hold (buffers that are not persistent, tensors the trace
+lifted) are shipped beside the package.
 
 Every call is checked against the export's contract (run/contract.py): the process modes, eval
-mode, the module's class, settings and tensors (in full when the module or its tensors change,
-by identity otherwise), and each input's dtype, layout and dims inside the exported ranges. A
-call that does not fit gets a reason and the caller runs its fallback.
+mode, the module's structure (class, submodules, tensors: in full when the module or its tensors
+change, by identity otherwise), the plain values the trace read (attributes, config fields) and
+the hooks, at every call, and each input's dtype, layout and dims inside the exported ranges. A
+call that does not fit raises Refused with its kind and reason, and the caller runs its fallback.
 """
 
 from __future__ import annotations
@@ -24,14 +26,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from hatch_precompile.errors import PrecompileError
+from hatch_precompile.protocol.steps import EXPORTED, INPUTS, LOADER, MODES, MODULE, PLANNED, SETTINGS
 from hatch_precompile.run import contract as contracts
 from hatch_precompile.run import machine, touchpoints
 
-ROUTE = "aotinductor"
+ROUTE = EXPORTED
 
 
 class Refused(PrecompileError):
-    """This process cannot run the exported step; the message says why."""
+    """This process cannot run the exported step for a call; the message says why, ``kind`` which
+    of the contract's parts it broke."""
+
+    def __init__(self, message: str, kind: str = LOADER) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 def loader_problem(torch: Any) -> str | None:
@@ -67,39 +75,58 @@ class ExportedStep:
         self.name = name
         self.spec = spec
         self.ranges = {k: list(v) for k, v in spec["ranges"].items()}
-        self._loader = _open(torch, package)
+        self._loader = open_package(torch, package)
         needed = set(self._loader.get_constant_fqns())
         if needed != set(spec["constants"]):
             raise Refused(f"the package asks for the constants {sorted(needed ^ set(spec['constants']))[:5]} "
                           "otherwise than its contract")
         self._shipped = _shipped_constants(torch, shipped) if shipped else {}
-        self._pytree = torch.utils._pytree
+        self._pytree = touchpoints.pytree(torch)
         self._in_spec = _spec(self._pytree, spec["call_spec"][0])
         self._out_spec = _spec(self._pytree, spec["call_spec"][1])
         self._modules = {int(k): v for k, v in spec["modules"].items()}
+        self._training: dict[str, Any] | None = spec.get("training")  # the loss and its gradients
         self._bound: dict[int, _Bound] = {}
         self._lock = threading.Lock()
 
     def call(self, args: tuple) -> Any:
         """The step's result for ``args``; Refused (before anything ran) when they do not fit."""
         if len(args) != self.spec["arity"]:
-            raise Refused(f"called with {len(args)} arguments, exported with {self.spec['arity']}")
+            raise Refused(f"called with {len(args)} arguments, exported with {self.spec['arity']}", INPUTS)
         if contracts.modes() != self.spec["modes"]:
-            raise Refused(f"the process modes {contracts.modes()} differ from the export's {self.spec['modes']}")
+            raise Refused(f"the process modes {contracts.modes()} differ from the export's {self.spec['modes']}", MODES)
         inputs = tuple(a for i, a in enumerate(args) if i not in self._modules)
         flat = self._inputs(inputs)
         with self._lock:
-            rebind = False
+            fresh = {}  # bound into the loader only once every argument passed: a refusal binds nothing
             for position, recorded in self._modules.items():
                 bound = self._bound.get(position)
                 if bound is None or not bound.holds(args[position]):
-                    self._bound[position] = _Bound.check(args[position], position, recorded)
-                    rebind = True
-            if rebind:
+                    bound = fresh[position] = _Bound.check(args[position], position, recorded, self._training is not None)
+                bound.check_settings(position)
+            if fresh:
+                self._bound.update(fresh)
                 self._bind()
-            self._check_baked()
             outputs = self._loader.run(flat)
+            if self._training is not None:
+                return self._gradients(outputs)
         return self._pytree.tree_unflatten(outputs, self._out_spec)
+
+    def _gradients(self, outputs: list[Any]) -> Any:
+        """A training step's outputs as ``loss.backward()`` leaves them: each gradient in its
+        parameter's ``.grad`` (added where one is there), the loss returned detached. The buffers
+        it updates (batch norm's statistics) the package wrote into the caller's, in place."""
+        training = self._training or {}
+        if len(outputs) != training["outputs"]:
+            raise RuntimeError(f"the training package returned {len(outputs)} outputs, its contract says "
+                               f"{training['outputs']}")
+        for index, position, name in training["grads"]:
+            parameter, grad = self._bound[position].tensors[name], outputs[index]
+            if parameter.grad is None:
+                parameter.grad = grad
+            else:
+                parameter.grad.add_(grad)
+        return outputs[training["loss"]].detach()
 
     def _inputs(self, inputs: tuple) -> list[Any]:
         """The flat tensors the package takes, once each leaf is what the export allows."""
@@ -107,32 +134,21 @@ class ExportedStep:
 
         leaves, spec = self._pytree.tree_flatten((inputs, {}))
         if spec != self._in_spec:
-            raise Refused(f"the inputs' structure {spec} is not the export's {self._in_spec}")
+            raise Refused(f"the inputs' structure {spec} is not the export's {self._in_spec}", INPUTS)
         sizes: dict[str, int] = {}
         flat = []
         for i, (leaf, want) in enumerate(zip(leaves, self.spec["leaves"])):
             if "value" in want:
                 if isinstance(leaf, torch.Tensor) or [type(leaf).__name__, repr(leaf)] != want["value"]:
-                    raise Refused(f"input {i} is {leaf!r:.80}, exported for {want['value'][1]} only")
+                    raise Refused(f"input {i} is {leaf!r:.80}, exported for {want['value'][1]} only", INPUTS)
                 continue
             if not isinstance(leaf, torch.Tensor):
-                raise Refused(f"input {i} is a {type(leaf).__name__}, exported as a tensor")
+                raise Refused(f"input {i} is a {type(leaf).__name__}, exported as a tensor", INPUTS)
             problem = _tensor_problem(leaf, want, sizes, self.ranges)
             if problem:
-                raise Refused(f"input {i}: {problem}")
+                raise Refused(f"input {i}: {problem}", INPUTS)
             flat.append(leaf)
         return flat
-
-    def _check_baked(self) -> None:
-        """Tensors the compile folded into the code (0-dim ones) must still hold the built values."""
-        import torch
-
-        for position, bound in self._bound.items():
-            for name, value in bound.baked.items():
-                built = self._shipped[f"arg{position}.{name}"]
-                if not torch.equal(value, built):
-                    raise Refused(f"argument {position}'s {name} is not the value the export compiled into the "
-                                  f"package ({built.tolist()!r:.40})")
 
     def _bind(self) -> None:
         """The model's constants, in place: the caller's tensors, then those the package ships."""
@@ -142,7 +158,7 @@ class ExportedStep:
             if found is None:
                 found = self._shipped.get(fqn)
             if found is None:
-                raise Refused(f"no tensor for the constant {fqn}")
+                raise Refused(f"no tensor for the constant {fqn}", MODULE)
             constants[fqn] = found
         try:
             touchpoints.aoti_bind(self._loader, constants)
@@ -154,71 +170,103 @@ class ExportedStep:
 
 class _Bound:
     """One module argument (or mapping of its weights) as bound into the package, and the identity
-    of everything that made the check pass: a later call with it unchanged skips the full check."""
+    of everything that made the full check pass: a later call with it unchanged skips that check.
+    What the trace read and the hooks are checked at every call (``check_settings``)."""
 
-    def __init__(self, obj: Any, tensors: dict[str, Any], baked: dict[str, Any], slots: list[tuple[Any, str, Any]],
-                 modules: list[Any], pointers: tuple[int, ...]) -> None:
-        self.obj, self.tensors, self.baked, self.slots = obj, tensors, baked, slots
-        self.modules, self.pointers = modules, pointers
+    def __init__(self, obj: Any, tensors: dict[str, Any], slots: list[tuple[Any, str, Any]], modules: list[Any],
+                 reads: list[tuple[Any, str, str, tuple[str, ...], str]], hook_dicts: list[dict[int, Any]]) -> None:
+        self.obj, self.tensors, self.slots, self.modules = obj, tensors, slots, modules
+        self.reads, self.hook_dicts = reads, hook_dicts
+        self.hooks = contracts.hook_keys(hook_dicts)
+        self.pointers = tuple(t.data_ptr() for t in tensors.values())
+        self.modes = tuple(m.training for m in modules)
+        self.grads = tuple(t.requires_grad for t in tensors.values())
 
     def holds(self, obj: Any) -> bool:
         if obj is not self.obj:
             return False
-        if any(m.training for m in self.modules):
-            return False
+        if tuple(m.training for m in self.modules) != self.modes:
+            return False  # train() or eval() since: checked in full
         if any(container.get(key) is not value for container, key, value in self.slots):
             return False  # a submodule, parameter or buffer was replaced
+        if tuple(t.requires_grad for t in self.tensors.values()) != self.grads:
+            return False  # frozen or unfrozen since
         return tuple(t.data_ptr() for t in self.tensors.values()) == self.pointers  # `.data =`, `.to()`
 
+    def check_settings(self, position: int) -> None:
+        """What the trace read, and the hooks, as they are now: an in-place change refuses."""
+        problem = contracts.reads_problem(self.reads, position)
+        if problem:
+            raise Refused(f"{problem} (the exported code holds the value at build)", SETTINGS)
+        if contracts.hook_keys(self.hook_dicts) != self.hooks:
+            raise Refused(f"argument {position}'s hooks changed since it was checked (the exported code runs "
+                          "none)", SETTINGS)
+
     @classmethod
-    def check(cls, obj: Any, position: int, recorded: dict[str, Any]) -> "_Bound":
-        """Check ``obj`` in full against what the export recorded of the module at ``position``."""
+    def check(cls, obj: Any, position: int, recorded: dict[str, Any], training: bool = False) -> "_Bound":
+        """Check ``obj`` in full against what the export recorded of the module at ``position``
+        (``training``: for a training step, whose modes and frozen parameters are the build's)."""
         import torch
 
         if isinstance(obj, torch.nn.Module):
-            module = contracts.describe_module(obj, grads=False)
-            for key, text in (("module", "its class"), ("repr", "its submodules or their settings"),
-                              ("settings", "its submodules' attributes, config or hooks")):
-                if module[key] != recorded["describe"][key]:
-                    raise Refused(f"argument {position} differs from the export's: {text}")
-            if any(m.training for m in obj.modules()):
-                raise Refused(f"argument {position} is in train() mode; the step was exported in eval()")
+            modes = contracts.train_modes(obj)
+            if not training and any(modes):
+                raise Refused(f"argument {position} is in train() mode; the step was exported in eval()", PLANNED)
+            if training and not any(modes):
+                raise Refused(f"argument {position} is in eval() mode; the training step was exported in train()",
+                              PLANNED)
+            difference = contracts.modes_difference(obj, recorded["train_modes"], position)
+            if difference:
+                raise Refused(difference, MODES)
+            difference = contracts.structure_difference(recorded["structure"], contracts.structure(obj))
+            if difference:
+                raise Refused(f"argument {position} differs from the export's: {difference}", MODULE)
+            if training and contracts.requiring_grad(obj) != recorded["requires_grad"]:
+                raise Refused(f"argument {position}'s parameters that require gradients differ from the export's "
+                              f"({len(contracts.requiring_grad(obj))} now, {len(recorded['requires_grad'])} at build)",
+                              MODULE)
+            try:
+                hooks = contracts.hooks(obj)
+                dicts = contracts.hook_dicts(list(obj.modules()))
+                slots = touchpoints.module_slots(obj)
+            except Exception as exc:  # torch's module internals are not as expected: run the fallback
+                raise Refused(f"argument {position}'s hooks or submodules cannot be read: {exc!r}") from None
+            if hooks != recorded["hooks"]:
+                raise Refused(f"argument {position}'s hooks differ from the export's: {hooks} now, "
+                              f"{recorded['hooks']} at build", SETTINGS)
+            try:
+                reads = contracts.resolve_reads(obj, recorded["reads"], position)
+            except LookupError as exc:
+                raise Refused(str(exc), MODULE) from None
             named = dict(obj.named_parameters(remove_duplicate=False))
             named.update(obj.named_buffers(remove_duplicate=False))
-            slots = _slots(obj)
+            for group in recorded["tied"]:  # the package reads one of them for all
+                if len({id(named.get(n)) for n in group}) != 1:
+                    raise Refused(f"argument {position}'s {', '.join(group)} are not one tensor, as they were at "
+                                  "build", MODULE)
             modules = list(obj.modules())
-        elif isinstance(obj, Mapping):
-            named, slots, modules = dict(obj), [], []
+        elif isinstance(obj, Mapping) and not training:
+            named, slots, modules, reads, dicts = dict(obj), [], [], [], []
         else:
             raise Refused(f"argument {position} is a {type(obj).__name__}; the step was exported with a module there "
-                          "(give it, or a mapping of its weights by state_dict name)")
+                          "(give it, or for an inference step a mapping of its weights by state_dict name)", MODULE)
         tensors = {}
         for name, want in recorded["tensors"].items():
             found = named.get(name)
             if found is None:
                 if want[4]:  # a tensor a checkpoint holds
-                    raise Refused(f"argument {position} has no tensor {name!r}")
+                    raise Refused(f"argument {position} has no tensor {name!r}", MODULE)
                 continue  # a buffer that is not persistent: the package ships it
             if not isinstance(found, torch.Tensor):
-                raise Refused(f"argument {position}[{name!r}] is a {type(found).__name__}, not a tensor")
+                raise Refused(f"argument {position}[{name!r}] is a {type(found).__name__}, not a tensor", MODULE)
             got = [list(found.shape), list(found.stride()), str(found.dtype), str(found.device)]
             if got != want[:4]:
                 raise Refused(f"argument {position}'s {name} is {got}, exported for {want[:4]} "
-                              "(shape, stride, dtype, device)")
+                              "(shape, stride, dtype, device)", MODULE)
             tensors[name] = found
-        baked = {name: named[name] for name in recorded.get("baked", []) if isinstance(named.get(name), torch.Tensor)}
         if isinstance(obj, Mapping):
-            slots = [(obj, name, t) for name, t in {**tensors, **baked}.items()]
-        return cls(obj, tensors, baked, slots, modules, tuple(t.data_ptr() for t in tensors.values()))
-
-
-def _slots(module: Any) -> list[tuple[Any, str, Any]]:
-    """(container, name, value) of every submodule, parameter and buffer below ``module``."""
-    slots: list[tuple[Any, str, Any]] = []
-    for owner in module.modules():
-        for container in (owner._modules, owner._parameters, owner._buffers):
-            slots.extend((container, name, value) for name, value in container.items())
-    return slots
+            slots = [(obj, name, t) for name, t in tensors.items()]
+        return cls(obj, tensors, slots, modules, reads, dicts)
 
 
 def _tensor_problem(leaf: Any, want: dict[str, Any], sizes: dict[str, int], ranges: dict[str, list]) -> str | None:
@@ -252,7 +300,7 @@ def _shipped_constants(torch: Any, blob: bytes) -> dict[str, Any]:
     return loaded
 
 
-def _open(torch: Any, package: bytes) -> Any:
+def open_package(torch: Any, package: bytes) -> Any:
     """The C++ loader on ``package`` (checked bytes), from a private file it may extract."""
     directory = tempfile.mkdtemp(prefix="hatch-precompile-step-")  # 0700
     path = os.path.join(directory, "step.pt2")

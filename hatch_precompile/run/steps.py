@@ -8,7 +8,10 @@ name, fn)`` returns a callable that runs the shipped step where the arguments ke
 ``torch.compile(fn)`` everywhere else: another torch the step was not proven on, a shape outside
 the exported ranges, a module in train() mode, a Python value or a mode that differs, a loader
 that refuses. ``step.route`` says which ran, ``step.reason`` why the fallback did. A failed
-shortcut costs time, never correctness.
+shortcut costs time, never correctness; it is never silent either: the first call in a process
+that a shipped step refuses, of each kind (inputs, modes, module, settings, loader), warns once
+with the reason and the fix (a PrecompileWarning). A refusal the author planned for (a module in
+train() for an inference step) is only logged.
 """
 
 from __future__ import annotations
@@ -16,14 +19,42 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import warnings
 from collections import Counter
 from typing import Any, Callable
 
 from hatch_precompile.protocol import check_artifact_name, step_files
+from hatch_precompile.protocol.steps import (
+    ARGUMENTS,
+    EXPORTED,
+    FALLBACK,
+    INPUTS,
+    LOADER,
+    MODES,
+    MODULE,
+    PLANNED,
+    PRECOMPILED,
+    SETTINGS,
+    ContractError,
+    read_contract,
+)
 from hatch_precompile.run import artifacts, contract, loader
 
-CONTRACT_FORMAT = 1
-EXPORTED, PRECOMPILED, FALLBACK = "aotinductor", "precompiled", "fallback"
+# Why a call was refused, by kind (run/exported.py's, and the precompile route's own): the fix a
+# warning gives. The author's planned refusal (train mode) has none: it is logged, not warned.
+FIXES = {
+    MODES: "call it under the process modes the workload saved it with (torch.no_grad(), the default dtype, "
+             "autocast)",
+    INPUTS: "call it with inputs of the dtypes, layouts and structure the workload gave save_step(), and dims "
+              "inside its dynamic_shapes (widen those and rebuild to serve more)",
+    MODULE: "serve a model of the class, submodules and tensor shapes the workload saved the step with, or "
+              "rebuild the package with the model you serve",
+    SETTINGS: "serve the model with the settings the step's trace read at build, or rebuild the package with "
+                "the model as you serve it",
+    LOADER: "rebuild the package for this torch and machine; `hatch-precompile verify` shows what it refuses",
+    ARGUMENTS: "call it with arguments as the workload's save_step() gave them",
+}
+_warned: set[tuple[str, str, str]] = set()  # (package, step, kind): one warning each per process
 
 _LOADING = threading.Lock()  # precompile.load primes torch's process-wide caches: one at a time
 # Calls each route served in this process, by (package, step, route): what snoop counts.
@@ -39,10 +70,11 @@ class Step:
     """
 
     def __init__(self, package: str, name: str, fn: Callable[..., Any], fallback: Callable[..., Any] | None,
-                 dynamic: bool | None = None):
+                 dynamic: bool | None = None, backward: bool = False):
         self.package, self.name, self.fn = package, name, fn
         self._fallback = fallback
         self._dynamic = dynamic
+        self.backward = backward  # fn returns a loss: a call leaves its gradients in .grad
         self._lock = threading.Lock()
         self._resolved = False
         self._contract: dict[str, Any] | None = None
@@ -56,17 +88,17 @@ class Step:
         return f"<hatch_precompile step {self.package}:{self.name} route={self.route}>"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        shipped, why, route, kind = self._shipped_for(args)
         if kwargs:  # the capture's calling convention is positional
-            return self._run_fallback(f"called with keyword arguments ({', '.join(kwargs)})", args, kwargs)
-        shipped, why, route = self._shipped_for(args)
-        if shipped is not None:
+            why, kind = f"called with keyword arguments ({', '.join(kwargs)})", ARGUMENTS if shipped is not None else None
+        elif shipped is not None:
             if route == EXPORTED:
                 from hatch_precompile.run import exported
 
                 try:
                     result = shipped.call(args)
                 except exported.Refused as exc:
-                    why = str(exc)
+                    why, kind = str(exc), exc.kind
                 else:
                     return self._ran(EXPORTED, None, result)
             else:
@@ -75,14 +107,36 @@ class Step:
                 try:
                     result = shipped(*args)
                 except torch.compiler.precompile.PrecompileError as exc:  # torch's own checks, before any work
-                    why = f"torch.compiler.precompile refused the arguments: {exc}"
+                    why, kind = f"torch.compiler.precompile refused the arguments: {exc}", ARGUMENTS
                 else:
                     return self._ran(PRECOMPILED, None, result)
-        return self._run_fallback(why, args, {})
+        if kind is not None:
+            self._refused(kind, why or "")
+        return self._run_fallback(why, args, kwargs)
 
     def _run_fallback(self, why: str | None, args: tuple, kwargs: dict[str, Any]) -> Any:
         self._ran(FALLBACK, why, None)
-        return self.fallback(*args, **kwargs)
+        result = self.fallback(*args, **kwargs)
+        if not self.backward:
+            return result
+        result.backward()  # what the shipped training step does: gradients in .grad, the loss detached
+        return result.detach()
+
+    def _refused(self, kind: str, why: str) -> None:
+        """A shipped step refused a call: said once per kind in this process (a PrecompileWarning with
+        the fix), logged only where the author planned it; never raises, even under -W error."""
+        key = (self.package, self.name, kind)
+        if kind == PLANNED or key in _warned:
+            loader.log.debug("step %s:%s ran its fallback: %s", self.package, self.name, why)
+            return
+        _warned.add(key)
+        message = (f"hatch-precompile: {self.package}'s step {self.name!r} ran torch.compile instead of its shipped "
+                   f"step: {why}. To use the shipped step, {FIXES.get(kind, FIXES[ARGUMENTS])}. (Said once per "
+                   "kind of refusal; `step.reason` has each call's.)")
+        try:
+            warnings.warn(message, loader.PrecompileWarning, stacklevel=4)
+        except Exception:  # warnings turned into errors (-W error): the call still falls back
+            loader.log.debug("step %s: the refusal could not be reported", self.name, exc_info=True)
 
     def _ran(self, route: str, reason: str | None, result: Any) -> Any:
         with self._lock:
@@ -99,23 +153,24 @@ class Step:
                 self._fallback = torch.compile(self.fn, dynamic=self._dynamic)
             return self._fallback
 
-    def _shipped_for(self, args: tuple) -> tuple[Any, str | None, str | None]:
-        """(the shipped step to run for ``args``, or None; why not; its route)."""
+    def _shipped_for(self, args: tuple) -> tuple[Any, str | None, str | None, str | None]:
+        """(the shipped step to run for ``args``, or None; why not; its route; the kind of a refusal
+        of these arguments, None where no step can run here at all)."""
         with self._lock:
             if not self._resolved:
                 self._resolved = True
                 self._contract = self._read_contract()
             if self._contract is None:
-                return None, self._unavailable, None
+                return None, self._unavailable, None, None
             route = self._contract.get("route")
             if route != EXPORTED:  # the exported step checks its own, faster (run/exported.py)
                 why = contract.mismatch(self._contract, args)
                 if why is not None:
-                    return None, why, route
+                    return None, why, route, MODES if why.startswith("the process modes") else ARGUMENTS
             if self._loaded is None and self._files is not None:
                 with _LOADING:
                     self._loaded = self._load()
-            return self._loaded, self._unavailable, route
+            return self._loaded, self._unavailable, route, None
 
     def _read_contract(self) -> dict[str, Any] | None:
         """The step's contract where it can run here (its files read and checked), or None with
@@ -128,9 +183,10 @@ class Step:
             files = step_files(self.name)
             if found is None or files["json"] not in found.manifest.files:
                 return self._skip(f"no step named {self.name!r} was shipped for this environment")
-            record = json.loads(found.read(files["json"]))
-            if not isinstance(record, dict) or record.get("format") != CONTRACT_FORMAT:
-                return self._skip(f"step {self.name!r} has a contract this hatch-precompile cannot read")
+            try:
+                record = read_contract(json.loads(found.read(files["json"])), self.name)
+            except (ContractError, ValueError) as exc:
+                return self._skip(str(exc))
             if record.get("route") == EXPORTED:
                 return self._exported_contract(record, found, files)
             import torch
@@ -152,8 +208,6 @@ class Step:
         if built != torch.__version__ and torch.__version__ not in (record.get("proven") or []):
             return self._skip(f"step {self.name!r} was exported with torch {built} and not proven on torch "
                               f"{torch.__version__} (`hatch-precompile bake` under this torch proves it)")
-        if not isinstance(record.get("export"), dict):
-            return self._skip(f"step {self.name!r} has a contract this hatch-precompile cannot read")
         self._files = {"pt2": found.read(files["pt2"])}
         if files["constants"] in found.manifest.files:
             self._files["constants"] = found.read(files["constants"])
@@ -206,15 +260,22 @@ def _not_the_exec_warning(record: logging.LogRecord) -> bool:
 
 
 def load_step(package: str, name: str, fn: Callable[..., Any], fallback: Callable[..., Any] | None = None, *,
-              dynamic: bool | None = None) -> Step:
+              dynamic: bool | None = None, backward: bool = False) -> Step:
     """``fn`` as ``package`` shipped it under ``name`` (see Step); never raises for an artifact problem.
 
     Cheap at import: nothing is read before the first call. ``fallback`` (default
     ``torch.compile(fn, dynamic=dynamic)``, made on first need) runs wherever the shipped step
     cannot; ``dynamic=True`` makes it one graph for every size, as an exported step with dynamic
     dims serves them (the workload warms it by calling ``step.fallback`` once).
+
+    ``backward=True``: ``fn`` returns a scalar loss and does not call ``backward()`` itself (as the
+    workload's ``save_step(..., backward=True)`` saved it). A call then does what ``loss =
+    fn(*args); loss.backward()`` does, by the shipped package of the forward and backward where it
+    can and by ``fallback`` then ``backward()`` elsewhere: each gradient added to its parameter's
+    ``.grad``, batch norm's statistics updated, the loss returned detached. The optimizer step stays
+    the caller's.
     """
     check_artifact_name(name, "step")
     if not callable(fn):
         raise TypeError(f"load_step({package!r}, {name!r}, fn): fn must be callable, got {type(fn).__name__}")
-    return Step(package, name, fn, fallback, dynamic)
+    return Step(package, name, fn, fallback, dynamic, backward)

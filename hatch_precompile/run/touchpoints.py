@@ -154,6 +154,23 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
     Touchpoint("aoti-loader", "torch._C._aoti", "AOTIModelPackageLoader", "call", "load_step: run an exported "
                "step, with the caller's weights bound in place (run/exported.py)",
                broken="the step runs its fallback, with the loader's reason in `step.reason`"),
+    Touchpoint("keep-constants", CONFIG, "always_keep_tensor_constants", "setting", "build: every tensor of an "
+               "exported step's modules stays a constant the caller binds, none folded into the code "
+               "(build/export.py)",
+               broken="the step is not exported, and the build says why (load_step runs its fallback)"),
+    Touchpoint("joint-export", "torch.export.experimental", "_export_forward_backward", "call", "build: a "
+               "training step's exported program made into one graph of the loss and every gradient "
+               "(build/export.py)",
+               broken="the training step is not exported, and the build says why (load_step runs its fallback)"),
+    Touchpoint("pytree", "torch.utils._pytree", "tree_flatten, tree_unflatten, treespec_dumps, treespec_loads",
+               "call", "build and load_step: an exported step's inputs and outputs, flattened as the package "
+               "takes them (build/export.py, run/exported.py)",
+               broken="load_step: the step runs its fallback, with the reason in `step.reason`"),
+    Touchpoint("module-internals", "torch.nn.Module", "_modules, _parameters, _buffers, _forward_pre_hooks, "
+               "_forward_hooks, _backward_pre_hooks, _backward_hooks", "read",
+               "load_step: an exported step's module, by identity (what was replaced) and its hooks "
+               "(run/exported.py, run/contract.py)",
+               broken="load_step: the call runs the fallback, with the reason in `step.reason`"),
 )}
 
 
@@ -589,3 +606,82 @@ def aoti_compile(torch: Any, program: Any, package_path: str, configs: dict[str,
     from torch._inductor import aoti_compile_and_package
 
     return aoti_compile_and_package(program, package_path=package_path, inductor_configs=configs)
+
+
+def keeps_tensor_constants(torch: Any) -> bool:
+    """Whether this torch's Inductor can keep every tensor constant out of the code it generates
+    (``always_keep_tensor_constants``: without it, 0-dim tensors and 1-D ones of up to 8 elements
+    are folded in, and a caller's other values would not be seen)."""
+    _lookup("keep-constants", "setting")
+    try:
+        from torch._inductor import config
+    except ImportError:
+        return False
+    return hasattr(config, "always_keep_tensor_constants")
+
+
+KEEP_CONSTANTS = {"always_keep_tensor_constants": True}  # the compile's setting, with that check
+
+
+def pytree(torch: Any) -> Any:
+    """``torch.utils._pytree``: how an exported program flattens its inputs and outputs."""
+    _lookup("pytree", "call")
+    import torch.utils._pytree as found
+
+    return found
+
+
+_HOOKS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
+
+
+def module_hooks(module: Any) -> dict[str, dict[int, Any]]:
+    """A module's own hooks, by kind (handle id: hook); raises where they are not as expected."""
+    return {kind.strip("_"): dict(registered.items()) for kind, registered in zip(_HOOKS, module_hook_dicts(module))}
+
+
+def module_hook_dicts(module: Any) -> list[dict[int, Any]]:
+    """The dicts a module keeps its hooks in, by kind as ``_HOOKS`` lists them."""
+    _lookup("module-internals", "read")
+    found = []
+    for kind in _HOOKS:
+        registered = vars(module).get(kind)
+        if not isinstance(registered, dict):
+            raise TypeError(f"torch.nn.Module.{kind} is a {type(registered).__name__}, not a dict")
+        found.append(registered)
+    return found
+
+
+def module_slots(module: Any) -> list[tuple[Any, str, Any]]:
+    """(container, name, value) of every submodule, parameter and buffer below ``module``: a call
+    that finds each value in its place skips the full check; raises where they are not dicts."""
+    _lookup("module-internals", "read")
+    slots: list[tuple[Any, str, Any]] = []
+    for owner in module.modules():
+        for kind in ("_modules", "_parameters", "_buffers"):
+            container = vars(owner).get(kind)
+            if not isinstance(container, dict):
+                raise TypeError(f"torch.nn.Module.{kind} is a {type(container).__name__}, not a dict")
+            slots.extend((container, name, value) for name, value in container.items())
+    return slots
+
+
+def has_joint_export(torch: Any) -> bool:
+    """Whether this torch can make an exported loss into one graph of the loss and its gradients."""
+    _lookup("joint-export", "call")
+    try:
+        from torch.export import experimental
+    except ImportError:
+        return False
+    return callable(getattr(experimental, "_export_forward_backward", None))
+
+
+def joint_program(torch: Any, program: Any) -> Any:
+    """``program`` (an export whose forward returns ``(loss,)``) as one program that returns the loss,
+    then the gradient of each parameter that requires one; raises where this torch has no such pass."""
+    _lookup("joint-export", "call")
+    from torch.export import experimental
+
+    joint = getattr(experimental, "_export_forward_backward", None)
+    if joint is None:
+        raise NotImplementedError(f"torch {torch.__version__} has no torch.export.experimental._export_forward_backward")
+    return joint(program, joint_loss_index=0)

@@ -78,6 +78,59 @@ wider = MLP(); wider.net[1] = torch.nn.ReLU(); wider.eval()
 case("another submodule", wider, x)
 case("not contiguous", model, torch.randn(32, 4).t())
 case("as exported again", model, x)
+other = step_pkg.make_model(seed=5).eval()
+other.net[2].eps = 1e-3  # a setting the trace read: refused, and nothing of `other` bound
+case("eps changed", other, x)
+other.net[2].eps = 1e-5
+case("eps put back", other, x)  # served with other's weights, not the last ones bound
+print(json.dumps(out))
+'''
+
+
+TRAIN = r'''
+import copy, json, sys, warnings
+import torch
+import step_pkg
+from step_pkg import loss_step, make_tagger, tagging_loss
+out = {}
+def grads(a, b):
+    return {n: None if p.grad is None else (p.grad - q.grad).abs().max().item()
+            for (n, p), q in zip(a.named_parameters(), b.parameters())}
+def buffers(a, b):
+    return max((s.double() - t.double()).abs().max().item() for s, t in zip(a.buffers(), b.buffers()))
+x, y = step_pkg.make_batch(9, seed=4)  # a batch size the workload never used
+model = make_tagger(seed=3).train()  # other weights than the build's
+eager = copy.deepcopy(model)
+for m in (model, eager):
+    m.head.weight.grad = torch.ones_like(m.head.weight)  # a gradient already there: added to
+loss = loss_step(model, x, y)
+want = tagging_loss(eager, x, y)
+want.backward()
+out["first"] = [loss_step.route, loss_step.reason, abs(loss.item() - want.item()), loss.requires_grad]
+out["compiler"] = sorted(m for m in sys.modules if m.startswith(("torch._dynamo", "torch._inductor")))
+out["grads"], out["buffers"] = grads(model, eager), buffers(model, eager)
+optimizer, eager_optimizer = torch.optim.SGD(model.parameters(), lr=0.1), torch.optim.SGD(eager.parameters(), lr=0.1)
+routes = set()
+for i in range(20):
+    xb, yb = step_pkg.make_batch(4 + i % 5, seed=10 + i)
+    optimizer.zero_grad()
+    loss_step(model, xb, yb)
+    optimizer.step()
+    routes.add(loss_step.route)
+    eager_optimizer.zero_grad()
+    tagging_loss(eager, xb, yb).backward()
+    eager_optimizer.step()
+out["sgd"] = [sorted(routes), max((p - q).abs().max().item() for p, q in zip(model.parameters(), eager.parameters())),
+              buffers(model, eager)]
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    model.eval(), eager.eval(), model.zero_grad(), eager.zero_grad()
+    loss = loss_step(model, x, y)  # the author's planned refusal: the fallback, then backward()
+    want = tagging_loss(eager, x, y)
+    want.backward()
+    out["eval"] = [loss_step.route, loss_step.reason, abs(loss.item() - want.item()),
+                   max(v for v in grads(model, eager).values() if v is not None)]
+    out["eval warnings"] = [str(w.message) for w in seen if w.category.__name__ == "PrecompileWarning"]
 print(json.dumps(out))
 '''
 
@@ -148,19 +201,38 @@ def test_the_exported_step_runs_at_the_process_thread_count(step_site, tmp_path,
 
 def test_a_call_outside_the_contract_runs_the_fallback_with_the_reason(step_site, tmp_path):
     out = serve(step_site, tmp_path / "cache", FALLBACKS)
-    assert out["as exported"][:2] == ["aotinductor", None] and out["as exported again"][:2] == ["aotinductor", None]
+    for case in ("as exported", "as exported again", "eps put back"):
+        route, reason, error = out[case]
+        assert route == "aotinductor" and reason is None and error < 1e-6, (case, out[case])
     says = {
         "batch 300": "input 0: dim 0 is 300, outside the exported range 1..256",
         "float64": "input 0: torch.float64 on cpu, exported for torch.float32 on cpu",
         "train mode": "argument 0 is in train() mode; the step was exported in eval()",
         "grad enabled": "the process modes {'grad': True",
-        "another submodule": "argument 0 differs from the export's: its submodules or their settings",
+        "another submodule": "argument 0 differs from the export's: its submodules (names or classes)",
         "not contiguous": "input 0: not contiguous, exported for a contiguous tensor",
+        "eps changed": "argument 0's net.2.eps: 1e-05 at build, 0.001 now",
     }
     for case, reason in says.items():
         route, why, error = out[case]
         assert route == "fallback" and why.startswith(reason), (case, out[case])
         assert error < 1e-5, (case, out[case])  # a failed shortcut costs time, never correctness
+
+
+def test_a_training_step_runs_its_exported_forward_and_backward_as_loss_backward_would(step_site, tmp_path):
+    out = serve(step_site, tmp_path / "cache", TRAIN)
+    route, reason, error, requires_grad = out["first"]
+    assert route == "aotinductor" and reason is None and error < 1e-6 and requires_grad is False
+    assert out["compiler"] == []  # neither Dynamo nor Inductor imported by the shipped step
+    assert out["grads"].pop("body.0.weight") is None  # frozen: no gradient, as eager leaves it
+    assert all(diff is not None and diff < 1e-5 for diff in out["grads"].values()), out["grads"]
+    assert out["buffers"] < 1e-5  # BatchNorm's running statistics, written into the caller's buffers
+    routes, parameters, statistics = out["sgd"]
+    assert routes == ["aotinductor"] and parameters < 1e-4 and statistics < 1e-4
+    route, reason, error, grad_error = out["eval"]
+    assert route == "fallback" and reason == "argument 0 is in eval() mode; the training step was exported in train()"
+    assert error < 1e-5 and grad_error < 1e-5
+    assert out["eval warnings"] == []
 
 
 def test_a_damaged_package_falls_back_with_the_reason(step_site, tmp_path):
@@ -209,7 +281,7 @@ def test_training_steps_a_torch_cannot_capture_fall_back_warm(step_wheel, step_s
     """On a torch without torch.compiler.precompile (before 2.14) the same package builds, says which
     steps it could not capture, and those run torch.compile, warm from the shipped caches."""
     manifest = manifest_of(step_site)
-    assert set(manifest["steps"]) == {"classify"}  # the training steps were not captured here
+    assert set(manifest["steps"]) == {"classify", "loss"}  # train_step and predict were not captured here
     (tmp_path / "run").mkdir()
     result = run_step_pkg(sys.executable, tmp_path / "run" / "cache", pythonpath=step_site)
     assert result["precompiled"] and result["routes"] == ["fallback", "fallback"]

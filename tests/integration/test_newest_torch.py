@@ -83,7 +83,7 @@ def assert_steps_ship_past_dynamo(python: Path, tmp_path: Path, links: str) -> N
     artifact, they fall back to torch.compile and compute the same."""
     proc = run([python, "-m", "pip", "install", "-v", copy_project(tmp_path / "step_pkg", STEP_PKG)],
                env={"PIP_FIND_LINKS": links, "HATCH_PRECOMPILE_NO_STEPS": "0"})
-    assert "TorchScript module(s), 3 step(s) ahead of time;" in proc.stdout
+    assert "TorchScript module(s), 4 step(s) ahead of time;" in proc.stdout
     results = {}
     for name, env in (("steps-cold", {"PRECOMPILE": "0"}), ("steps-warm", {})):
         (tmp_path / name).mkdir()
@@ -135,8 +135,9 @@ def assert_an_exported_step_proven_on_this_torch_serves_it(python: Path, tmp_pat
     out = tmp_path / "baked"
     proc = run([sys.executable, "-m", "hatch_precompile", "bake", "-o", out, "--python", python, wheel],
                env={"HATCH_PRECOMPILE_NO_STEPS": "0"})
-    assert (f"step 'classify': the package built on torch {torch_version()} loads and matches on torch {version}: "
-            "shipped for it as it is") in proc.stdout
+    for step in ("classify", "loss"):  # inference, and a training step's forward and backward
+        assert (f"step '{step}': the package built on torch {torch_version()} loads and matches on torch {version}: "
+                "shipped for it as it is") in proc.stdout
     (baked,) = out.glob("*.whl")
     with zipfile.ZipFile(baked) as archive:
         manifests = [json.loads(archive.read(n)) for n in archive.namelist() if n.endswith("/manifest.json")]

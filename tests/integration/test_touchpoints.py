@@ -146,7 +146,24 @@ def test_an_aoti_compile_that_raises_fails_the_step_by_name(tmp_path):
     assert not (tmp_path / "steps").exists()
 
 
-def test_a_loader_that_refuses_runs_the_fallback_with_the_reason(step_site, tmp_path):
+def test_a_torch_that_cannot_keep_small_tensors_out_of_the_code_ships_no_exported_step(tmp_path):
+    code = ("import torch\nfrom torch import nn\nimport hatch_precompile\n"
+            "m = nn.Linear(4, 3).eval()\n"
+            "with torch.no_grad():\n    print(hatch_precompile.save_step('serve', lambda m, x: m(x), m, torch.randn(3, 4)))\n")
+    proc = run([sys.executable, "-c", code], cwd=tmp_path,
+               env={**misbehaving("keep-constants"), "HATCH_PRECOMPILE_STEPS_DIR": str(tmp_path / "steps"),
+                    "HATCH_PRECOMPILE_NO_STEPS": "0"})
+    assert "step 'serve' not captured: torch " in proc.stdout
+    assert "Inductor cannot keep small tensors out of the code it generates" in proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == "None" and not (tmp_path / "steps").exists()
+
+
+@pytest.mark.parametrize("broken, says", [
+    ("aoti-loader", "the AOTInductor loader refused the package: misbehaving on purpose"),
+    ("pytree", "its calling convention cannot be read here: RuntimeError('misbehaving on purpose')"),
+    ("module-internals", "argument 0's hooks or submodules cannot be read: RuntimeError('misbehaving on purpose')"),
+])
+def test_an_exported_step_whose_torch_internals_misbehave_runs_the_fallback(step_site, tmp_path, broken, says):
     code = ("import json, torch, step_pkg\nfrom step_pkg.model import classify\n"
             "m = step_pkg.make_model().eval(); x = step_pkg.make_batch(6)[0]\n"
             "with torch.no_grad():\n    got = step_pkg.classify_step(m, x)\n"
@@ -154,7 +171,6 @@ def test_a_loader_that_refuses_runs_the_fallback_with_the_reason(step_site, tmp_
             "(got - classify(m, x)).abs().max().item()]))")
     (tmp_path / "cache").mkdir()
     proc = run([sys.executable, "-c", code], cwd=tmp_path, env={
-        **misbehaving("aoti-loader", step_site), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")})
+        **misbehaving(broken, step_site), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")})
     route, reason, error = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert route == "fallback" and "the AOTInductor loader refused the package: misbehaving on purpose" in reason
-    assert error < 1e-6
+    assert route == "fallback" and says in reason and error < 1e-6

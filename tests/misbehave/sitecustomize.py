@@ -189,6 +189,41 @@ def _cache_dir_utils(module):
 def _inductor(module):
     if "aoti-compile" in BROKEN:
         module.aoti_compile_and_package = _raise
+    if "keep-constants" in BROKEN:  # a torch whose Inductor has no such setting
+        import importlib
+
+        importlib.import_module("torch._inductor.config")._config.pop("always_keep_tensor_constants", None)
+
+
+def _export_experimental(module):
+    if "joint-export" in BROKEN:
+        module._export_forward_backward = _raise
+
+
+def _pytree(module):
+    if "pytree" in BROKEN:
+        module.treespec_loads = _raise
+
+
+class _UnreadableHooks(dict):
+    """A module's hooks dict that torch can fill, test and pickle, but whose entries cannot be listed."""
+
+    def items(self):
+        raise RuntimeError("misbehaving on purpose")
+
+    def __reduce_ex__(self, protocol):
+        return type(self), (), None, None, iter(dict.items(self))
+
+
+def _nn_module(module):
+    if "module-internals" in BROKEN:
+        original = module.Module.__init__
+
+        def __init__(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            object.__setattr__(self, "_forward_hooks", _UnreadableHooks())
+
+        module.Module.__init__ = __init__
 
 
 def _torch(module):
@@ -212,6 +247,9 @@ def _backends_cpu(module):
 PATCHES = {
     "torch": _torch,
     "torch._inductor": _inductor,
+    "torch.utils._pytree": _pytree,
+    "torch.export.experimental": _export_experimental,
+    "torch.nn.modules.module": _nn_module,
     "torch.utils._config_module": _config_module,
     "torch._inductor.runtime.cache_dir_utils": _cache_dir_utils,
     "torch._inductor.codecache": _codecache,
@@ -233,6 +271,7 @@ BREAKERS = frozenset({
     "hash-details", "inductor-config", "compile-command", "dynamo-compile", "key-details", "fx-key", "aot-key",
     "verify-setting", "precompile-logger", "logs", "metrics", "counters", "guard-failures", "compile-times",
     "megacache", "cpu-capability", "cpp-compiler", "cache-dir", "aoti-compile", "aoti-loader",
+    "keep-constants", "pytree", "module-internals", "joint-export",
 })
 
 

@@ -57,3 +57,21 @@ def test_docs_manifest_md_is_generated_from_the_fields():
     """docs/reference/manifest.md holds the table the dataclass makes; regenerate it with
     `python -c "from hatch_precompile.protocol import manifest; print(manifest.documentation())"`."""
     assert manifest_schema.documentation() in (DOCS / "manifest.md").read_text()
+
+
+def test_a_step_contract_of_another_format_or_route_is_refused_by_name():
+    from hatch_precompile.protocol.steps import CONTRACT_FORMAT, ContractError, read_contract
+
+    good = {"format": CONTRACT_FORMAT, "route": "aotinductor", "torch": "2.13.0", "export": {}}
+    assert read_contract(good, "serve") is good
+    for record, says in (
+        ({**good, "format": 1}, "step 'serve' has a contract of format 1; this hatch-precompile serves format 2 "
+                                "(build the package again)"),
+        ({**good, "route": "jit"}, "step 'serve' has a contract for the route 'jit', not one of aotinductor, precompile"),
+        ({k: v for k, v in good.items() if k != "export"}, "step 'serve''s contract lacks export"),
+        ({**good, "export": []}, "step 'serve''s contract has an `export` that is not a JSON object"),
+        ([], "step 'serve' has a contract that is not a JSON object"),
+    ):
+        with pytest.raises(ContractError) as raised:
+            read_contract(record, "serve")
+        assert str(raised.value) == says

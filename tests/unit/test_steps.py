@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+from hatch_precompile.build import step_check
 from hatch_precompile.build import steps as capture
 from hatch_precompile.protocol import STEPS_DIR_VAR
 from hatch_precompile.run import contract as steps
@@ -92,14 +93,14 @@ def test_changed_arguments_differ_from_the_originals_which_stay_as_they_were():
     m, (x, _) = model(), batch(32)
     ids, mask, ones = torch.arange(32) % 5, torch.ones(64, dtype=torch.bool), torch.ones(4, 16, dtype=torch.long)
     originals = [m[0].weight.clone(), x.clone(), ids.clone(), mask.clone(), ones.clone()]
-    cm, cx, cids, cmask, cones = capture._changed((m, x, ids, mask, ones))
+    cm, cx, cids, cmask, cones = step_check.changed_copies((m, x, ids, mask, ones))
     assert not torch.equal(cm[0].weight, originals[0]) and not torch.equal(cx, originals[1])
     assert sorted(cids.tolist()) == sorted(ids.tolist()) and not torch.equal(cids, ids)  # shuffled: in range
     assert not cmask.all() and cmask.any()  # masks: some entries flipped, as padding would
     assert set(cones.unique().tolist()) == {0, 1} and cones.dtype == torch.long
     for now, was in zip((m[0].weight, x, ids, mask, ones), originals):
         assert torch.equal(now, was)
-    again = capture._changed((m, x, ids, mask, ones))  # the same change every time: both runs compare alike
+    again = step_check.changed_copies((m, x, ids, mask, ones))  # the same change every time: both runs compare alike
     assert torch.equal(again[1], cx) and torch.equal(again[4], cones)
 
 
@@ -133,7 +134,7 @@ def test_the_check_catches_a_branch_the_changed_inputs_take_otherwise():
         return m_(x_ if y_[0] == 0 else -x_).sum().detach()
 
     flipped = [labels for labels in (torch.tensor([0] + [2] * 7), torch.tensor([2] + [0] * 7), torch.arange(8) % 3)
-               if capture._changed((m, x, labels))[2][0] != labels[0]]
+               if step_check.changed_copies((m, x, labels))[2][0] != labels[0]]
     assert flipped  # the shuffle moves the first label for some of these
     for labels in flipped:
         first = int(labels[0])

@@ -42,7 +42,32 @@ def classify(model: MLP, x: torch.Tensor) -> torch.Tensor:
     return model(x).softmax(-1)
 
 
+class Tagger(nn.Module):
+    """Trained through the exported joint graph: a frozen embedding layer, BatchNorm, a 3-class head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(32, 48), nn.BatchNorm1d(48), nn.ReLU(), nn.LayerNorm(48))
+        self.head = nn.Linear(48, 3)
+        self.body[0].weight.requires_grad_(False)  # frozen: no gradient, as in fine-tuning
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(x))
+
+
+def make_tagger(seed: int = 0) -> Tagger:
+    torch.manual_seed(seed)
+    return Tagger()
+
+
+def tagging_loss(model: Tagger, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The loss alone: load_step(..., backward=True) runs its backward (the exported joint graph)."""
+    return F.cross_entropy(model(x), y % 3)
+
+
 BATCH = torch.export.Dim("batch", min=1, max=256)
+TRAIN_BATCH = torch.export.Dim("train_batch", min=2, max=256)  # BatchNorm in train() needs two
 train_step = hatch_precompile.load_step(__package__, "train_step", training_step)
 predict = hatch_precompile.load_step(__package__, "predict", forward)
 classify_step = hatch_precompile.load_step(__package__, "classify", classify)
+loss_step = hatch_precompile.load_step(__package__, "loss", tagging_loss, backward=True)

@@ -5,12 +5,15 @@ import torch
 import hatch_precompile
 from step_pkg.model import (
     BATCH,
+    TRAIN_BATCH,
     classify,
     classify_step,
     forward,
     make_batch,
     make_model,
+    make_tagger,
     predict,
+    tagging_loss,
     train_step,
     training_step,
 )
@@ -27,3 +30,6 @@ def workload() -> None:
     with torch.no_grad():  # inference, in eval(): exported, any batch size up to 256
         hatch_precompile.save_step("classify", classify, served, x, dynamic_shapes=(None, {0: BATCH}))
         classify_step.fallback(served, x)
+    tagger = make_tagger().train()  # the loss's forward and backward: exported, any batch of 2 to 256
+    hatch_precompile.save_step("loss", tagging_loss, tagger, x, y, backward=True,
+                               dynamic_shapes=(None, {0: TRAIN_BATCH}, {0: TRAIN_BATCH}))

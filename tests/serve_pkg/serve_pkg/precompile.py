@@ -1,0 +1,20 @@
+"""The build's workload: both steps exported, from models as a training script leaves them."""
+
+import torch
+
+import hatch_precompile
+from serve_pkg.model import BATCH, LENGTH, classify, make_bert, make_convnet, predict, requests
+
+
+def workload() -> None:
+    bert = make_bert()
+    ids, mask = requests(4, 24)
+    bert.train()
+    bert(input_ids=ids, attention_mask=mask, labels=torch.tensor([0, 1, 2, 1]))  # sets config.problem_type
+    bert.eval()
+    convnet = make_convnet()
+    with torch.no_grad():
+        hatch_precompile.save_step("bert", classify, bert, ids, mask,
+                                   dynamic_shapes=(None, {0: BATCH, 1: LENGTH}, {0: BATCH, 1: LENGTH}))
+        hatch_precompile.save_step("convnet", predict, convnet, torch.randn(4, 3, 16, 16),
+                                   dynamic_shapes=(None, {0: BATCH}))
