@@ -58,7 +58,7 @@ def main() -> None:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("PRECOMPILE", "HATCH_", "TORCHINDUCTOR"))}
     sh(sys.executable, "-m", "venv", out / "build-venv", env=clean)
     builder = out / "build-venv" / "bin" / "python"
-    sh(builder, "-m", "pip", "install", "-q", TORCH, "build", "hatchling", ROOT, env=clean)
+    sh(builder, "-m", "pip", "install", "-q", TORCH, "build", "hatchling", f"{ROOT}[publish]", env=clean)
     sh(builder, "-m", "build", "--wheel", "--no-isolation", "-o", out / "dist", PROJECTS[args.project], env=clean)
     (wheel,) = (out / "dist").glob("*.whl")
     arms = {"speedups on": {}, "speedups off": {"HATCH_PRECOMPILE_NO_PATCHES": "1"}}

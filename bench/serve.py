@@ -100,7 +100,7 @@ def sh(*cmd, env=None, cwd=None) -> subprocess.CompletedProcess:
 def venv(path: Path, extra: list[str]) -> Path:
     sh(sys.executable, "-m", "venv", "--clear", path)
     python = path / "bin" / "python"
-    sh(python, "-m", "pip", "install", "-q", TORCH, "build", "hatchling", str(ROOT), *extra)
+    sh(python, "-m", "pip", "install", "-q", TORCH, "build", "hatchling", f"{ROOT}[publish]", *extra)
     return python
 
 

@@ -67,7 +67,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="shipped-steps-") as tmp:
         work = Path(tmp)
         print("- installing hatchling, build and hatch-precompile into --python ...", flush=True)
-        sh([args.python, "-m", "pip", "install", "-q", "hatchling", "build", ROOT])
+        sh([args.python, "-m", "pip", "install", "-q", "hatchling", "build", f"{ROOT}[publish]"])
         print("- building the hf_gpt2_steps wheel (the workload captures both steps) ...", flush=True)
         started = time.perf_counter()
         sh([args.python, "-m", "build", "--wheel", "--no-isolation", "-o", work / "dist", PROJECT])

@@ -305,7 +305,7 @@ def main() -> None:
     print("build venv and hatch-precompile wheel", flush=True)
     hp_dir = out / "hp-wheel"
     shutil.rmtree(hp_dir, ignore_errors=True)
-    builder = make_venv(out / "venv-build", TORCH, "build", "hatchling", ROOT)
+    builder = make_venv(out / "venv-build", TORCH, "build", "hatchling", f"{ROOT}[publish]")
     sh(builder, "-m", "build", "--wheel", "--no-isolation", "-o", hp_dir, ROOT)
     results = []
     for project in args.projects:

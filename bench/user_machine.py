@@ -136,7 +136,7 @@ def machine_rows(out: Path) -> dict[str, tuple[dict, str]]:
 def measure_version(label: str, ref: str | None, project: str, out: Path) -> dict:
     source = checkout(ref, out)
     work = out / f"{label}-{project}"
-    builder = venv(work / "build-venv", TORCH, "build", "hatchling", source)
+    builder = venv(work / "build-venv", TORCH, "build", "hatchling", f"{source}[publish]")
     started = time.perf_counter()
     sh(builder, "-m", "build", "--wheel", "--no-isolation", "-o", work / "dist", PROJECTS[project])
     build_seconds = time.perf_counter() - started

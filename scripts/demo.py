@@ -53,7 +53,7 @@ def main() -> None:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
 
-    builder = venv(out / "build-venv", TORCH, "build", "hatchling", ROOT)
+    builder = venv(out / "build-venv", TORCH, "build", "hatchling", f"{ROOT}[publish]")
     wheels, build_seconds = {}, {}
     for kind, switch in [("precompiled", "1"), ("plain", "0")]:
         print(f"- building sample_pkg wheel: {kind} (PRECOMPILE={switch})", flush=True)

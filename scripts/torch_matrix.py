@@ -133,7 +133,7 @@ def one(version: str, out: Path, find_links: list[str], keep: bool) -> dict:
     build_venv, run_venv = out / f"build-{label}", out / f"run-{label}"
     try:
         started = time.perf_counter()
-        python = venv(build_venv, f"torch=={version}", "build", "hatchling", str(ROOT), find_links=find_links)
+        python = venv(build_venv, f"torch=={version}", "build", "hatchling", f"{ROOT}[publish]", find_links=find_links)
         row["venv_seconds"] = round(time.perf_counter() - started, 1)
         started = time.perf_counter()
         proc = sh(python, "-m", "build", "--wheel", "--no-isolation", "-o", out / f"dist-{label}",
@@ -309,7 +309,7 @@ def exported_build(version: str, out: Path, find_links: list[str]) -> dict:
     row: dict = {"torch": version}
     build_venv = out / f"build-{label}"
     try:
-        python = venv(build_venv, f"torch=={version}", "build", "hatchling", str(ROOT), find_links=find_links)
+        python = venv(build_venv, f"torch=={version}", "build", "hatchling", f"{ROOT}[publish]", find_links=find_links)
         row["torch"] = sh(python, "-c", "import torch; print(torch.__version__)").stdout.strip().splitlines()[-1]
         started = time.perf_counter()
         proc = sh(python, "-m", "build", "--wheel", "--no-isolation", "-o", out / f"dist-{label}",

@@ -242,8 +242,12 @@ def links(tmp_path_factory, hp_dist) -> Path:
     def fill(out: Path) -> None:
         for wheel in hp_dist.glob("*.whl"):
             shutil.copy(wheel, out)
-        # hatch-precompile's own wheel brings its dependencies (whatever they are) along.
-        run([sys.executable, "-m", "pip", "download", "-q", "-d", out, "hatchling", *out.glob("hatch_precompile-*.whl")])
+        # hatch-precompile's own wheel brings its dependencies (whatever they are) along; the hook's
+        # dependencies() asks for the publishing tools too.
+        from hatch_precompile.build.elf import PUBLISH_REQUIREMENTS
+
+        run([sys.executable, "-m", "pip", "download", "-q", "-d", out, "hatchling", *PUBLISH_REQUIREMENTS,
+             *out.glob("hatch_precompile-*.whl")])
 
     return built_once(tmp_path_factory, "links", fill)
 

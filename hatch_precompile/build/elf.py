@@ -12,10 +12,16 @@ with the exact torch the environment key demands, and load() checks every librar
 first file is installed. So the wheel takes the most compatible manylinux tag whose policy allows
 everything else, and stays ``linux_<arch>`` when a kernel needs a library neither the policy nor
 torch provides.
+
+auditwheel is a publishing tool, not in a user's install: the build hook asks for it through
+hatchling's ``dependencies()`` (build/plugin.py) and ``bake`` users install the ``publish`` extra.
+pyelftools is a runtime dependency: ``warm`` reads the kernels it compiles in the user's own
+environment, as a build does.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from importlib import resources
 from pathlib import Path
@@ -26,8 +32,27 @@ from hatch_precompile.errors import PrecompileError
 ELF_MAGIC = b"\x7fELF"
 
 
+# What the manylinux tag needs: hatch-precompile's `publish` extra (pyproject.toml), and what the build
+# hook adds to the build environment.
+PUBLISH_EXTRA = "publish"
+PUBLISH_REQUIREMENTS = ("auditwheel>=6.1",)
+
+
 class Unreadable(PrecompileError):
     """A file that looks like ELF cannot be read as one."""
+
+
+class MissingTool(PrecompileError):
+    """A publishing tool that tagging a wheel needs is not installed."""
+
+
+def require_publishing_tools(prefix: str = "") -> None:
+    """Raise MissingTool, naming the extra, unless the tools that tag a wheel are importable."""
+    if importlib.util.find_spec("auditwheel") is None:
+        raise MissingTool(
+            f"{prefix}the wheel's manylinux tag needs auditwheel's policies, and auditwheel is not installed "
+            f"here: install hatch-precompile's publishing tools with: pip install 'hatch-precompile[{PUBLISH_EXTRA}]'"
+        )
 
 
 def is_elf(path: Path) -> bool:
@@ -86,6 +111,8 @@ def merge(into: dict[str, dict[str, str]], more: dict[str, dict[str, str]]) -> N
 def platform_tag(libraries: dict[str, dict[str, str]], torch_libraries: set[str], arch: str) -> tuple[str | None, str]:
     """(``manylinux_2_X_<arch>``, why) for the most compatible policy that allows ``libraries``
     beside the ones torch ships (``torch_libraries``), or (None, why not)."""
+    if importlib.util.find_spec("auditwheel") is None:  # warm, in a user's install: no wheel to tag
+        return None, f"auditwheel is not installed (hatch-precompile[{PUBLISH_EXTRA}])"
     try:
         policies = json.loads(resources.files("auditwheel.policy").joinpath("manylinux-policy.json").read_text())
     except (ModuleNotFoundError, OSError, ValueError) as exc:

@@ -85,18 +85,22 @@ class PrecompileBuildHook(BuildHookInterface):
 
     # -- hatchling interface -------------------------------------------------------------
     def dependencies(self) -> list[str]:
-        """Ask for the project's torch requirement, and the torch the installer was told to put into
-        the target (target.py), unless the workload runs in the target env."""
+        """What the build env needs for a precompiled wheel: the tools that tag it (build/elf.py:
+        not in users' installs), the project's torch requirement, and the torch the installer was
+        told to put into the target (target.py), unless the workload runs in the target env."""
         if self.target_name != "wheel" or not self.enabled[0] or not self.options.workloads:
             return []
+        from hatch_precompile.build import elf
+
+        tools = list(elf.PUBLISH_REQUIREMENTS)
         if self.where.target is not None:
-            return []
+            return tools
         requirement = self._torch_requirement()
         if not self.where.pins:
-            return [requirement] if requirement else []
+            return tools + ([requirement] if requirement else [])
         from hatch_precompile.build import pins
 
-        return pins.merged([*self.where.pins, *([requirement] if requirement else [])])
+        return tools + pins.merged([*self.where.pins, *([requirement] if requirement else [])])
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         options = self.options  # a typo fails every target, not just the wheel
@@ -116,6 +120,9 @@ class PrecompileBuildHook(BuildHookInterface):
             self.app.display_info(f"precompile: off ({why}); building a plain wheel")
             return
         package = self._check_package(package)
+        from hatch_precompile.build import elf
+
+        elf.require_publishing_tools(f"build hook `{self.PLUGIN_NAME}`: ")  # before minutes of workload
         artifacts = self._capture(package)
         if artifacts is None:
             return

@@ -36,7 +36,7 @@ class StepCaptureError(PrecompileError, RuntimeError):
     """At build: torch could not capture the step by its route; the message says why and what to do."""
 
 
-# What the workload ran under `hatch-precompile verify`: one record per step (tools/replay.py).
+# What the workload ran under `hatch-precompile verify`: one record per step (tools/verify_child.py).
 verified: list[dict[str, Any]] = []
 
 

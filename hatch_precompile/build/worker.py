@@ -39,7 +39,7 @@ from hatch_precompile.protocol import (
 # docs/reference/torch-versions.md: every minor release from OLDEST_TORCH to NEWEST_TESTED, end to end.
 OLDEST_TORCH = (2, 7)
 NEWEST_TESTED = (2, 15)
-# Kernels that read the thread count when they run, not the build machine's (run/standin.py).
+# Kernels that read the thread count when they run, not the build machine's (run/key_agreement.py).
 DYNAMIC_THREADS_VAR = "TORCHINDUCTOR_CPP_DYNAMIC_THREADS"
 
 
@@ -281,21 +281,21 @@ def _built_binaries() -> bool:
 
 
 def _visible(torch: Any) -> dict[str, Any] | None:
-    """The settings the workloads ran under that load() can check (run/visible.py)."""
-    from hatch_precompile.child import keyvars
-    from hatch_precompile.run import visible
+    """The settings the workloads ran under that load() can check (run/known_misses.py)."""
+    from hatch_precompile.child import key_variables
+    from hatch_precompile.run import known_misses
 
     try:
-        found = visible.record(torch)
+        found = known_misses.record(torch)
     except Exception:  # a torch without one of them: load() checks nothing
         return None
     # Which variables feed the keys, judged from this torch's config: load() notes only those.
-    found["key_variables"] = sorted(keyvars.variables_in_keys()["key"])
+    found["key_variables"] = sorted(key_variables.variables_in_keys()["key"])
     return found
 
 
 def _settings() -> dict[str, Any]:
-    """The Inductor settings of SETTINGS the graphs were compiled under (run/standin.py applies them)."""
+    """The Inductor settings of SETTINGS the graphs were compiled under (run/key_agreement.py applies them)."""
     try:
         from torch._inductor import config
 

@@ -1,10 +1,10 @@
 """What a workload compiled, observed from inside the process that runs it.
 
-Shared by the build's child (build/worker.py), ``verify``'s (tools/replay.py) and ``snoop``'s
+Shared by the build's child (build/worker.py), ``verify``'s (tools/verify_child.py) and ``snoop``'s
 (tools/snoop_child.py): per workload,
 torch's counters, each graph compiled with its seconds and source location (compilation
 metrics), recompiles, kernels built, bytes of cache and what each cache key was made of
-(child/keys.py); in the build also graph breaks and
+(child/key_details.py); in the build also graph breaks and
 float64 nodes, read from torch's logs, and each CPU kernel's compiler command (for relocation).
 All of it is observation only: an observer that breaks records less, never fails the workload.
 """
@@ -18,7 +18,7 @@ import re
 import time
 from typing import Any, Callable
 
-from hatch_precompile.child import keys
+from hatch_precompile.child import key_details
 from hatch_precompile.run import touchpoints
 
 log = logging.getLogger("hatch_precompile.observe")
@@ -34,7 +34,7 @@ class Observer:
         self.cache_dir = cache_dir
         self.dynamo_utils = dynamo_utils
         self.signatures = Signatures()
-        self.keys = keys.KeyRecorder()
+        self.keys = key_details.KeyRecorder()
         self.logs = None
         if logs:
             try:

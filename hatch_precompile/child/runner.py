@@ -45,7 +45,7 @@ class ChildError(PrecompileError):
 class Job:
     """What to run and how to show it: ``entry``'s ``main(argv)`` with the spec, under ``prefix``."""
 
-    entry: str  # the module whose main(argv) is the child: build.worker, tools.replay, tools.snoop_child
+    entry: str  # the module whose main(argv) is the child: build.worker, tools.verify_child, tools.snoop_child
     spec: dict[str, Any]
     prefix: str  # the caller's line prefix: "precompile", "verify", ...
     say: Say

@@ -156,9 +156,9 @@ def choose(package: str, root: Any, manifests: dict[str, bytes], warmed: bool) -
         + "; ".join(f"{name}: {problem}" for name, problem in problems.items())
     )
     if mismatched:
-        from hatch_precompile.run import fix  # only on this path: it reads the installed metadata
+        from hatch_precompile.run import rebuild_command  # only on this path: it reads the installed metadata
 
-        reason += f"; {fix.rebuild(package)}"
+        reason += f"; {rebuild_command.rebuild(package)}"
     raise Skip(reason)
 
 

@@ -14,9 +14,6 @@ from collections.abc import Iterable, Mapping
 from hatch_precompile.errors import PrecompileError
 from hatch_precompile.run import preferences, variables
 
-OFF_VALUES = frozenset({"0", "false", "no", "off"})
-ON_VALUES = frozenset({"1", "true", "yes", "on"})
-
 
 class GateValueError(PrecompileError, ValueError):
     """An environment switch or the preferences file holds a value that is neither on nor off."""
@@ -38,15 +35,10 @@ def decide(
     """
     env = os.environ if environ is None else environ
     for var, raw in variables.switches(name, env):
-        value = raw.lower()
-        if value in OFF_VALUES:
-            return False, f"{var}={raw}"
-        if value in ON_VALUES:
-            return True, f"{var}={raw}"
-        raise GateValueError(
-            f"{var}={raw!r} is not a valid switch value: use one of "
-            f"{', '.join(sorted(ON_VALUES))} or {', '.join(sorted(OFF_VALUES))}"
-        )
+        try:
+            return variables.switch_value(var, raw), f"{var}={raw}"
+        except ValueError as exc:
+            raise GateValueError(str(exc)) from None
     try:
         preferred = preferences.lookup([name, *aliases], env, build=build)
     except preferences.PreferencesError as exc:

@@ -15,7 +15,7 @@ import warnings
 from pathlib import Path
 
 from hatch_precompile.protocol import CACHE_DIR_VAR
-from hatch_precompile.run import artifacts, envkey, gate, install, standin, touchpoints, variables, visible
+from hatch_precompile.run import artifacts, envkey, gate, install, key_agreement, known_misses, touchpoints, variables
 
 log = logging.getLogger("hatch_precompile")
 
@@ -114,8 +114,8 @@ def _load(package: str) -> LoadResult:
     cache_dir = install.inductor_cache_dir()
     installed, present = _install(found, cache_dir)
     _installed[package] = (found, cache_dir)
-    notes = tuple(standin.apply(found.manifest)) + tuple(
-        visible.contradictions(found.manifest.visible, str(found.manifest.env.get("torch") or "")))
+    notes = tuple(key_agreement.apply(found.manifest, note_once)) + tuple(
+        known_misses.contradictions(found.manifest.visible, str(found.manifest.env.get("torch") or "")))
     for note in notes:  # what this process will compile anyway, said before it happens
         _warn_once(f"hatch-precompile: {package}'s precompiled caches are installed, but {note}", 4)
     touchpoints.after_import(touchpoints.CODECACHE, _follow_cache_dir)

@@ -26,7 +26,10 @@ ran the same torch. Any other probe runs as usual; so does every probe when no s
 
 4. Before its first cache lookup, Inductor hashes torch's sources (``torch_key``) and, on a CUDA
 build, Triton's (``triton_key``: 0.4 s, mostly the 400 MB libtriton.so). Both start in the
-background when Inductor is imported, computed by torch as always (torch's key is never stored).
+background when Dynamo starts its first compile, computed by torch as always (torch's key is never
+stored): not when Inductor is imported, since a package that calls ``torch.compile`` at import
+imports it in processes that never compile (a CLI's ``--help``), which then paid for the hash,
+some 0.2 s of CPU, and waited at exit for torch's prefetch thread.
 Where CUDA shows no GPU, torch before 2.15 leaves Triton's key out of the graphs' keys: its own
 ``CacheBase.get_system`` is run with two stand-ins for it, and when both answers are equal that
 answer is used and Triton is never hashed (touchpoints.answer_without). Where the key is used
@@ -73,10 +76,12 @@ def apply(manifest: Manifest | None = None, cpu: frozenset[str] | None = None) -
     touchpoints.wrap("precompile-header", instead=_skip_header_when_built)
     # Inductor hashes torch's whole source tree (torch_key, 0.3-0.7 s here), and where Triton is
     # installed (a CUDA build, on a GPU or not) Triton's too, before the first cache lookup: both
-    # start in the background (hashlib drops the GIL), computed by torch as always (item 4).
-    touchpoints.prefetch("torch-key")
+    # start in the background (hashlib drops the GIL) at the first compile, computed by torch as
+    # always (item 4).
+    _at_first_compile(functools.partial(touchpoints.prefetch, "torch-key"))
     # Remembered only where a set was loaded: not for each build env's short-lived Triton.
-    triton = functools.partial(touchpoints.prefetch, "triton-key", memo=TritonKeyMemo() if manifest is not None else None)
+    triton = functools.partial(_at_first_compile, functools.partial(
+        touchpoints.prefetch, "triton-key", memo=TritonKeyMemo() if manifest is not None else None))
     if manifest is not None and _shows_no_gpu(manifest):
         # Then torch before 2.15 leaves Triton's key out of every graph's key (its C++ kernels
         # do not use Triton), yet computes it first (0.4 s of hashing a CUDA build's libtriton).
@@ -85,6 +90,20 @@ def apply(manifest: Manifest | None = None, cpu: frozenset[str] | None = None) -
         triton()
     touchpoints.wrap("check-build", instead=_vouched_probe, after=_note_probe)
     touchpoints.wrap("probe-load", instead=_remembered_probe, after=_remember_probe)
+
+
+_first_compile: list[Any] = []  # what waits for Dynamo's first compile in this process
+
+
+def _at_first_compile(start: Any) -> None:
+    """Run ``start()`` when Dynamo starts compiling a frame (now, for the next one, if it has)."""
+    _first_compile.append(start)
+    touchpoints.wrap("dynamo-compile", before=_compiling)
+
+
+def _compiling(arguments: dict[str, Any]) -> None:
+    while _first_compile:
+        _first_compile.pop(0)()
 
 
 class TritonKeyMemo:

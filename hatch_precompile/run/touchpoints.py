@@ -74,7 +74,7 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "load: skip the header for a kernel already built (run/speedups.py)",
                broken="passed through: the header is built"),
     Touchpoint("torch-key", CODECACHE, "torch_key", "prefetch", "load: hash torch's sources in the background "
-               "(run/speedups.py)",
+               "from the first compile on (run/speedups.py)",
                broken="not started: torch hashes when it needs the key"),
     Touchpoint("triton-key", CODECACHE, "triton_key", "prefetch", "load: hash Triton's in the background, or set "
                "the key this machine computed before (2.13+; before, `runtime.triton_compat.triton_key`)",
@@ -93,28 +93,30 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "load, on a GPU: find the shipped tuned configs (run/tuned_configs.py)",
                broken="the kernel is tuned again"),
     Touchpoint("hash-details", CODECACHE, "FxGraphHashDetails.__init__", "wrap", "load: a stand-in compiler's key "
-               "(run/standin.py)",
+               "(run/key_agreement.py)",
                broken="the key as torch made it: the graphs compile again"),
     Touchpoint("inductor-config", CONFIG, "cpp.dynamic_threads", "setting", "load: the set's settings "
-               "(run/standin.py); applied under HATCH_PRECOMPILE_NO_PATCHES too",
+               "(run/key_agreement.py); applied under HATCH_PRECOMPILE_NO_PATCHES too",
                broken="a setting it does not take is left alone (logged): the graphs compile again"),
     Touchpoint("compile-command", CPP_BUILDER, "run_compile_cmd", "wrap", "build: portable kernels and their flags "
                "(build/isa.py, build/export.py)",
                broken="the command runs as torch made it; the set is recorded `native`"),
-    Touchpoint("dynamo-compile", CONVERT_FRAME, "_compile", "wrap", "build, verify, snoop: each graph's call "
+    Touchpoint("dynamo-compile", CONVERT_FRAME, "_compile", "wrap", "load: the first compile starts the "
+               "torch-key and triton-key prefetches (run/speedups.py); build, verify, snoop: each graph's call "
                "(child/observe.py)",
-               broken="no call signatures recorded (snoop's gaps say less)"),
+               broken="no call signatures recorded (snoop's gaps say less); the keys are hashed when "
+               "torch needs them, not before"),
     Touchpoint("key-details", CODECACHE, "FxGraphHashDetails.__init__", "wrap", "build, verify, snoop: what each key "
-               "is made of, AOTAutograd's subclass included (child/keys.py)",
+               "is made of, AOTAutograd's subclass included (child/key_details.py)",
                broken="no key details recorded (`why` says less)"),
     Touchpoint("fx-key", CODECACHE, "compiled_fx_graph_hash", "wrap", "build, verify, snoop: the FX graph key "
-               "(child/keys.py)",
+               "(child/key_details.py)",
                broken="the key left unknown"),
     Touchpoint("aot-key", AUTOGRAD_CACHE, "autograd_cache_key", "wrap", "build, verify, snoop: the AOTAutograd key "
-               "(child/keys.py)",
+               "(child/key_details.py)",
                broken="the key left unknown"),
     Touchpoint("verify-setting", "torch._inductor.config, torch._functorch.config", "<setting>", "setting",
-               "verify's `--setting inductor.NAME=VALUE` / `functorch.NAME=VALUE` (tools/replay.py)",
+               "verify's `--setting inductor.NAME=VALUE` / `functorch.NAME=VALUE` (tools/verify_child.py)",
                broken="verify's `--setting` fails with the setting named"),
     Touchpoint("precompile-logger", "torch._precompile", "logger", "logging", "load_step: torch's warning that the "
                "code it runs is untrusted, for a step whose sha256 the manifest vouches for (run/steps.py)",
@@ -141,7 +143,7 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "environment key (run/envkey.py)",
                broken="build: a plain wheel, said in one line; load: skipped with the error"),
     Touchpoint("cpp-compiler", CPP_BUILDER, "get_cpp_compiler", "call", "load and build: the compiler Inductor "
-               "resolved (run/standin.py, run/speedups.py, build/worker.py)",
+               "resolved (run/key_agreement.py, run/speedups.py, build/worker.py)",
                broken="no compiler recorded, no stand-in; probes as usual; an exported step's CPU features unknown: refused"),
     Touchpoint("cache-dir", "torch._inductor.runtime.cache_dir_utils", "cache_dir", "call", "load, on a GPU: the "
                "cache dir the tuned configs go to (run/tuned_configs.py)",

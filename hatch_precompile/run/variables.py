@@ -31,6 +31,18 @@ from hatch_precompile.protocol import (
 )
 
 HEARTBEAT_SECONDS = 30.0  # a workload that runs for minutes must not look hung: one line this often
+OFF_VALUES = frozenset({"0", "false", "no", "off"})  # what every on/off variable of ours takes
+ON_VALUES = frozenset({"1", "true", "yes", "on"})
+
+
+def switch_value(var: str, raw: str) -> bool:
+    """``raw`` (set, stripped) as on or off, whatever its case; ValueError naming ``var`` otherwise."""
+    if raw.lower() in OFF_VALUES:
+        return False
+    if raw.lower() in ON_VALUES:
+        return True
+    raise ValueError(f"{var}={raw!r} is not a valid switch value: use one of "
+                     f"{', '.join(sorted(ON_VALUES))} or {', '.join(sorted(OFF_VALUES))}")
 
 
 def _env(environ: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -95,8 +107,10 @@ def steps_dir(environ: Mapping[str, str] | None = None) -> str | None:
 
 
 def no_steps(environ: Mapping[str, str] | None = None) -> bool:
-    """``HATCH_PRECOMPILE_NO_STEPS``: a build that ships no step (save_step() does nothing)."""
-    return _text(NO_STEPS_VAR, environ) not in ("", "0")
+    """``HATCH_PRECOMPILE_NO_STEPS``: a build that ships no step (save_step() does nothing). Takes
+    the switch's values; unset or empty is off; anything else is a ValueError naming it."""
+    raw = _text(NO_STEPS_VAR, environ)
+    return bool(raw) and switch_value(NO_STEPS_VAR, raw)
 
 
 def steps_verify(environ: Mapping[str, str] | None = None) -> bool:

@@ -66,7 +66,14 @@ def bake(wheel: Path, out_dir: Path, *, python: str, say: Callable[[str], None],
          package: str | None = None, project: Path | None = None, timeout: float | None = None,
          device: str | None = None, cpu_target: str | None = None, capabilities: tuple[str, ...] = ()) -> Path:
     """Write ``wheel`` baked into ``out_dir``; the new wheel's path. Raises BakeError."""
-    contents = _read(wheel)
+    try:
+        file_name = wheelfile.wheel_name(wheel)
+    except wheelfile.WheelError as exc:
+        raise BakeError(str(exc)) from None
+    from hatch_precompile.build import elf
+
+    elf.require_publishing_tools()  # before the workload runs; the command line names the command
+    contents = wheelfile.read_wheel(wheel)
     record = wheelfile.record_name(contents, wheel)
     dist_info = record.rsplit("/", 1)[0]
     plan = declaration(contents, dist_info, wheel, workloads, package, project)
@@ -83,7 +90,7 @@ def bake(wheel: Path, out_dir: Path, *, python: str, say: Callable[[str], None],
     tag = _tag(baked, wheel, dist_info)
     baked[f"{dist_info}/WHEEL"] = wheelfile.with_tag(contents[f"{dist_info}/WHEEL"], tag)
     out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / wheelfile.filename(wheel.name, tag)
+    target = out_dir / file_name.with_tag(tag)
     if target.resolve() == wheel.resolve():
         raise BakeError(f"-o {out_dir} would overwrite the input {wheel}: give another directory")
     wheelfile.write_wheel(target, contents, baked, record)
@@ -271,19 +278,13 @@ def _tag(baked: dict[str, bytes], wheel: Path, dist_info: str) -> str:
     interpreter = "cp" + str(python).replace(".", "")
     abi_tag = interpreter + ("t" if abi and f"{interpreter[2:]}t" in abi else "")
     kernels, _ = elf.wheel_platform([m.platform for m in manifests])
-    inputs = [t.rsplit("-", 1)[-1] for t in wheelfile.tags(baked[f"{dist_info}/WHEEL"])]
+    inputs = wheelfile.platforms(baked[f"{dist_info}/WHEEL"])
     platforms = [p for p in [*inputs, kernels] if p and p != "any"]
     if not platforms:
         import sysconfig
 
         platforms = [sysconfig.get_platform().replace("-", "_").replace(".", "_")]
     return f"{interpreter}-{abi_tag}-{wheelfile.least_compatible(platforms)}"
-
-
-def _read(wheel: Path) -> dict[str, bytes]:
-    if not wheel.name.endswith(".whl") or wheel.name.count("-") < 4:
-        raise BakeError(f"{wheel} is not a wheel (name-version-python-abi-platform.whl)")
-    return wheelfile.read_wheel(wheel)
 
 
 def _check_written(target: Path, original: dict[str, bytes], record: str, dist_info: str) -> None:

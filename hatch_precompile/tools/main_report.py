@@ -68,6 +68,9 @@ def _report_project(project: Path) -> list[targets.Artifacts]:
         import build  # noqa: F401  (only checking that `python -m build` can run)
     except ImportError:
         raise UsageError(f"building {project} needs the `build` package in this environment (pip install build)") from None
+    from hatch_precompile.build import elf
+
+    elf.require_publishing_tools(f"building {project}: ")  # the build would stop on it: say which extra
     with tempfile.TemporaryDirectory(prefix="hatch-precompile-report-") as out:
         print(f"report: building {project} (python -m build --wheel --no-isolation) ...", file=sys.stderr, flush=True)
         # The build's output (the workload's progress lines) goes to stderr; stdout is the report.

@@ -25,7 +25,8 @@ def merge(wheels: list[Path], out_dir: Path) -> tuple[Path, list[str]]:
     """Write the merged wheel into ``out_dir``; (its path, the names of its sets)."""
     if len(wheels) < 2:
         raise MergeError("give two wheels or more")
-    if len({_without_platform(w.name) for w in wheels}) != 1:
+    names = [wheelfile.wheel_name(w) for w in wheels]
+    if len({(n.project, n.version, n.build, n.python, n.abi) for n in names}) != 1:
         raise MergeError(
             f"the wheels must be one project, version, Python and ABI; got {', '.join(sorted(w.name for w in wheels))}"
         )
@@ -42,24 +43,15 @@ def merge(wheels: list[Path], out_dir: Path) -> tuple[Path, list[str]]:
                 raise MergeError(f"{wheel}: {name} differs from the same set in {wheels[0]} (the same machine twice?)")
             merged.setdefault(name, data)
     sets = _check_sets(merged)
-    python_abi = "-".join(_without_platform(wheels[0].name).rsplit("-", 2)[1:])
-    tag = f"{python_abi}-{wheelfile.least_compatible([_platform(w.name) for w in wheels])}"
+    platforms = [platform for name in names for platform in name.platforms]
+    tag = f"{names[0].python}-{names[0].abi}-{wheelfile.least_compatible(platforms)}"
     merged[wheel_file] = wheelfile.with_tag(first[wheel_file], tag)
     out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / wheelfile.filename(wheels[0].name, tag)
+    target = out_dir / names[0].with_tag(tag)
     if any(target.resolve() == w.resolve() for w in wheels):
         raise MergeError(f"-o {out_dir} would overwrite the input {target}: give another directory")
     wheelfile.write_wheel(target, first, merged, record)
     return target, sets
-
-
-def _without_platform(name: str) -> str:
-    """``name-version[-build]-python-abi``: what the file names of merged wheels share."""
-    return name.removesuffix(".whl").rsplit("-", 1)[0]
-
-
-def _platform(name: str) -> str:
-    return name.removesuffix(".whl").rsplit("-", 1)[1]
 
 
 def _is_artifact(name: str) -> bool:

@@ -7,15 +7,55 @@ touches the zip format. A wheel written here is reproducible (fixed member dates
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import zipfile
 from pathlib import Path
+
+from packaging.tags import parse_tag
+from packaging.utils import BuildTag, InvalidWheelFilename, NormalizedName, parse_wheel_filename
+from packaging.version import Version
 
 from hatch_precompile.errors import PrecompileError
 
 
 class WheelError(PrecompileError):
     """A wheel that cannot be read, or lacks what every wheel has."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WheelName:
+    """A wheel's file name, read by ``packaging.utils.parse_wheel_filename``. ``stem`` is its
+    ``name-version[-build]`` as written (a new tag goes after it); ``python``, ``abi`` and
+    ``platform`` are its tag's parts as written (compressed sets like ``py2.py3`` kept whole)."""
+
+    project: NormalizedName
+    version: Version
+    build: BuildTag
+    stem: str
+    python: str
+    abi: str
+    platform: str
+
+    @property
+    def platforms(self) -> list[str]:
+        return sorted({tag.platform for tag in parse_tag(f"{self.python}-{self.abi}-{self.platform}")})
+
+    def with_tag(self, tag: str) -> str:
+        """This file name with another ``python-abi-platform`` tag."""
+        return f"{self.stem}-{tag}.whl"
+
+
+def wheel_name(wheel: Path | str) -> WheelName:
+    """``wheel``'s file name, parsed; WheelError when it is not a wheel's."""
+    name = Path(wheel).name
+    try:
+        project, version, build, _tags = parse_wheel_filename(name)
+    except InvalidWheelFilename as exc:
+        raise WheelError(f"{wheel} is not a wheel (name-version[-build]-python-abi-platform.whl): {exc}") from None
+    # Valid: no part holds a "-" (the project's is escaped to "_"), so the last three are the tag.
+    parts = name.removesuffix(".whl").split("-")
+    return WheelName(project, version, build, "-".join(parts[:-3]), *parts[-3:])
 
 
 def read_wheel(wheel: Path) -> dict[str, bytes]:
@@ -101,7 +141,7 @@ def with_tag(wheel_file: bytes, tag: str) -> bytes:
     return ("\n".join(lines).rstrip("\n") + "\n").encode()
 
 
-def filename(name: str, tag: str) -> str:
-    """A wheel's file name with another ``python-abi-platform`` tag."""
-    parts = name.removesuffix(".whl").split("-")
-    return "-".join(parts[:-3] + [tag]) + ".whl"
+def platforms(wheel_file: bytes) -> list[str]:
+    """The platforms of a ``WHEEL`` file's tags, in their order (``packaging.tags.parse_tag``)."""
+    found = [tag.platform for line in tags(wheel_file) for tag in parse_tag(line)]
+    return list(dict.fromkeys(found))

@@ -1,6 +1,6 @@
 """Why a graph compiled although a shipped one is like it: torch's cache key, field by field.
 
-The build ships what each of its keys was made of (child/keys.py, packed into the manifest's
+The build ships what each of its keys was made of (child/key_details.py, packed into the manifest's
 ``keys``); verify's and snoop's processes record the same for what they compile. For a graph that
 compiled here, the shipped entry of the same function that differs least is compared with it:
 every differing field with both values and what sets it, and, when the traced code differs, the

@@ -93,6 +93,44 @@ def test_the_baked_tag_is_the_least_compatible_of_the_inputs_and_the_kernels(pla
     assert least_compatible(platforms) == least
 
 
+@pytest.mark.parametrize("name, stem, python_abi, platforms", [
+    ("Sample_Pkg-1.0-cp311-cp311-linux_x86_64.whl", "Sample_Pkg-1.0", "cp311-cp311", ["linux_x86_64"]),
+    ("tiny-2.0-1b-py3-none-any.whl", "tiny-2.0-1b", "py3-none", ["any"]),
+    ("m-1-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", "m-1", "cp311-cp311",
+     ["manylinux2014_x86_64", "manylinux_2_17_x86_64"]),
+])
+def test_wheel_names_are_read_by_packaging(name, stem, python_abi, platforms):
+    from hatch_precompile.tools import wheelfile
+
+    parsed = wheelfile.wheel_name(Path("dist") / name)
+    assert (parsed.stem, f"{parsed.python}-{parsed.abi}", parsed.platforms) == (stem, python_abi, platforms)
+    assert parsed.with_tag("cp311-cp311-manylinux_2_28_x86_64") == f"{stem}-cp311-cp311-manylinux_2_28_x86_64.whl"
+    wheel_file = b"Wheel-Version: 1.0\nTag: py2.py3-none-any\nTag: cp311-cp311-linux_x86_64\n"
+    assert wheelfile.platforms(wheel_file) == ["any", "linux_x86_64"]
+
+
+@pytest.mark.parametrize("name", ["tiny-1.0.whl", "tiny-1.0-py3-none-any.zip", "tiny-x.y.z-py3-none-any.whl",
+                                  "a-b-c-1.0-py3-none-any.whl"])
+def test_a_file_name_that_is_not_a_wheels_is_refused_naming_it(name):
+    from hatch_precompile.tools import wheelfile
+
+    with pytest.raises(wheelfile.WheelError, match=f"{name} is not a wheel " + r"\(name-version\[-build\]"):
+        wheelfile.wheel_name(name)
+
+
+def test_bake_without_the_publishing_tools_stops_before_the_workload_naming_the_extra(tmp_path, monkeypatch):
+    import importlib.util
+
+    from hatch_precompile.build import elf
+    from hatch_precompile.tools import bake
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "auditwheel" else find_spec(name, *a))
+    with pytest.raises(elf.MissingTool, match=r"pip install 'hatch-precompile\[publish\]'"):
+        bake.bake(tmp_path / "tiny-1.0-py3-none-any.whl", tmp_path / "out", python=sys.executable, say=print)
+    assert not (tmp_path / "out").exists()
+
+
 def test_bake_in_the_wheels_project_dir_reads_its_table_and_says_so(tmp_path, monkeypatch):
     from hatch_precompile.tools import bake, wheelfile
 

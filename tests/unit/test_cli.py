@@ -135,3 +135,16 @@ def test_user_cache_dir_follows_xdg(monkeypatch, tmp_path):
 def test_compile_time_phases_are_parsed():
     text = "TorchDynamo compilation metrics:\nFunction, Runtimes (s)\n_compile.compile_inner, 18.3\ncompile_file, 20.4\n"
     assert report.compile_phases(text) == [("_compile.compile_inner", 18.3), ("compile_file", 20.4)]
+
+
+def test_report_of_a_project_without_the_publishing_tools_says_which_extra(tmp_path, monkeypatch):
+    """`report ./mypkg` builds the wheel here: without auditwheel, the build would stop on it."""
+    import importlib.util
+
+    from hatch_precompile.build import elf
+    from hatch_precompile.tools import main_report
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "auditwheel" else find_spec(name, *a))
+    with pytest.raises(elf.MissingTool, match=rf"^building {tmp_path}: .*pip install 'hatch-precompile\[publish\]'"):
+        main_report._report_project(tmp_path)

@@ -43,3 +43,11 @@ def test_no_commit_hash_is_a_baseline_in_a_user_facing_page():
     for page in [ROOT / "README.md", *(ROOT / "docs" / "guide").rglob("*.md"), *(ROOT / "docs" / "reference").rglob("*.md")]:
         found = re.findall(r"`[0-9a-f]{7}`", page.read_text())
         assert not found, f"{page.relative_to(ROOT)} names commits {found}: history goes to CHANGELOG.md"
+
+
+def test_the_ci_runs_the_readmes_test_command():
+    """`.ci/run` is the README's test command, from a fresh venv: the two stay one command."""
+    blocks = re.findall(r"^```bash\n(.*?)^```", (ROOT / "README.md").read_text(), re.S | re.M)
+    (readme,) = [line for block in blocks for line in block.splitlines() if "pytest" in line]
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert ci == readme, f".ci/run runs\n  {ci}\nand the README says\n  {readme}"

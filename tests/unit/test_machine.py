@@ -11,7 +11,7 @@ import pytest
 
 from hatch_precompile.build import elf, isa
 from hatch_precompile.protocol import Manifest
-from hatch_precompile.run import envkey, machine, relocate, speedups, standin
+from hatch_precompile.run import envkey, key_agreement, machine, relocate, speedups
 from unit.test_install import assert_skipped, ship
 
 LINUX = sys.platform.startswith("linux")
@@ -132,6 +132,59 @@ def test_platform_tag_follows_auditwheels_policy():
     assert elf.platform_tag({"libc.so.6": {"GLIBC_PRIVATE": "x"}}, set(), "x86_64")[0] is None
 
 
+def test_without_auditwheel_tagging_is_refused_naming_the_extra(monkeypatch):
+    """Users' installs carry no auditwheel: `warm` records no tag, the hook and `bake` stop at once."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "auditwheel" else find_spec(name, *a))
+    assert elf.platform_tag(KERNEL_NEEDS, TORCH_SHIPS, "x86_64") == (
+        None, "auditwheel is not installed (hatch-precompile[publish])")
+    with pytest.raises(elf.MissingTool) as raised:
+        elf.require_publishing_tools("build hook `precompile`: ")
+    assert str(raised.value) == (
+        "build hook `precompile`: the wheel's manylinux tag needs auditwheel's policies, and auditwheel is not "
+        "installed here: install hatch-precompile's publishing tools with: pip install 'hatch-precompile[publish]'")
+    assert raised.value.exit_code == 2
+    monkeypatch.undo()
+    elf.require_publishing_tools()  # the test extra installs it
+
+
+def test_publishing_tools_are_an_extra_and_the_hooks_dependencies_not_a_users():
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
+    assert project["optional-dependencies"]["publish"] == list(elf.PUBLISH_REQUIREMENTS)
+    assert set(elf.PUBLISH_REQUIREMENTS) <= set(project["optional-dependencies"]["test"])
+    runtime = {d.split(">")[0].split("=")[0] for d in project["dependencies"]}
+    assert runtime == {"packaging", "tomlkit", "pyelftools"}  # load() needs none; users' commands these
+
+
+def test_the_build_hook_asks_for_the_publishing_tools_when_it_precompiles(tmp_path, monkeypatch):
+    """Through hatchling itself, as a frontend asks it: get_requires_for_build_wheel."""
+    import hatchling.build
+
+    (tmp_path / "tiny").mkdir()
+    (tmp_path / "tiny" / "__init__.py").write_text("")
+    (tmp_path / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["hatchling", "hatch-precompile"]\nbuild-backend = "hatchling.build"\n'
+        '[project]\nname = "tiny"\nversion = "1.0"\ndependencies = ["torch>=2.7"]\n'
+        '[tool.hatch.build.hooks.precompile]\nworkload = "tiny.work:workload"\n')
+    monkeypatch.chdir(tmp_path)
+    assert set(elf.PUBLISH_REQUIREMENTS) <= set(hatchling.build.get_requires_for_build_wheel())
+    monkeypatch.setenv("PRECOMPILE", "0")
+    assert hatchling.build.get_requires_for_build_wheel() == []
+    # Without isolation (the build env is this one) and without the tools: stopped before the workload.
+    monkeypatch.delenv("PRECOMPILE")
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "auditwheel" else find_spec(name, *a))
+    with pytest.raises(elf.MissingTool, match=r"^build hook `precompile`: .*'hatch-precompile\[publish\]'"):
+        hatchling.build.build_wheel(str(tmp_path / "dist"))
+    assert not (tmp_path / "dist").exists() or not list((tmp_path / "dist").glob("*.whl"))
+
+
 def test_the_wheel_takes_the_least_compatible_sets_tag():
     sets = [{"tag": "manylinux_2_24_x86_64", "why": "a"}, {"tag": "manylinux_2_34_x86_64", "why": "b"}]
     assert elf.wheel_platform(sets) == ("manylinux_2_34_x86_64", "b")
@@ -197,11 +250,11 @@ def test_compiler_family_as_inductor_tells_it(command, family):
 
 
 def test_the_build_compiler_is_put_into_the_key_only_for_a_stand_in(monkeypatch):
-    monkeypatch.setattr(standin, "_built_compiler", {"config": [None, "g++"], "family": "gcc"})
+    monkeypatch.setattr(key_agreement, "_built_compiler", {"config": [None, "g++"], "family": "gcc"})
     for resolved, expected in (("g++-12", (None, "g++")), ("clang++", (None, "g++-12"))):
-        monkeypatch.setattr(standin, "stands_in", lambda resolved=resolved: envkey.compiler_family(resolved) == "gcc")
+        monkeypatch.setattr(key_agreement, "stands_in", lambda resolved=resolved: envkey.compiler_family(resolved) == "gcc")
         key = {"cpp.cxx": (None, "g++-12"), "cpp.threads": -1}
-        standin.agree_compiler(key)
+        key_agreement.agree_compiler(key)
         assert key == {"cpp.cxx": expected, "cpp.threads": -1}
 
 
@@ -222,13 +275,26 @@ def test_a_sets_dynamic_threads_reach_this_process_unless_the_user_chose(monkeyp
 
     manifest = Manifest("p", {}, {}, settings={"cpp.dynamic_threads": True})
     monkeypatch.setattr(config.cpp, "dynamic_threads", False)
-    monkeypatch.delenv(standin.DYNAMIC_THREADS_VAR, raising=False)
-    assert standin.apply(manifest) == []
+    monkeypatch.delenv(key_agreement.DYNAMIC_THREADS_VAR, raising=False)
+    later: list[str] = []
+    assert key_agreement.apply(manifest, later.append) == []
     assert config.cpp.dynamic_threads is True
     monkeypatch.setattr(config.cpp, "dynamic_threads", False)
-    monkeypatch.setenv(standin.DYNAMIC_THREADS_VAR, "0")
-    (note,) = standin.apply(manifest)
-    assert note.startswith("TORCHINDUCTOR_CPP_DYNAMIC_THREADS=0 here") and config.cpp.dynamic_threads is False
+    monkeypatch.setenv(key_agreement.DYNAMIC_THREADS_VAR, "0")
+    (note,) = key_agreement.apply(manifest, later.append)
+    assert later == [] and note.startswith("TORCHINDUCTOR_CPP_DYNAMIC_THREADS=0 here") and config.cpp.dynamic_threads is False
+
+
+def test_a_missing_compiler_is_said_through_the_loaders_note(monkeypatch):
+    """Once Inductor is imported, key_agreement tells load()'s note (passed in: it does not import the loader)."""
+    notes: list[str] = []
+    monkeypatch.setattr(envkey, "compiler", lambda: {"command": "g++", "version": "unavailable: not found"})
+    key_agreement._say_if_unavailable({"family": "gcc"}, notes.append)
+    assert notes == ["no working C++ compiler here (g++: unavailable: not found): torch needs one, "
+                     "of the gcc family, even to load the shipped kernels"]
+    monkeypatch.setattr(envkey, "compiler", lambda: {"command": "g++", "version": "13.2"})
+    key_agreement._say_if_unavailable({"family": "gcc"}, notes.append)
+    assert len(notes) == 1
 
 
 def test_probes_are_vouched_for_only_with_their_flags_and_this_cpus_features(monkeypatch):

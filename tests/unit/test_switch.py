@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hatch_precompile.run import gate
+from hatch_precompile.run import gate, variables
 
 
 @pytest.mark.parametrize(
@@ -28,3 +28,20 @@ def test_gate_precedence(env, default, expected):
 def test_gate_rejects_garbage():
     with pytest.raises(gate.GateValueError, match="PRECOMPILE_MY_PKG='maybe'"):
         gate.decide("my_pkg", True, {"PRECOMPILE_MY_PKG": "maybe"})
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("", False), (" ", False), ("0", False), ("false", False), ("No", False), ("off", False),
+    ("1", True), ("true", True), ("YES", True), (" on ", True),
+])
+def test_no_steps_takes_the_switchs_values(value, expected):
+    assert variables.no_steps({"HATCH_PRECOMPILE_NO_STEPS": value}) is expected
+    assert variables.no_steps({}) is False
+
+
+@pytest.mark.parametrize("value", ["2", "maybe", "disabled"])
+def test_no_steps_rejects_anything_else_naming_the_variable(value):
+    with pytest.raises(ValueError) as raised:
+        variables.no_steps({"HATCH_PRECOMPILE_NO_STEPS": value})
+    assert str(raised.value) == (f"HATCH_PRECOMPILE_NO_STEPS={value!r} is not a valid switch value: use one of "
+                                 "1, on, true, yes or 0, false, no, off")

@@ -13,8 +13,8 @@ from itertools import count
 import pytest
 
 from hatch_precompile.build import isa
-from hatch_precompile.child import keys
-from hatch_precompile.run import standin, touchpoints, tuned_configs
+from hatch_precompile.child import key_details
+from hatch_precompile.run import key_agreement, touchpoints, tuned_configs
 
 _names = count()
 
@@ -170,10 +170,10 @@ def test_the_key_hook_leaves_a_key_it_cannot_read_as_torch_made_it(fake, monkeyp
             self.inductor_config = config
 
     name, _ = fake(FxGraphHashDetails=FxGraphHashDetails)
-    monkeypatch.setattr(standin, "_built_compiler", {"config": [None, "g++"], "family": "gcc"})
-    monkeypatch.setattr(standin, "stands_in", lambda: True)
+    monkeypatch.setattr(key_agreement, "_built_compiler", {"config": [None, "g++"], "family": "gcc"})
+    monkeypatch.setattr(key_agreement, "stands_in", lambda: True)
     touchpoints.wrap(point(name, "FxGraphHashDetails.__init__"),
-                     after=lambda arguments, _: standin.agree_compiler(arguments["self"].inductor_config))
+                     after=lambda arguments, _: key_agreement.agree_compiler(arguments["self"].inductor_config))
     assert FxGraphHashDetails("not a dict").inductor_config == "not a dict"
     assert FxGraphHashDetails({"cpp.cxx": (None, "g++-12")}).inductor_config == {"cpp.cxx": (None, "g++")}
 
@@ -202,7 +202,7 @@ def test_the_key_recorder_records_what_it_can_read_and_skips_the_rest(fake, monk
     for name, module_name in (("key-details", codecache), ("fx-key", codecache), ("aot-key", autograd)):
         monkeypatch.setitem(touchpoints.REGISTRY, name,
                             dataclasses.replace(touchpoints.REGISTRY[name], module=module_name))
-    recorder = keys.KeyRecorder()
+    recorder = key_details.KeyRecorder()
     module.compiled_fx_graph_hash(FxGraphHashDetails(default_dtype="torch.float32", inductor_config={"a": 1},
                                                      example_inputs=[3]))
     FxGraphHashDetails(broken=Unprintable())
@@ -228,6 +228,30 @@ def test_tuned_configs_are_looked_up_in_this_cache_dir_or_left_alone(fake):
     name, _ = fake(CachingAutotuner=CachingAutotuner)
     touchpoints.wrap(point(name, "CachingAutotuner.recheck_autotune_cache"), before=tuned_configs._in_cache_dir)
     assert CachingAutotuner().recheck_autotune_cache() == "checked"
+
+
+def test_the_keys_are_hashed_from_the_first_compile_not_at_import(fake, monkeypatch):
+    """A package that calls torch.compile at import imports Inductor in a process that may never
+    compile (a CLI's --help): torch's sources are hashed only once Dynamo compiles a frame."""
+    from hatch_precompile.run import speedups
+
+    started = []
+
+    def torch_key():
+        return b"key"
+
+    torch_key.prefetch = lambda: started.append("torch-key")
+    codecache, _ = fake(torch_key=torch_key)
+    convert_frame, module = fake(_compile=lambda code, *rest: f"graph of {code}")
+    for name, where in (("torch-key", codecache), ("triton-key", codecache), ("dynamo-compile", convert_frame)):
+        monkeypatch.setitem(touchpoints.REGISTRY, name,
+                            dataclasses.replace(touchpoints.REGISTRY[name], module=where, elsewhere=None))
+    monkeypatch.setattr(touchpoints, "_hooks", {})
+    monkeypatch.setattr(speedups, "_first_compile", [])
+    speedups.apply()
+    assert started == []  # Inductor imported, nothing compiled: nothing hashed
+    assert module._compile("f") == "graph of f" and started == ["torch-key"]
+    assert module._compile("g") == "graph of g" and started == ["torch-key"]  # once
 
 
 def test_prefetch_uses_torchs_own_or_a_thread(fake):

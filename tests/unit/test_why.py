@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hatch_precompile.protocol.workloads import pack_keys, unpack_keys
-from hatch_precompile.run import visible
+from hatch_precompile.run import known_misses
 from hatch_precompile.tools import verify, why
 
 COMMON = {"torch_version": "<32 bytes sha256:aa>", "default_dtype": "torch.float32",
@@ -105,15 +105,15 @@ def test_load_notes_variables_and_ci_it_can_see_without_importing_torch(monkeypa
     built = {"deterministic": False, "variables": {"TORCHINDUCTOR_FREEZING": "1"}}
     env = {"TORCHINDUCTOR_MAX_AUTOTUNE": "1", "TORCHINDUCTOR_CACHE_DIR": "/x", "CI": "true",
            "TORCHINDUCTOR_CPP_DYNAMIC_THREADS": "1"}
-    notes = visible.contradictions(built, "2.13.0+cpu", env)
+    notes = known_misses.contradictions(built, "2.13.0+cpu", env)
     assert notes[0].startswith("TORCHINDUCTOR_FREEZING unset here and the graphs were compiled with "
                                "TORCHINDUCTOR_FREEZING=1")
     assert notes[1].startswith("TORCHINDUCTOR_MAX_AUTOTUNE=1 here and the graphs were compiled with it unset")
     assert notes[2].startswith("CI=true here, which from torch 2.11") and len(notes) == 3
-    assert visible.contradictions(built, "2.10.0", {"CI": "true", "TORCHINDUCTOR_FREEZING": "1"}) == []
-    ci_kept = {"CI": "1", visible.ALIASING_VAR: "0", "TORCHINDUCTOR_FREEZING": "1"}
-    assert visible.contradictions(built, "2.15.0", ci_kept) == []
-    assert visible.contradictions(None, "2.13.0", env) == []
+    assert known_misses.contradictions(built, "2.10.0", {"CI": "true", "TORCHINDUCTOR_FREEZING": "1"}) == []
+    ci_kept = {"CI": "1", known_misses.ALIASING_VAR: "0", "TORCHINDUCTOR_FREEZING": "1"}
+    assert known_misses.contradictions(built, "2.15.0", ci_kept) == []
+    assert known_misses.contradictions(None, "2.13.0", env) == []
 
 
 def test_a_graph_is_explained_against_the_shipped_graphs_of_its_function_at_its_place():
@@ -135,20 +135,20 @@ def test_a_graph_is_explained_against_the_shipped_graphs_of_its_function_at_its_
 
 
 def test_load_notes_only_variables_that_feed_torchs_keys(monkeypatch):
-    """With the build's record of which variables feed the keys (child/keyvars.py, from torch's
+    """With the build's record of which variables feed the keys (child/key_variables.py, from torch's
     config), a variable whose entry the keys leave out is not noted: no false alarm."""
     monkeypatch.delitem(__import__("sys").modules, "torch", raising=False)
     built = {"variables": {}, "key_variables": ["TORCHINDUCTOR_MAX_AUTOTUNE"]}
-    assert visible.contradictions(built, "2.13.0+cpu", {"TORCHINDUCTOR_COMPILE_THREADS": "1"}) == []
-    (note,) = visible.contradictions(built, "2.13.0+cpu", {"TORCHINDUCTOR_MAX_AUTOTUNE": "1"})
+    assert known_misses.contradictions(built, "2.13.0+cpu", {"TORCHINDUCTOR_COMPILE_THREADS": "1"}) == []
+    (note,) = known_misses.contradictions(built, "2.13.0+cpu", {"TORCHINDUCTOR_MAX_AUTOTUNE": "1"})
     assert note == ("TORCHINDUCTOR_MAX_AUTOTUNE=1 here and the graphs were compiled with it unset: torch's cache "
                     "keys hold the setting it makes, so every graph will compile again")
 
 
 def test_the_variables_in_torchs_keys_are_read_from_its_config():
-    from hatch_precompile.child import keyvars
+    from hatch_precompile.child import key_variables
 
-    found = keyvars.variables_in_keys()
+    found = key_variables.variables_in_keys()
     assert "TORCHINDUCTOR_MAX_AUTOTUNE" in found["key"] and "TORCHINDUCTOR_COMPILE_THREADS" in found["ignored"]
     assert found["key"]["TORCHINDUCTOR_CPP_DYNAMIC_THREADS"] == ["inductor.cpp.dynamic_threads"]
     assert "TORCHINDUCTOR_CACHE_DIR" not in found["key"]  # read where the cache is, into no setting

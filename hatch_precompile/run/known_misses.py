@@ -3,7 +3,7 @@
 Torch's cache keys hold process settings a program makes before it imports a package: deterministic
 algorithms, the default dtype, the float32 matmul precision, and the variables torch reads into the
 config entries its keys hold (``TORCHINDUCTOR_MAX_AUTOTUNE``, ``CI`` from torch 2.11; not
-``TORCHINDUCTOR_COMPILE_THREADS``, whose entry the keys leave out: child/keyvars.py). The build
+``TORCHINDUCTOR_COMPILE_THREADS``, whose entry the keys leave out: child/key_variables.py). The build
 records them (``Manifest.visible``);
 where this process already differs, load() says so once, naming the setting, instead of the user
 finding every graph compiled. What a program sets after the import, only verify and snoop see.
@@ -17,7 +17,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-# Read by torch, but not into the key, or made to agree by load() itself (run/standin.py).
+# Read by torch, but not into the key, or made to agree by load() itself (run/key_agreement.py).
 _NOT_IN_KEY = ("TORCHINDUCTOR_CACHE_DIR", "TORCHINDUCTOR_CPP_DYNAMIC_THREADS")
 _PREFIXES = ("TORCHINDUCTOR_", "TORCHDYNAMO_", "TORCH_COMPILE_")
 ALIASING_VAR = "TORCHINDUCTOR_ERROR_ON_CUSTOM_OP_ALIASING"
@@ -61,7 +61,7 @@ def contradictions(built: dict[str, Any] | None, torch_version: str, environ: Ma
     else:
         here = {"variables": key_variables(env)}
     shipped, mine = built.get("variables") or {}, here["variables"]
-    # The variables the build found feeding torch's keys (child/keyvars.py); an older manifest has
+    # The variables the build found feeding torch's keys (child/key_variables.py); an older manifest has
     # none recorded, and then every variable of torch's prefixes is noted.
     in_key = built.get("key_variables")
     for name in sorted({*shipped, *mine}):

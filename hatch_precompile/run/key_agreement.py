@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from hatch_precompile.protocol import Manifest
@@ -35,8 +36,10 @@ DYNAMIC_THREADS_VAR = "TORCHINDUCTOR_CPP_DYNAMIC_THREADS"
 _built_compiler: dict[str, Any] = {}
 
 
-def apply(manifest: Manifest) -> list[str]:
-    """Make this process's keys agree with ``manifest``'s build; what will still differ, as notes."""
+def apply(manifest: Manifest, note_later: Callable[[str], None]) -> list[str]:
+    """Make this process's keys agree with ``manifest``'s build; what will still differ, as notes.
+    What can only be known once Inductor is imported goes to ``note_later`` then (``load()`` passes
+    its ``note_once``: this module does not import the loader, which imports it)."""
     notes = []
     for name, value in manifest.settings.items():
         if name == "cpp.dynamic_threads" and value and os.environ.get(DYNAMIC_THREADS_VAR, "").strip():
@@ -47,11 +50,11 @@ def apply(manifest: Manifest) -> list[str]:
         touchpoints.set_config("inductor-config", name, value)
     built = manifest.compiler or {}
     if built.get("config") is not None:
-        notes.extend(_compiler_notes(built))
+        notes.extend(_compiler_notes(built, note_later))
     return notes
 
 
-def _compiler_notes(built: dict[str, Any]) -> list[str]:
+def _compiler_notes(built: dict[str, Any], note_later: Callable[[str], None]) -> list[str]:
     """What load() can say of this process's compiler without running it: its family, by name (as
     Inductor tells). Whether it works is asked once Inductor is imported (``--version``): a process
     that compiles nothing (an exported step) never starts the compiler."""
@@ -64,19 +67,17 @@ def _compiler_notes(built: dict[str, Any]) -> list[str]:
                 f"{built.get('command')}): {what} again"]
     _built_compiler.setdefault("config", built["config"])
     _built_compiler.setdefault("family", built["family"])
-    touchpoints.after_import(touchpoints.CODECACHE, lambda _: _say_if_unavailable(built))
+    touchpoints.after_import(touchpoints.CODECACHE, lambda _: _say_if_unavailable(built, note_later))
     # After torch made the key's details: a hook that raises leaves them as torch made them.
     touchpoints.wrap("hash-details", after=lambda arguments, _: agree_compiler(arguments["self"].inductor_config))
     return []
 
 
-def _say_if_unavailable(built: dict[str, Any]) -> None:
+def _say_if_unavailable(built: dict[str, Any], note: Callable[[str], None]) -> None:
     here = envkey.compiler()
     if here["version"].startswith("unavailable"):
-        from hatch_precompile.run import loader
-
-        loader.note_once(f"no working C++ compiler here ({here['command']}: {here['version']}): torch needs one, "
-                         f"of the {built.get('family')} family, even to load the shipped kernels")
+        note(f"no working C++ compiler here ({here['command']}: {here['version']}): torch needs one, "
+             f"of the {built.get('family')} family, even to load the shipped kernels")
 
 
 def agree_compiler(inductor_config: dict[str, Any]) -> None:

@@ -1,0 +1,454 @@
+"""The rules of docs/architecture.md, checked over hatch_precompile's source with ``ast``: the layering,
+no private name of another module, no import cycle (lazy imports included), and torch's private
+modules and attributes only where pyproject's banned-api rule lets them be.
+
+Each failure names ``file:line``, the rule, and what broke it."""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import pytest
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = "hatch_precompile"
+
+# Imports go one way: a module imports its own layer and the layers after it in this list, never one
+# before it. The root package (``hatch_precompile/__init__.py``, every module's parent, whose public
+# names resolve on first use) is in no layer: importing it is what importing any module does first.
+LAYERS = ("__main__", "tools", "build", "child", "run", "protocol", "errors")
+
+# The files that may touch torch's private modules and private attributes: the touchpoints' owner
+# and what runs in a build's, verify's or snoop's child (and, outside the package, what measures
+# torch from outside). pyproject.toml's per-file-ignores for TID251 must name exactly these.
+TORCH_INTERNALS_ALLOWED = (
+    "hatch_precompile/run/touchpoints.py",
+    "hatch_precompile/child/*.py",
+    "hatch_precompile/build/worker.py",
+    "hatch_precompile/build/export.py",
+    "hatch_precompile/tools/verify_child.py",
+    "hatch_precompile/tools/snoop_child.py",
+    "tests/**",
+    "bench/**",
+    "scripts/**",
+    "sample_pkg/**",
+)
+
+
+@dataclass(frozen=True)
+class Import:
+    """One import statement's binding: ``target`` is the module imported from (the submodule when
+    ``from pkg import submodule``), ``name`` the name taken from it (None for ``import x``)."""
+
+    source: str
+    path: str
+    line: int
+    target: str
+    name: str | None
+    lazy: bool
+
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@cache
+def modules(root: Path = ROOT) -> dict[str, Path]:
+    return {module_name(p, root): p for p in sorted((root / PACKAGE).rglob("*.py"))}
+
+
+@cache
+def tree(module: str, root: Path = ROOT) -> ast.Module:
+    return ast.parse(modules(root)[module].read_text(), str(modules(root)[module]))
+
+
+def rel(module: str, root: Path = ROOT) -> str:
+    return str(modules(root)[module].relative_to(root))
+
+
+def named_import(node: ast.AST) -> str | None:
+    """The module a call imports or looks up by a constant name: ``importlib.import_module("m")``,
+    ``__import__("m")``, ``sys.modules.get("m")`` / ``sys.modules["m"]``."""
+    if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+        func = ast.unparse(node.func)
+        if func in {"importlib.import_module", "import_module", "__import__", "sys.modules.get"}:
+            return node.args[0].value if isinstance(node.args[0].value, str) else None
+    if isinstance(node, ast.Subscript) and ast.unparse(node.value) == "sys.modules" and isinstance(node.slice, ast.Constant):
+        return node.slice.value if isinstance(node.slice.value, str) else None
+    return None
+
+
+def imports(module: str, root: Path = ROOT) -> Iterator[Import]:
+    """Every import in ``module``, at any depth (lazy imports in functions included, and imports
+    by a constant name: ``importlib.import_module("hatch_precompile.run.loader")``)."""
+    path = modules(root)[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    top_level = set(map(id, tree(module, root).body))
+    for node in ast.walk(tree(module, root)):
+        lazy = id(node) not in top_level
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield Import(module, rel(module, root), node.lineno, alias.name, None, lazy)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            for alias in node.names:
+                submodule = f"{source}.{alias.name}"
+                target = submodule if submodule in modules(root) else source
+                yield Import(module, rel(module, root), node.lineno, target, alias.name, lazy)
+        elif (name := named_import(node)) is not None and name.split(".")[0] == PACKAGE:
+            yield Import(module, rel(module, root), node.lineno, name, None, True)
+
+
+def own(target: str) -> bool:
+    return target == PACKAGE or target.startswith(PACKAGE + ".")
+
+
+def layer(module: str) -> str | None:
+    parts = module.split(".")
+    return None if len(parts) == 1 else parts[1]
+
+
+# --- the layering -----------------------------------------------------------------------------------
+
+
+def layering_violations(root: Path = ROOT) -> list[str]:
+    found = []
+    for module in modules(root):
+        mine = layer(module)
+        for imp in imports(module, root):
+            theirs = layer(imp.target) if own(imp.target) else None
+            if mine is None or theirs is None:
+                continue
+            if LAYERS.index(theirs) < LAYERS.index(mine):
+                found.append(f"{imp.path}:{imp.line}: layering: {mine}/ imports {imp.target}, a layer above it "
+                             f"(imports go {' -> '.join(LAYERS)})")
+    return found
+
+
+def test_every_module_is_in_a_layer():
+    unknown = [rel(m) for m in modules() if layer(m) is not None and layer(m) not in LAYERS]
+    assert not unknown, f"modules in no layer of {LAYERS}: {unknown}; add the folder to LAYERS and docs/architecture.md"
+
+
+def test_imports_go_one_way():
+    found = layering_violations()
+    assert not found, "\n".join(found)
+
+
+def test_the_architecture_doc_states_the_layering_checked():
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    order = " → ".join(f"`{name}`" for name in LAYERS[1:])
+    assert order in doc, f"docs/architecture.md should state the layers checked here, in order: {order}"
+
+
+# --- private names ------------------------------------------------------------------------------------
+
+
+def by_place(finding: str) -> tuple[str, int]:
+    path, line, _ = finding.split(":", 2)
+    return path, int(line)
+
+
+def private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def module_bindings(module: str, root: Path = ROOT) -> dict[str, str]:
+    """The names ``module`` binds to one of our modules, anywhere in it: name -> module."""
+    bound = {}
+    for node in ast.walk(tree(module, root)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if own(alias.name):
+                    bound[alias.asname or alias.name.partition(".")[0]] = alias.asname and alias.name or PACKAGE
+        elif isinstance(node, ast.ImportFrom):
+            for imp, alias in zip(imports_of(module, node, root), node.names):
+                if imp.target in modules(root) and imp.target.endswith("." + alias.name):
+                    bound[alias.asname or alias.name] = imp.target
+    return bound
+
+
+def imports_of(module: str, node: ast.ImportFrom, root: Path = ROOT) -> list[Import]:
+    return [imp for imp in imports(module, root) if imp.line == node.lineno and imp.name in {a.name for a in node.names}]
+
+
+def dotted(node: ast.expr) -> list[str] | None:
+    """``a.b.c`` as ["a", "b", "c"]; None for anything but names and attributes."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return [node.id, *reversed(parts)]
+
+
+def private_name_violations(root: Path = ROOT) -> list[str]:
+    found = []
+    for module in modules(root):
+        for imp in imports(module, root):
+            if own(imp.target) and imp.target != module:
+                names = [imp.name] if imp.name else imp.target.split(".")
+                for name in filter(private, names):
+                    found.append(f"{imp.path}:{imp.line}: private name: imports {name} from {imp.target}")
+        bound = module_bindings(module, root)
+        for node in ast.walk(tree(module, root)):
+            if isinstance(node, ast.Attribute) and private(node.attr):
+                parts = dotted(node.value)
+                if not parts or parts[0] not in bound:
+                    continue
+                owner = bound[parts[0]]
+                for part in parts[1:]:  # hatch_precompile.run.loader._x: follow submodules
+                    if f"{owner}.{part}" not in modules(root):
+                        owner = ""
+                        break
+                    owner = f"{owner}.{part}"
+                if owner and owner != module:
+                    found.append(f"{rel(module, root)}:{node.lineno}: private name: uses {ast.unparse(node)} "
+                                 f"({node.attr} of {owner})")
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in {"getattr", "setattr"}
+                  and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) and node.args[0].id in bound
+                  and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+                  and private(node.args[1].value) and bound[node.args[0].id] != module):
+                found.append(f"{rel(module, root)}:{node.lineno}: private name: {node.func.id} of {node.args[1].value!r} "
+                             f"on {bound[node.args[0].id]}")
+    return found
+
+
+def test_no_module_uses_another_modules_private_names():
+    found = private_name_violations()
+    assert not found, "\n".join(found)
+
+
+# --- cycles ---------------------------------------------------------------------------------------------
+
+
+def graph(root: Path = ROOT) -> dict[str, dict[str, list[Import]]]:
+    """module -> module it imports -> the imports that do, lazy ones included. An import of a
+    package's ``__init__`` by a module below it is left out: Python runs it first anyway."""
+    edges: dict[str, dict[str, list[Import]]] = {m: {} for m in modules(root)}
+    for module in modules(root):
+        for imp in imports(module, root):
+            if imp.target in modules(root) and imp.target != module and not module.startswith(imp.target + "."):
+                edges[module].setdefault(imp.target, []).append(imp)
+    return edges
+
+
+def cycles(edges: dict[str, dict[str, list[Import]]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for succ in edges[node]:
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in on_stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in edges:
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def test_no_import_cycle_lazy_imports_included():
+    edges = graph()
+    found = []
+    for component in cycles(edges):
+        lines = [f"{imp.path}:{imp.line}: import cycle: imports {imp.target}{' (lazily)' if imp.lazy else ''}"
+                 for module in component for target, imps in edges[module].items() if target in component
+                 for imp in imps]
+        found.append(f"cycle among {', '.join(component)}:\n  " + "\n  ".join(lines))
+    assert not found, "\n".join(found)
+
+
+def test_the_cycle_check_finds_a_cycle():
+    edges = {"a": {"b": []}, "b": {"c": []}, "c": {"a": []}, "d": {"a": []}}
+    assert cycles(edges) == [["a", "b", "c"]]
+
+
+# --- torch's internals ------------------------------------------------------------------------------
+
+
+def pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def banned() -> list[str]:
+    return list(pyproject()["tool"]["ruff"]["lint"]["flake8-tidy-imports"]["banned-api"])
+
+
+def allowed(path: str) -> bool:
+    return any(fnmatch.fnmatch(path, pattern) for pattern in TORCH_INTERNALS_ALLOWED)
+
+
+def torch_private_modules(root: Path = ROOT) -> dict[str, list[str]]:
+    """Each private torch module product code names (``torch._x``, ``torch.utils._pytree``), up to
+    its first private part: where, as ``file:line``. Imports and attribute paths off ``torch``."""
+    used: dict[str, list[str]] = {}
+    for module in modules(root):
+        names = []
+        for node in ast.walk(tree(module, root)):
+            if isinstance(node, ast.Import):
+                names += [(node.lineno, alias.name.split(".")) for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names += [(node.lineno, [*node.module.split("."), alias.name]) for alias in node.names]
+            elif isinstance(node, ast.Attribute):
+                names.append((node.lineno, dotted(node) or []))
+            elif (name := named_import(node)) is not None:
+                names.append((node.lineno, name.split(".")))
+        for line, parts in names:
+            if not parts or parts[0] != "torch":
+                continue
+            for i, part in enumerate(parts):
+                if private(part):
+                    used.setdefault(".".join(parts[: i + 1]), []).append(f"{rel(module, root)}:{line}")
+                    break
+    return used
+
+
+def test_the_banned_api_rule_covers_every_private_torch_module_used():
+    found = []
+    for name, where in sorted(torch_private_modules().items()):
+        if not any(name == ban or name.startswith(ban + ".") for ban in banned()):
+            found.append(f"{where[0]}: torch internals: {name} is not in pyproject's banned-api list "
+                         f"(also at {', '.join(where[1:]) or 'nowhere else'})")
+    assert not found, "\n".join(found)
+
+
+def test_only_the_designs_files_are_exempt_from_the_banned_api_rule():
+    ignores = pyproject()["tool"]["ruff"]["lint"]["per-file-ignores"]
+    exempt = {path for path, rules in ignores.items() if "TID251" in rules}
+    lines = (ROOT / "pyproject.toml").read_text().splitlines()
+    found = []
+    for path in sorted(exempt - set(TORCH_INTERNALS_ALLOWED)):
+        line = next(i for i, text in enumerate(lines, 1) if text.startswith(f'"{path}"'))
+        uses = [f"{name} at {where}" for name, places in torch_private_modules().items() for where in places
+                if fnmatch.fnmatch(where.partition(":")[0], path)]
+        found.append(f"pyproject.toml:{line}: torch internals: {path} is exempt from TID251, but it is neither "
+                     f"run/touchpoints.py nor a child's (docs/architecture.md); it uses {', '.join(uses) or 'none'}")
+    missing = sorted(set(TORCH_INTERNALS_ALLOWED) - exempt)
+    assert not found and not missing, "\n".join(found + [f"pyproject.toml: {path} is not exempt from TID251 "
+                                                         "though the design allows it" for path in missing])
+
+
+def torch_private_modules_by_name(root: Path = ROOT) -> list[str]:
+    """``import_module("torch._x")`` and the like, which ruff's banned-api rule does not see, outside
+    the files allowed to touch torch's internals."""
+    found = []
+    for module in modules(root):
+        if allowed(rel(module, root)):
+            continue
+        for node in ast.walk(tree(module, root)):
+            name = named_import(node)
+            if name and name.split(".")[0] == "torch" and any(map(private, name.split("."))):
+                found.append(f"{rel(module, root)}:{node.lineno}: torch internals: {ast.unparse(node)} names a private "
+                             "torch module; go through run/touchpoints.py")
+    return found
+
+
+def test_torch_private_modules_named_by_string_only_where_internals_are_allowed():
+    found = torch_private_modules_by_name()
+    assert not found, "\n".join(found)
+
+
+@cache
+def module_private_attributes() -> frozenset[str]:
+    """The private attributes of every ``torch.nn.Module`` (``_modules``, ``_parameters``,
+    ``_forward_hooks``, ...), as this torch has them."""
+    torch = pytest.importorskip("torch")
+    return frozenset(name for name in vars(torch.nn.Module()) if private(name))
+
+
+def own_state(node: ast.Attribute) -> bool:
+    """``self._modules`` in a class of ours is that class's own attribute, not torch's."""
+    return isinstance(node.value, ast.Name) and node.value.id in {"self", "cls"}
+
+
+def torch_private_attribute_uses(root: Path = ROOT) -> list[str]:
+    found = []
+    names = module_private_attributes()
+    for module in modules(root):
+        if allowed(rel(module, root)):
+            continue
+        for node in ast.walk(tree(module, root)):
+            if isinstance(node, ast.Attribute) and node.attr in names and not own_state(node):
+                found.append(f"{rel(module, root)}:{node.lineno}: torch internals: {ast.unparse(node)} is a private "
+                             "attribute of torch.nn.Module; go through run/touchpoints.py")
+            elif isinstance(node, ast.Constant) and node.value in names:
+                found.append(f"{rel(module, root)}:{node.lineno}: torch internals: {node.value!r} names a private "
+                             "attribute of torch.nn.Module; go through run/touchpoints.py")
+    return sorted(found, key=by_place)
+
+
+def test_torch_modules_private_attributes_only_where_internals_are_allowed():
+    found = torch_private_attribute_uses()
+    assert not found, "\n".join(found)
+
+
+def test_the_private_attribute_check_knows_torchs_module_state():
+    assert {"_modules", "_parameters", "_buffers", "_forward_hooks"} <= module_private_attributes()
+
+
+# --- each check finds what it is for ---------------------------------------------------------------
+
+
+def test_each_check_reports_a_broken_rule_with_its_place(tmp_path):
+    """A made-up package that breaks every rule once: each check names the file, the line and the rule."""
+    files = {
+        "__init__.py": "",
+        "errors.py": "",
+        "protocol/__init__.py": "",
+        "protocol/names.py": "import importlib\n\nimportlib.import_module('hatch_precompile.run.gate')\n",
+        "run/__init__.py": "",
+        "run/gate.py": "_secret = 1\n\ndef f():\n    from hatch_precompile.run import loader\n",
+        "run/loader.py": ("from hatch_precompile.run import gate\nfrom hatch_precompile.run.gate import _secret\n"
+                          "import torch.utils._pytree\n\ndef g(m):\n    return gate._secret, m._buffers, self_ok()\n"
+                          "\n\ndef h():\n    import sys\n    return sys.modules.get('torch._inductor.config')\n"),
+    }
+    for name, text in files.items():
+        (tmp_path / PACKAGE / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / PACKAGE / name).write_text(text)
+    assert layering_violations(tmp_path) == [
+        "hatch_precompile/protocol/names.py:3: layering: protocol/ imports hatch_precompile.run.gate, a layer above it "
+        f"(imports go {' -> '.join(LAYERS)})"]
+    assert private_name_violations(tmp_path) == [
+        "hatch_precompile/run/loader.py:2: private name: imports _secret from hatch_precompile.run.gate",
+        "hatch_precompile/run/loader.py:6: private name: uses gate._secret (_secret of hatch_precompile.run.gate)"]
+    assert cycles(graph(tmp_path)) == [["hatch_precompile.run.gate", "hatch_precompile.run.loader"]]
+    assert sorted(torch_private_modules(tmp_path)) == ["torch._inductor", "torch.utils._pytree"]
+    assert torch_private_modules_by_name(tmp_path) == [
+        "hatch_precompile/run/loader.py:11: torch internals: sys.modules.get('torch._inductor.config') names a "
+        "private torch module; go through run/touchpoints.py"]
+    assert torch_private_attribute_uses(tmp_path) == [
+        "hatch_precompile/run/loader.py:6: torch internals: m._buffers is a private attribute of torch.nn.Module; "
+        "go through run/touchpoints.py"]
