@@ -44,13 +44,13 @@ from hatch_precompile.run import artifacts, contract, loader
 # warning gives. The author's planned refusal (train mode) has none: it is logged, not warned.
 FIXES = {
     MODES: "call it under the process modes the workload saved it with (torch.no_grad(), the default dtype, "
-             "autocast)",
+           "autocast)",
     INPUTS: "call it with inputs of the dtypes, layouts and structure the workload gave save_step(), and dims "
-              "inside its dynamic_shapes (widen those and rebuild to serve more)",
+            "inside its dynamic_shapes (widen those and rebuild to serve more)",
     MODULE: "serve a model of the class, submodules and tensor shapes the workload saved the step with, or "
-              "rebuild the package with the model you serve",
+            "rebuild the package with the model you serve",
     SETTINGS: "serve the model with the settings the step's trace read at build, or rebuild the package with "
-                "the model as you serve it",
+              "the model as you serve it",
     LOADER: "rebuild the package for this torch and machine; `hatch-precompile verify` shows what it refuses",
     ARGUMENTS: "call it with arguments as the workload's save_step() gave them",
 }
