@@ -80,9 +80,10 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
         raise ValueError(f"save_step({name!r}, ...): a step named {name!r} was already saved by this build")
     import torch
 
-    if backward:
-        return _save_training(name, fn, args, check, out, dynamic_shapes, on_failure)
-    exported = inference(args)
+    if backward and not torch.is_grad_enabled():
+        raise ValueError(f"save_step({name!r}, ..., backward=True): save a training step with grad enabled (not "
+                         "under torch.no_grad() or torch.inference_mode())")
+    exported = backward or inference(args)  # a loss's forward and backward are exported as one graph
     if dynamic_shapes is not None and not exported:
         raise ValueError(f"save_step({name!r}, ...): dynamic_shapes is for an exported step: save it under "
                          "torch.no_grad() with its modules in eval(); a training step is captured for its shapes")
@@ -93,49 +94,28 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
         shapes = export.input_shapes(name, fn, args, dynamic_shapes)  # the author's mistakes, as they are
     try:
         if exported:
-            return export.save(name, fn, args, shapes, check, out)
+            return export.save(name, fn, args, shapes, check, out, training=backward)
         return _save_precompiled(name, fn, args, check, out)
     except StepMismatch:
         if on_failure == "error":
             raise
         _skipped(name, route, "its captured step computes something else than the reference (above)")
     except NotAvailable as exc:
-        note(f"step {name!r} not captured: {exc}; load_step() falls back to torch.compile")
+        note(f"step {name!r} not captured: {exc}; load_step() falls back to torch.compile"
+             + (" and backward()" if backward else ""))
     except Exception as exc:
         reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-        if on_failure == "error":
+        if backward:  # a training step keeps its other route: the fallback, warm from the shipped caches
+            where = _user_frame(exc)
+            note(f"step {name!r} (aotinductor route, forward and backward): torch {torch.__version__} could not "
+                 f"export it{f' at {where}' if where else ''}: {reason}; load_step() runs torch.compile and "
+                 "backward() (warm where the workload called the step's fallback)")
+        elif on_failure == "error":
             raise StepCaptureError(
                 f"step {name!r} ({route} route): torch {torch.__version__} could not capture it: {reason}. "
                 + _what_to_do(route)) from exc
-        _skipped(name, route, f"torch {torch.__version__} could not capture it: {reason}")
-    return None
-
-
-def _save_training(name: str, fn: Callable, args: tuple, check: str, out: Path, dynamic_shapes: Any,
-                   on_failure: str) -> Path | None:
-    """A step that returns its loss: exported with its backward, or not shipped, saying why."""
-    import torch
-
-    if not torch.is_grad_enabled():
-        raise ValueError(f"save_step({name!r}, ..., backward=True): save a training step with grad enabled (not "
-                         "under torch.no_grad() or torch.inference_mode())")
-    from hatch_precompile.build import export
-
-    shapes = export.input_shapes(name, fn, args, dynamic_shapes)  # the author's mistakes, as they are
-    try:
-        return export.save(name, fn, args, shapes, check, out, training=True)
-    except StepMismatch:
-        if on_failure == "error":
-            raise
-        _skipped(name, EXPORTED, "its captured step computes something else than the reference (above)")
-    except NotAvailable as exc:
-        note(f"step {name!r} not captured: {exc}; load_step() runs torch.compile and backward()")
-    except Exception as exc:
-        reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-        where = _user_frame(exc)
-        note(f"step {name!r} (aotinductor route, forward and backward): torch {torch.__version__} could not export "
-             f"it{f' at {where}' if where else ''}: {reason}; load_step() runs torch.compile and backward() (warm "
-             "where the workload called the step's fallback)")
+        else:
+            _skipped(name, route, f"torch {torch.__version__} could not capture it: {reason}")
     return None
 
 

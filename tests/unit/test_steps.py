@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -310,3 +312,42 @@ def lambda_free_forward(m, x):
 
 
 lambda_free_forward.__qualname__ = "forward"
+
+
+def test_a_training_step_saved_without_grad_is_named(monkeypatch, tmp_path):
+    monkeypatch.setenv(STEPS_DIR_VAR, str(tmp_path / "steps"))
+    m, (x, y) = model(), batch()
+    with torch.no_grad(), pytest.raises(ValueError, match=r"save_step\('train', \.\.\., backward=True\): save a "
+                                                          r"training step with grad enabled"):
+        capture.save_step("train", lambda m_, x_, y_: nn.functional.cross_entropy(m_(x_), y_), m, x, y, backward=True)
+
+
+def branching_loss(m, x, y):
+    logits = m(x)
+    if logits.sum() > 0:  # data-dependent control flow: no export traces it
+        logits = -logits
+    return nn.functional.cross_entropy(logits, y)
+
+
+def test_a_training_step_torch_cannot_export_is_not_shipped_and_the_build_says_where(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv(STEPS_DIR_VAR, str(tmp_path / "steps"))
+    m, (x, y) = model(), batch()
+    assert capture.save_step("train", branching_loss, m, x, y, backward=True) is None
+    said = capsys.readouterr().out
+    assert f"step 'train' (aotinductor route, forward and backward): torch {torch.__version__} could not export it " \
+           f"at {__file__}:" in said
+    assert "load_step() runs torch.compile and backward()" in said
+    assert not (tmp_path / "steps").exists()
+
+
+def test_a_training_steps_fallback_leaves_what_backward_leaves():
+    m, (x, y) = model(), batch()
+    eager = copy.deepcopy(m)
+    step = run_steps.load_step("no_such_package_here", "loss", lambda m_, x_, y_: nn.functional.cross_entropy(m_(x_), y_),
+                               fallback=lambda m_, x_, y_: nn.functional.cross_entropy(m_(x_), y_), backward=True)
+    loss = step(m, x, y)
+    want = nn.functional.cross_entropy(eager(x), y)
+    want.backward()
+    assert step.route == "fallback" and not loss.requires_grad and torch.equal(loss, want.detach())
+    for p, q in zip(m.parameters(), eager.parameters()):
+        assert torch.equal(p.grad, q.grad)
