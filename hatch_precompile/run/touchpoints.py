@@ -604,9 +604,19 @@ def aoti_bind(loader: Any, constants: dict[str, Any]) -> None:
 def aoti_compile(torch: Any, program: Any, package_path: str, configs: dict[str, Any]) -> Any:
     """AOTInductor's package of an exported program (build side: the export route)."""
     _lookup("aoti-compile", "call")
-    from torch._inductor import aoti_compile_and_package
+    from torch._inductor import aoti_compile_and_package, config
 
-    return aoti_compile_and_package(program, package_path=package_path, inductor_configs=configs)
+    # The compile writes its package's metadata into Inductor's global setting in place, and that
+    # setting is in every later graph's cache key: given back, so the build's other graphs keep
+    # the key a user's process computes.
+    metadata = getattr(getattr(config, "aot_inductor", None), "metadata", None)
+    before = dict(metadata) if isinstance(metadata, dict) else None
+    try:
+        return aoti_compile_and_package(program, package_path=package_path, inductor_configs=configs)
+    finally:
+        if before is not None and isinstance(metadata, dict):
+            metadata.clear()
+            metadata.update(before)
 
 
 def keeps_tensor_constants(torch: Any) -> bool:
