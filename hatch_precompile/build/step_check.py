@@ -53,7 +53,8 @@ def check_statistically(name: str, reference: Callable, loaded: Callable, args: 
                               for p in a.parameters() if p.grad is not None] or [torch.zeros(1, dtype=torch.float64)])
             grads[side] = flat if grads[side] is None else grads[side] + flat
     want, got = torch.tensor(losses[0], dtype=torch.float64), torch.tensor(losses[1], dtype=torch.float64)
-    spread = 3 * float(torch.cat([want, got]).std()) / seeds ** 0.5 + 0.01 * abs(float(want.mean()))
+    # three standard errors of the difference of the means, each side's spread its own
+    spread = 3 * float(((want.var() + got.var()) / seeds).sqrt()) + 0.01 * abs(float(want.mean()))
     cosine = float(torch.nn.functional.cosine_similarity(grads[0], grads[1], dim=0))
     if abs(float(got.mean() - want.mean())) > spread or not cosine > 0.9:
         raise StepMismatch(
@@ -84,7 +85,7 @@ def check_against_reference(name: str, fn: Callable, args: tuple, loaded: Callab
             value = runner(*copies)
         results.append((value, _state(copies)))
     (want, want_state), (got, got_state) = results
-    problems = _compare(want, got, "the result") + _compare(want_state, got_state, "the arguments after the step")
+    problems = _compare(want, got, "the result") + _compare_state(want_state, got_state)
     if problems:
         raise StepMismatch(
             f"step {name!r}: the captured step computes something else than {fn.__qualname__} run "
@@ -149,6 +150,18 @@ def _state(args: tuple) -> list:
     return state
 
 
+def _compare_state(want: list, got: list) -> list[str]:
+    """Each tensor the step can change, named: a parameter's value and gradient, a buffer, an input."""
+    if len(want) != len(got):
+        return [f"the step left {len(got)} tensors in its arguments, expected {len(want)}"]
+    problems = []
+    for index, ((name, want_value, want_grad), (_, got_value, got_grad)) in enumerate(zip(want, got)):
+        label = name or f"input tensor {index}"
+        problems += _compare(want_value, got_value, f"{label} after the step")
+        problems += _compare(want_grad, got_grad, f"the gradient of {label}")
+    return problems
+
+
 def _compare(want: Any, got: Any, where: str) -> list[str]:
     import torch
 
@@ -161,7 +174,8 @@ def _compare(want: Any, got: Any, where: str) -> list[str]:
         try:
             torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-4, equal_nan=True)
         except AssertionError as exc:
-            return [f"{where}: {str(exc).splitlines()[0]}"]
+            worst = [line.strip() for line in str(exc).splitlines() if line.strip().startswith("Greatest absolute")]
+            return [f"{where}: {str(exc).splitlines()[0]}" + (f" ({worst[0][0].lower()}{worst[0][1:]})" if worst else "")]
         return []
     if isinstance(want, (list, tuple)) and isinstance(got, (list, tuple)) and len(want) == len(got):
         return [p for i, (w, g) in enumerate(zip(want, got)) for p in _compare(w, g, f"{where}[{i}]")]

@@ -150,7 +150,7 @@ def test_the_check_catches_missing_gradients():
     def no_backward(m_, x_, y_):
         return nn.functional.cross_entropy(m_(x_), y_).detach()
 
-    with pytest.raises(capture.StepMismatch, match="the arguments after the step"):
+    with pytest.raises(capture.StepMismatch, match="the gradient of 0.weight is NoneType, expected Tensor"):
         capture.check_against_reference("train", training_step, (m, x, y), no_backward, "eager")
 
 
@@ -351,3 +351,30 @@ def test_a_training_steps_fallback_leaves_what_backward_leaves():
     assert step.route == "fallback" and not loss.requires_grad and torch.equal(loss, want.detach())
     for p, q in zip(m.parameters(), eager.parameters()):
         assert torch.equal(p.grad, q.grad)
+
+
+def dropout_loss(m_, x_, y_):
+    return nn.functional.cross_entropy(m_(x_), y_)
+
+
+@pytest.mark.parametrize(("loaded", "says"), [
+    (lambda *a: 1.2 * dropout_loss(*a), "its mean loss"),  # another loss, the same direction
+    (lambda *a: 2 * dropout_loss(*a).detach() - dropout_loss(*a), "cosine with the reference.s -0.9"),
+], ids=["another loss", "gradients reversed"])
+def test_the_statistical_check_of_a_step_that_draws_random_numbers(loaded, says):
+    """Dropout in a shipped step draws other numbers than eager: the same step drawing from another
+    stream passes; another loss, or gradients that point elsewhere, fail by name."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Dropout(0.1), nn.Linear(32, 4))
+    generator = torch.Generator().manual_seed(1)
+    args = (m, torch.randn(64, 16, generator=generator), torch.randint(0, 4, (64,), generator=generator))
+    reference = step_check.with_backward(dropout_loss)
+
+    def other_stream(*a):
+        torch.rand(7)  # the same step, its dropout masks drawn from elsewhere in the stream
+        return reference(*a)
+
+    step_check.check_statistically("drop", reference, other_stream, args)
+    with pytest.raises(capture.StepMismatch, match=f"step 'drop': the captured step draws random numbers.*{says}"):
+        step_check.check_statistically("drop", reference, step_check.with_backward(loaded), args)
+    assert all(p.grad is None for p in m.parameters()), "the check runs on copies"
