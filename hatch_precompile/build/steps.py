@@ -4,6 +4,8 @@
   in ``eval()``): exported with ``torch.export`` and compiled by AOTInductor (build/export.py),
   run at import by torch's C++ loader with the caller's weights: no compiler in the user's
   process (run/exported.py).
+- **A loss** (``backward=True``): its forward and backward exported as one graph (AOTInductor),
+  run with the caller's tensors, as inference is; where torch cannot export it, the route below.
 - **Anything else** (a training step): ``torch.compiler.precompile`` (torch 2.14+): no Dynamo at
   the first call, still Inductor's runtime (run/steps.py).
 
@@ -49,8 +51,9 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
     hatch-precompile: saved with grad enabled and the modules in ``train()``, its forward and
     backward are exported as one graph (AOTInductor) that ``load_step(..., backward=True)`` runs
     with the caller's tensors, no compiler in the process; ``dynamic_shapes`` works as for
-    inference. Where torch cannot export it the build says why and the step falls back to
-    ``torch.compile(fn)`` and ``backward()``. Called under ``torch.no_grad()`` with every module in
+    inference. Where torch cannot export it the build says why, and the step with its backward
+    is captured by ``torch.compiler.precompile`` (torch 2.14+); where that fails too, it falls back
+    to ``torch.compile(fn)`` and ``backward()``. Called under ``torch.no_grad()`` with every module in
     ``eval()``, it is exported
     (AOTInductor) and ``dynamic_shapes`` (torch.export's form: one entry per argument of ``fn``,
     None for a module) says which dims may vary and how far; else it is captured with
@@ -101,15 +104,20 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
             raise
         _skipped(name, route, "its captured step computes something else than the reference (above)")
     except NotAvailable as exc:
+        if backward and _has_precompile(torch):
+            note(f"step {name!r} not exported: {exc}; capturing it with torch.compiler.precompile instead")
+            return _save_loss_precompiled(name, fn, args, check, out)
         note(f"step {name!r} not captured: {exc}; load_step() falls back to torch.compile"
              + (" and backward()" if backward else ""))
     except Exception as exc:
         reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-        if backward:  # a training step keeps its other route: the fallback, warm from the shipped caches
+        if backward:  # a training step keeps its other routes: precompile (2.14+), then the shipped caches
             where = _user_frame(exc)
+            next_route = ("capturing it with torch.compiler.precompile instead" if _has_precompile(torch)
+                          else f"load_step() runs {_FALLBACK}")
             note(f"step {name!r} (aotinductor route, forward and backward): torch {torch.__version__} could not "
-                 f"export it{f' at {where}' if where else ''}: {reason}; load_step() runs torch.compile and "
-                 "backward() (warm where the workload called the step's fallback)")
+                 f"export it{f' at {where}' if where else ''}: {reason}; {next_route}")
+            return _save_loss_precompiled(name, fn, args, check, out) if _has_precompile(torch) else None
         elif on_failure == "error":
             raise StepCaptureError(
                 f"step {name!r} ({route} route): torch {torch.__version__} could not capture it: {reason}. "
@@ -117,6 +125,28 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
         else:
             _skipped(name, route, f"torch {torch.__version__} could not capture it: {reason}")
     return None
+
+
+_FALLBACK = "torch.compile and backward() (warm where the workload called the step's fallback)"
+
+
+def _has_precompile(torch: Any) -> bool:
+    return getattr(torch.compiler, "precompile", None) is not None
+
+
+def _save_loss_precompiled(name: str, fn: Callable, args: tuple, check: str, out: Path) -> Path | None:
+    """A loss step torch could not export: the loss and its backward() as one step, captured by
+    torch.compiler.precompile; where that fails too, None (the fallback runs from the caches)."""
+    import torch
+
+    try:
+        return _save_precompiled(name, with_backward(fn), args, check, out)
+    except Exception as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        what = str(exc) if isinstance(exc, StepMismatch) else (
+            f"torch {torch.__version__} could not capture it either: {type(exc).__name__}: {first_line}")
+        note(f"step {name!r} (precompile route): {what}; load_step() runs {_FALLBACK}")
+        return None
 
 
 def _user_frame(exc: BaseException) -> str | None:
