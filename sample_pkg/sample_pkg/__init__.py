@@ -4,7 +4,17 @@ import hatch_precompile
 
 precompile_status = hatch_precompile.load(__name__)
 
-from sample_pkg.model import ConvNet, Trainer, classify, classify_step, make_batch, make_model, scripted_classifier  # noqa: E402
+from sample_pkg.model import (  # noqa: E402
+    ConvNet,
+    Trainer,
+    classify,
+    classify_step,
+    loss_step,
+    make_batch,
+    make_model,
+    scripted_classifier,
+    training_loss,
+)
 
-__all__ = ["ConvNet", "Trainer", "classify", "classify_step", "make_batch", "make_model", "precompile_status",
-           "scripted_classifier"]
+__all__ = ["ConvNet", "Trainer", "classify", "classify_step", "loss_step", "make_batch", "make_model",
+           "precompile_status", "scripted_classifier", "training_loss"]

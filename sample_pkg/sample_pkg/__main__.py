@@ -68,6 +68,8 @@ def main() -> None:
         "classify_error": classify_error,
         "classify_kernels_compiled": count_kernels() - kernels_before - kernels_compiled,
         "first_step_phases": step_phases,
+        "step_route": sample_pkg.loss_step.route,
+        "step_reason": sample_pkg.loss_step.reason,
         "loss": loss,
         "logits_sum": logits_sum,
         "device": str(images.device),
@@ -82,7 +84,8 @@ def main() -> None:
         print(json.dumps(result))
         return
     print(f"precompiled caches:      {'loaded' if status.loaded else 'not loaded'} ({status.reason})")
-    print(f"first training step:     {step_seconds:.2f} s  (loss {result['loss']:.4f}, on {result['device']})")
+    print(f"first training step:     {step_seconds:.2f} s  (loss {result['loss']:.4f}, on {result['device']}, "
+          f"by {result['step_route']})")
     print(f"first inference call:    {predict_seconds:.2f} s")
     aot = result["aot_autograd"]
     print(

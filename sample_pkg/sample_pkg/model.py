@@ -1,4 +1,4 @@
-"""The model, its compiled training step and its compiled inference call."""
+"""The model, its shipped training step, its compiled inference call and its shipped classifier."""
 
 from __future__ import annotations
 
@@ -56,23 +56,35 @@ def make_batch(
     return images.to(device), labels.to(device)
 
 
+def training_loss(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The loss alone, no backward(): ``loss_step`` runs its forward and backward."""
+    return nn.functional.cross_entropy(model(images), labels)
+
+
+# Shipped as one AOTInductor package of the forward and backward (the workload saves it): a call
+# leaves the gradients in .grad, as loss.backward() would, with no compiler in the process.
+# Elsewhere it runs torch.compile(training_loss), then backward().
+loss_step = hatch_precompile.load_step("sample_pkg", "loss", training_loss, backward=True)
+
+
 class Trainer:
-    """A compiled model with an SGD optimizer: ``step`` trains, ``predict`` infers."""
+    """A model with an SGD optimizer: ``step`` trains through ``loss_step``, ``predict`` infers compiled."""
 
     def __init__(self, model: nn.Module, lr: float = 0.05) -> None:
         self.model = model
-        self.compiled = torch.compile(model)
+        self.compiled: nn.Module | None = None  # compiled at the first predict: training imports no compiler
         self.optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
 
     def step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         self.optimizer.zero_grad(set_to_none=True)
-        loss = nn.functional.cross_entropy(self.compiled(images), labels)
-        loss.backward()
+        loss = loss_step(self.model, images, labels)  # the gradients are in .grad
         self.optimizer.step()
-        return loss.detach()
+        return loss
 
     @torch.no_grad()
     def predict(self, images: torch.Tensor) -> torch.Tensor:
+        if self.compiled is None:
+            self.compiled = torch.compile(self.model)
         return self.compiled(images)
 
 

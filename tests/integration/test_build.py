@@ -74,8 +74,8 @@ def test_precompiled_wheel_contents_and_tag(precompiled_wheel):
     assert declared["workloads"] == ["sample_pkg.precompile:workload"] and declared["package"] == "sample_pkg"
 
     assert "precompile: running workload sample_pkg.precompile:workload" in output
-    # training (forward and backward in one entry), inference, and the classify step's fallback
-    assert re.search(r"precompile: captured 3 compiled graph\(s\), \d+ kernel binaries, 1 TorchScript module\(s\), 1 step\(s\)", output)
+    # the steps' fallbacks: training (forward and backward in one entry) and classify; inference
+    assert re.search(r"precompile: captured 3 compiled graph\(s\), \d+ kernel binaries, 1 TorchScript module\(s\), 2 step\(s\)", output)
 
 
 def test_the_build_leaves_nothing_in_the_temp_dir(precompiled_wheel, build_tmpdir):

@@ -144,7 +144,7 @@ def test_report_on_an_installed_package(runtime_python, tmp_path):
         proc = split_run([runtime_python, "-m", "hatch_precompile", "report", name], cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
         assert "sample_pkg: precompiled artifacts shipped, " in proc.stdout
-        assert re.search(r"\d+\.\d\d s  forward at \S+/sample_pkg/model\.py:\d+ \[0/0", proc.stdout)
+        assert re.search(r"\d+\.\d\d s  (training_loss|forward) at \S+/sample_pkg/model\.py:\d+ \[\d+/0", proc.stdout)
         assert "TorchScript modules     1" in proc.stdout
     missing = split_run([runtime_python, "-m", "hatch_precompile", "report", "no_such_pkg"], cwd=tmp_path)
     assert missing.returncode == 2
@@ -189,8 +189,8 @@ def test_verify_fails_after_the_model_changes_without_a_rebuild(runtime_python, 
     assert proc.returncode == 1, proc.stdout
     assert "load(): installed (installed;" in proc.stdout  # the artifacts loaded; they are just stale
     assert re.search(
-        rf"MISS: sample_pkg\.precompile:workload: the forward graph of forward at {re.escape(str(model))}:\d+ "
-        r"\[0/0\] was compiled from scratch \([\d.]+ s\): torch's cache key differs from the shipped graph's:",
+        rf"MISS: sample_pkg\.precompile:workload: the forward graph of (training_loss|forward) at {re.escape(str(model))}:"
+        r"\d+ \[\d+/0\] was compiled from scratch \([\d.]+ s\): torch's cache key differs from the shipped graph's:",
         proc.stdout,
     )
     # Why, field by field: the layer's weight is an input of the graph, with another shape now.
@@ -236,7 +236,7 @@ def test_warm_turns_a_plain_install_into_a_warm_one(runtime_python, notorch_pyth
     assert ("running sample_pkg.warmup:workload (from sample-pkg 0.1.0's "
             "extra_metadata/hatch-precompile.json)") in proc.stdout
     assert "precompile: workload sample_pkg.warmup:workload still running (" in proc.stdout
-    assert re.search(r"finished in [\d.]+ s: 3 graph\(s\), 0 graph break\(s\), 1 recompile\(s\), [1-9]\d* kernel\(s\)", proc.stdout)
+    assert re.search(r"finished in [\d.]+ s: 3 graph\(s\), 0 graph break\(s\), 0 recompile\(s\), [1-9]\d* kernel\(s\)", proc.stdout)
     (entry,) = (xdg / "hatch-precompile" / "sample-pkg").iterdir()
     assert "warm: stored " in proc.stdout and str(entry) in proc.stdout
     assert not (tmp_path / "home").exists(), "XDG_CACHE_HOME must be honoured"
@@ -247,7 +247,7 @@ def test_warm_turns_a_plain_install_into_a_warm_one(runtime_python, notorch_pyth
                         pythonpath=site)
     assert result["precompiled"] and result["precompile_reason"].startswith(f"installed from {entry}")
     assert result["aot_autograd"].get("autograd_cache_miss", 0) == 0
-    assert result["aot_autograd"]["autograd_cache_hit"] >= 2
+    assert result["aot_autograd"]["autograd_cache_hit"] >= 1
     assert result["kernels_compiled"] == 0
 
     shown = cli(runtime_python, "report", "sample_pkg", env=env, cwd=tmp_path).stdout

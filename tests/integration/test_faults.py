@@ -153,6 +153,7 @@ while not os.path.exists(sys.argv[1]):
 import sample_pkg
 trainer = sample_pkg.Trainer(sample_pkg.make_model())
 loss = trainer.step(*sample_pkg.make_batch())
+trainer.predict(sample_pkg.make_batch()[0])  # compiled: reads the caches the others install
 print(json.dumps([sample_pkg.precompile_status.loaded, loss.item()]))
 """
 

@@ -99,7 +99,7 @@ def test_warm_start_compiles_no_triton_kernel_and_runs_no_autotuning(gpu_site, t
     assert not cold["unpatched"] and not warm["unpatched"]
     assert cold["triton_compiles"] > 0 and cold["aot"].get("autograd_cache_miss", 0) >= 2  # the counter counts
     assert warm["loaded"], warm["reason"]
-    assert warm["aot"].get("autograd_cache_hit", 0) >= 2 and warm["aot"].get("autograd_cache_miss", 0) == 0
+    assert warm["aot"].get("autograd_cache_hit", 0) >= 1 and warm["aot"].get("autograd_cache_miss", 0) == 0
     assert warm["inductor"].get("fxgraph_cache_miss", 0) == 0
     assert warm["triton_compiles"] == 0 and warm["autotune_benchmarks"] == 0, warm["events"]
     assert warm["loss"] == cold["loss"]

@@ -78,7 +78,8 @@ def assert_warm(python: Path, tmp_path: Path, pythonpath: Path | None = None, on
     cache.mkdir()
     result = (run_one_function if one_function else run_sample)(python, cache, pythonpath=pythonpath)
     assert result["precompiled"], result["precompile_reason"]
-    assert result["aot_autograd"]["autograd_cache_hit"] >= (1 if one_function else 2)
+    # the sample: inference, and training where its exported step is not shipped (steps off)
+    assert result["aot_autograd"]["autograd_cache_hit"] >= 1
     assert result["aot_autograd"].get("autograd_cache_miss", 0) == 0
     assert result["kernels_compiled"] == 0
 
@@ -133,7 +134,7 @@ def test_pip_install_builds_for_the_target_torch_and_writes_nothing_into_it(targ
     # The default flow ships the exported step too: an isolated build exports it for the target's torch.
     proc = run([target, "-m", "pip", "install", "-v", project], env={**find_links(links), "HATCH_PRECOMPILE_NO_STEPS": "0"})
     assert_targets(proc.stdout, target, "pip's interpreter")
-    assert "1 step(s) ahead of time" in proc.stdout
+    assert "2 step(s) ahead of time" in proc.stdout
     section = build_env_section(proc.stdout)
     assert "hatchling" in section and "torch" not in section.lower(), section
     # The hook's dependencies(): the publishing tools it tags the wheel with, nothing of torch.

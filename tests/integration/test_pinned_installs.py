@@ -75,7 +75,8 @@ def test_dockerfile_requirements_then_a_fresh_container_process(links, tmp_path)
                cwd=tmp_path / "app")
     assert_built_for_the_pin(proc.stdout, "pip was told to install ")
     assert project.is_dir()
-    assert "1 recompile(s)" in proc.stdout and "GLOBAL_STATE changed: grad_mode" in proc.stdout
+    # the build's report of the workload, from pip's log: the steps' fallbacks and inference
+    assert re.search(r"3 graph\(s\), 0 graph break\(s\), 0 recompile\(s\)", proc.stdout), proc.stdout[-3000:]
     assert re.search(r"filename=sample_pkg-0\.1\.0-cp\d+-cp\d+-(manylinux_\d+_\d+|linux)_x86_64\.whl", proc.stdout)
     site = Path(run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"]).stdout.strip())
     manifest = json.loads(set_manifest(site).read_text())

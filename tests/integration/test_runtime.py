@@ -21,12 +21,13 @@ def test_warm_start_hits_every_cache_and_compiles_no_kernel(runtime_python, cold
     warm = run_sample(runtime_python, cache)
     assert warm["precompiled"], warm["precompile_reason"]
     assert warm["aot_autograd"].get("autograd_cache_miss", 0) == 0
-    assert warm["aot_autograd"]["autograd_cache_hit"] >= 2  # training and inference graphs
+    assert warm["aot_autograd"]["autograd_cache_hit"] >= 1  # the inference graph; training is exported
+    assert warm["step_route"] == "aotinductor", warm["step_reason"]
     assert warm["inductor"].get("fxgraph_cache_miss", 0) == 0
     assert warm["kernels_compiled"] == 0
-    # The sample splits the step's compile time (the torch matrix's tracing column reads this).
-    phases = warm["first_step_phases"]
-    assert phases["frames"] >= 1 and phases["dynamo_seconds"] > 0 and phases["backend_seconds"] > 0
+    # The shipped training step ran without Dynamo: no frame compiled (the torch matrix's tracing
+    # column reads this split, which has frames where the step falls back).
+    assert warm["first_step_phases"]["frames"] == 0
 
     assert not cold_result["precompiled"] and cold_result["precompile_reason"] == "disabled by PRECOMPILE=0"
     assert cold_result["aot_autograd"]["autograd_cache_miss"] >= 2
@@ -47,7 +48,9 @@ def test_a_process_under_ci_hits_with_torchs_ci_default_turned_back(runtime_pyth
         cache.mkdir(parents=True)
         result = run_sample(runtime_python, cache, env=env)
         misses = result["aot_autograd"].get("autograd_cache_miss", 0)
-        assert misses == (2 if reads_ci and name == "plain" else 0), (name, result)
+        # the compiled inference graph misses; the exported training step reads no such key
+        assert misses == (1 if reads_ci and name == "plain" else 0), (name, result)
+        assert result["step_route"] == "aotinductor", result["step_reason"]
 
 
 NOTES = "import json, sample_pkg; print(json.dumps(list(sample_pkg.precompile_status.notes)))"
@@ -183,7 +186,7 @@ import json, os, sys
 from pathlib import Path
 import sample_pkg  # load() installs into the TORCHINDUCTOR_CACHE_DIR of the environment
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = sys.argv[1]  # then the program moves it, before compiling
-loss = sample_pkg.Trainer(sample_pkg.make_model()).step(*sample_pkg.make_batch())
+sample_pkg.Trainer(sample_pkg.make_model()).predict(sample_pkg.make_batch()[0])  # compiled
 from torch._dynamo.utils import counters
 print(json.dumps([dict(counters["aot_autograd"]), sorted(p.name for p in Path(sys.argv[1]).rglob("*.so"))]))
 """

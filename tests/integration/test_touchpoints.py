@@ -58,7 +58,7 @@ def test_build_with_every_observer_broken_still_ships_working_artifacts(tmp_path
     cache.mkdir()
     result = run_sample(Path(sys.executable), cache, pythonpath=unpack(wheel, tmp_path / "site"))
     assert result["precompiled"] and result["kernels_compiled"] == 0, (result["precompile_reason"], result)
-    assert result["aot_autograd"]["autograd_cache_hit"] >= 2 and not result["aot_autograd"].get("autograd_cache_miss")
+    assert result["aot_autograd"]["autograd_cache_hit"] >= 1 and not result["aot_autograd"].get("autograd_cache_miss")
     assert math.isclose(result["loss"], cold_result["loss"], rel_tol=1e-6)
 
 
@@ -67,7 +67,7 @@ def test_warm_start_with_every_wrapped_internal_changed_is_still_warm_and_correc
     cache.mkdir()
     result = run_sample(runtime_python, cache, env=misbehaving(SHORTCUTS))
     assert result["precompiled"] and result["kernels_compiled"] == 0, result
-    assert result["aot_autograd"]["autograd_cache_hit"] >= 2 and not result["aot_autograd"].get("autograd_cache_miss")
+    assert result["aot_autograd"]["autograd_cache_hit"] >= 1 and not result["aot_autograd"].get("autograd_cache_miss")
     # as test_runtime's warm start: the shipped kernels run for any thread count, and may round a
     # reduction's last bits otherwise than a cold compile with the count built in (an AMD EPYC does)
     assert result["loss"] == pytest.approx(cold_result["loss"], rel=1e-6)
@@ -83,7 +83,7 @@ def test_a_stand_in_compiler_with_the_key_internals_changed_is_still_warm(runtim
     cache.mkdir()
     result = run_sample(runtime_python, cache, env={**misbehaving("hash-details"), "CXX": str(wrapper)})
     assert result["precompiled"] and result["kernels_compiled"] == 0, result
-    assert result["aot_autograd"]["autograd_cache_hit"] >= 2 and not result["aot_autograd"].get("autograd_cache_miss")
+    assert result["aot_autograd"]["autograd_cache_hit"] >= 1 and not result["aot_autograd"].get("autograd_cache_miss")
 
 
 def test_an_unreadable_environment_key_builds_a_plain_wheel_and_skips_at_load(runtime_python, tmp_path):
@@ -114,8 +114,10 @@ def test_a_config_that_takes_no_settings_costs_a_compile_not_correctness(runtime
     cache = tmp_path / "cache"
     cache.mkdir()
     result = run_sample(runtime_python, cache, env=misbehaving("inductor-config"))
-    assert result["precompiled"] and result["kernels_compiled"] > 0
+    # the compiled inference graph misses and compiles (its kernels' code is the shipped one's)
+    assert result["precompiled"] and result["aot_autograd"].get("autograd_cache_miss", 0) >= 1, result
     assert result["loss"] == pytest.approx(cold_result["loss"], rel=1e-6)
+    assert result["logits_sum"] == pytest.approx(cold_result["logits_sum"], rel=1e-5, abs=1e-5)
 
 
 def test_verify_settings_torch_does_not_take_are_named(tmp_path):

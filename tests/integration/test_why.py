@@ -15,7 +15,7 @@ import torch
 import sample_pkg
 torch.use_deterministic_algorithms(True)
 trainer = sample_pkg.Trainer(sample_pkg.make_model())
-trainer.step(*sample_pkg.make_batch())
+trainer.predict(sample_pkg.make_batch()[0])  # compiled (the training step is exported)
 """
 
 
