@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Time to first step: precompiled wheels against cold starts and the hand recipes.
 
-    python3 bench/ttfs.py [PROJECT[:MODULE] ...] [--repeats 3] [--out bench-out]
+    python3 bench/ttfs.py [PROJECT[:MODULE] ...] [--repeats 3] [--paths cold,precompiled,eager] [--builds 5]
+                          [--out bench-out]
 
 For each consumer project (default: sample_pkg; any project that uses the hook and has a
 ``<package>.bench`` module, or the ``MODULE`` named after the project's path, with zero-argument
@@ -19,6 +20,11 @@ For each consumer project (default: sample_pkg; any project that uses the hook a
    each first call is split, from torch's own compile timers, into Dynamo's tracing, the backend
    (for a warm start: the cache loads), the rest of the frame compiles (guards) and the rest of
    the call (the kernels running, eager code);
+   a bench module with ``trainer()`` (a zero-argument call making one training step, optimizer
+   included, and the model it trains) is trained 20 steps instead: the first step alone, the
+   median steady step, the compiler modules imported when the optimizer steps first, and the
+   parameters after the 20 steps against the eager program's (the training targets: from start
+   <= 1.2x eager, first step <= 2x eager's, steady <= 1.05x torch.compile's);
 4. prints one table with medians and ratios against cold, writes the raw numbers to
    ``<out>/results.json`` and, when matplotlib is importable, a bar chart ``<out>/ttfs.png``.
 
@@ -48,21 +54,56 @@ TORCH = os.environ.get("BENCH_TORCH", "torch==2.13.0")
 PATHS = ("cold", "megacache", "precompiled", "hot-cache", "compile-off", "eager")
 
 # Runs inside the venv under test. argv: mode package bench-module megacache-file-or-dash eager-0-or-1
+# reference-file-or-dash. A bench module with ``trainer()`` is trained STEPS steps in "train_step":
+# the first is the first step, the rest are steady; the parameters after them are compared with
+# the reference file's (written by the first run that names it).
 HARNESS = r"""
-import importlib, json, sys, time
-mode, package, module, megacache, eager = sys.argv[1:6]
+import importlib, json, os, sys, time
+mode, package, module, megacache, eager, reference = sys.argv[1:7]
+STEPS = 20
 t0 = time.perf_counter()
 import torch
 if eager == "1":
     torch.compile = lambda model=None, **kwargs: model if model is not None else (lambda m: m)
+seen = {}
+def before_optimizer_step(optimizer, args, kwargs):  # the step has returned its loss and gradients
+    if not seen:
+        seen["compiler"] = sorted(m for m in ("torch._dynamo", "torch._inductor") if m in sys.modules)
+torch.optim.optimizer.register_optimizer_step_pre_hook(before_optimizer_step)
 t1 = time.perf_counter()
 importlib.import_module(package)
 t2 = time.perf_counter()
 if megacache != "-":
     torch.compiler.load_cache_artifacts(open(megacache, "rb").read())
 t3 = time.perf_counter()
-out = getattr(importlib.import_module(module), mode)()
-t4 = time.perf_counter()
+bench = importlib.import_module(module)
+extra = {}
+if mode == "train_step" and hasattr(bench, "trainer"):
+    compiler_before = sorted(m for m in ("torch._dynamo", "torch._inductor") if m in sys.modules)
+    step, model = bench.trainer()
+    compiler_built = sorted(m for m in ("torch._dynamo", "torch._inductor") if m in sys.modules)
+    started = time.perf_counter()
+    out = step()
+    t4 = time.perf_counter()
+    steady = []
+    for _ in range(STEPS - 1):
+        begun = time.perf_counter()
+        float(step())
+        steady.append(time.perf_counter() - begun)
+    params = torch.cat([p.detach().flatten().double() for p in model.parameters()])
+    diff = None
+    if reference != "-":
+        if os.path.exists(reference):
+            diff = float((params - torch.load(reference)).abs().max())
+        else:
+            torch.save(params, reference)
+    steady.sort()
+    extra = {"first_step": t4 - started, "steady_step": steady[len(steady) // 2], "steps": STEPS,
+             "param_diff": diff, "compiler_at_optimizer_step": seen.get("compiler"),
+             "compiler_before_trainer": compiler_before, "compiler_after_trainer": compiler_built}
+else:
+    out = getattr(bench, mode)()
+    t4 = time.perf_counter()
 from torch._dynamo.utils import counters
 try:  # torch's compile timers, summed over the call's frames (names as in torch 2.7-2.15)
     from torch._dynamo.utils import compile_times
@@ -80,6 +121,7 @@ print(json.dumps({
     "split": {"dynamo_tracing": tracing, "backend": backend,
               "other_compile": frames - tracing - backend, "run": (t4 - t3) - frames},
     "compile_attempts": sum(1 for name in timers if name.startswith("compile_attempt_")),
+    **extra,
 }))
 """
 
@@ -114,14 +156,14 @@ def timed_build(python: Path, project: Path, out: Path, **env: str) -> tuple[flo
 
 
 def measure(python: Path, mode: str, package: str, module: str, *, env=None, megacache="-", cache_from=None,
-            eager=False) -> dict:
+            eager=False, reference: Path | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="ttfs-") as tmp:
         cache = Path(tmp) / "cache"
         if cache_from:
             shutil.copytree(cache_from, cache)
         else:
             cache.mkdir()
-        out = sh(python, "-c", HARNESS, mode, package, module, megacache, "1" if eager else "0",
+        out = sh(python, "-c", HARNESS, mode, package, module, megacache, "1" if eager else "0", reference or "-",
                  env=clean_env(TORCHINDUCTOR_CACHE_DIR=str(cache), **(env or {})), cwd=tmp)
         return json.loads(out.strip().splitlines()[-1])
 
@@ -134,7 +176,8 @@ def split_spec(spec: str) -> tuple[Path, str | None]:
     return Path(spec).resolve(), None
 
 
-def bench_project(spec: str, out: Path, repeats: int, hp_wheel_dir: Path, builder: Path) -> dict:
+def bench_project(spec: str, out: Path, repeats: int, hp_wheel_dir: Path, builder: Path,
+                  paths: tuple[str, ...] = PATHS, cheap_builds: int = 5) -> dict:
     project, module = split_spec(spec)
     meta = tomllib.loads((project / "pyproject.toml").read_text())
     workloads = meta["tool"]["hatch"]["build"]["hooks"]["precompile"]["workload"]
@@ -155,7 +198,7 @@ def bench_project(spec: str, out: Path, repeats: int, hp_wheel_dir: Path, builde
     builds = {"precompiled": [], "off": [], "plain": []}
     seconds, wheels = timed_build(builder, project, work / "wheel-precompiled", PRECOMPILE="1")
     builds["precompiled"].append(seconds)
-    for _ in range(5):
+    for _ in range(cheap_builds):
         for kind, env in (("off", {"PRECOMPILE": "0"}), ("plain", {"HATCH_BUILD_NO_HOOKS": "true"})):
             seconds, wheel = timed_build(builder, project, work / f"wheel-{kind}", **env)
             builds[kind].append(seconds)
@@ -177,7 +220,8 @@ def bench_project(spec: str, out: Path, repeats: int, hp_wheel_dir: Path, builde
         megacache.write_bytes(archive.read(f"{package}/_precompiled/blobs/{digest}"))
     # The builder's own hot cache dir: the workload run once more in the build venv.
     hot = work / "hot-cache"
-    sh(builder, "-c", runner, env=clean_env(TORCHINDUCTOR_CACHE_DIR=str(hot), PYTHONPATH=str(project)))
+    if "hot-cache" in paths:
+        sh(builder, "-c", runner, env=clean_env(TORCHINDUCTOR_CACHE_DIR=str(hot), PYTHONPATH=str(project)))
 
     hp = next(hp_wheel_dir.glob("*.whl"))
     venv_pre = make_venv(work / "venv-precompiled", TORCH, hp, pre_wheel)
@@ -185,6 +229,10 @@ def bench_project(spec: str, out: Path, repeats: int, hp_wheel_dir: Path, builde
     # Prime each venv once (pyc, page cache, the per-environment C++ header); not counted.
     for python in (venv_pre, venv_plain):
         measure(python, "infer", package, module)
+    # The eager program's parameters after its training steps: what every path's are compared with.
+    reference = work / "eager-params.pt"
+    reference.unlink(missing_ok=True)
+    measure(venv_plain, "train_step", package, module, eager=True, reference=reference)
 
     setups = {
         "cold": dict(python=venv_plain),
@@ -195,14 +243,14 @@ def bench_project(spec: str, out: Path, repeats: int, hp_wheel_dir: Path, builde
         "compile-off": dict(python=venv_plain, env={"TORCH_COMPILE_DISABLE": "1"}),
         "eager": dict(python=venv_plain, eager=True),  # torch.compile never called
     }
-    raw = {path: {"train_step": [], "infer": []} for path in PATHS}
+    raw = {path: {"train_step": [], "infer": []} for path in paths}
     for repeat in range(repeats):
         for mode in ("train_step", "infer"):
-            order = PATHS if repeat % 2 == 0 else tuple(reversed(PATHS))
+            order = paths if repeat % 2 == 0 else tuple(reversed(paths))
             for path in order:
                 setup = dict(setups[path])
                 python = setup.pop("python")
-                result = measure(python, mode, package, module, **setup)
+                result = measure(python, mode, package, module, reference=reference, **setup)
                 raw[path][mode].append(result)
                 print(f"  {repeat + 1}/{repeats} {mode:<10} {path:<12} {result['total']:7.2f} s", flush=True)
 
@@ -227,11 +275,20 @@ def median(values) -> float:
 def summarize(result: dict) -> dict:
     runs = result["runs"]
     table = {}
-    for path in PATHS:
+    for path in runs:
         ttfs = median([r["total"] for r in runs[path]["train_step"]])
         infer = median([r["total"] for r in runs[path]["infer"]])
         table[path] = {"ttfs": ttfs, "first_infer": infer,
                        "pkg_import": median([r["pkg_import"] for r in runs[path]["train_step"]])}
+        trained = [r for r in runs[path]["train_step"] if "first_step" in r]
+        if trained:  # the trainer() protocol: the first step alone, steady steps, parameters, imports
+            diffs = [r["param_diff"] for r in trained if r["param_diff"] is not None]
+            table[path].update(first_step=median([r["first_step"] for r in trained]),
+                               steady_step=median([r["steady_step"] for r in trained]),
+                               param_diff=max(diffs) if diffs else None,
+                               compiler_at_optimizer_step=sorted({m for r in trained
+                                                                  for m in r["compiler_at_optimizer_step"] or []}),
+                               compiler_after_trainer=sorted({m for r in trained for m in r["compiler_after_trainer"]}))
         for mode in ("train_step", "infer"):  # where the first call's time went, medians per part
             splits = [r["split"] for r in runs[path][mode] if r.get("split")]
             table[path][f"split_{mode}"] = {part: median([s[part] for s in splits]) for part in splits[0]} if splits else {}
@@ -240,11 +297,24 @@ def summarize(result: dict) -> dict:
         row["ttfs_speedup"] = cold["ttfs"] / row["ttfs"]
         row["infer_speedup"] = cold["first_infer"] / row["first_infer"]
     builds = {k: median(v) for k, v in result["builds"].items()}
-    targets = {
+    pre, eager = table["precompiled"], table.get("eager", {})
+    training = {}
+    if "first_step" in pre and "first_step" in eager:
+        training = {
+            "ttfs precompiled / eager program (<= 1.2x)": pre["ttfs"] / eager["ttfs"],
+            "first step precompiled / eager's, optimizer included (<= 2x)": pre["first_step"] / eager["first_step"],
+            "steady step precompiled / torch.compile's (<= 1.05x)": pre["steady_step"] / cold["steady_step"],
+            f"params after {runs['precompiled']['train_step'][0]['steps']} steps, precompiled vs eager (max abs)":
+                pre["param_diff"],
+            "params, torch.compile vs eager (max abs: the spread compiling shows)": cold["param_diff"],
+        }
+    targets = {**training,
         "ttfs precompiled vs cold (>= 10x)": cold["ttfs"] / table["precompiled"]["ttfs"],
-        "ttfs precompiled vs megacache (>= 3x)": table["megacache"]["ttfs"] / table["precompiled"]["ttfs"],
-        "ttfs precompiled / hot cache (<= 1.2x)": table["precompiled"]["ttfs"] / table["hot-cache"]["ttfs"],
-        "ttfs precompiled minus the torch.compile floor (s)": table["precompiled"]["ttfs"] - table["compile-off"]["ttfs"],
+        "ttfs precompiled vs megacache (>= 3x)":
+            table["megacache"]["ttfs"] / pre["ttfs"] if "megacache" in table else None,
+        "ttfs precompiled / hot cache (<= 1.2x)": pre["ttfs"] / table["hot-cache"]["ttfs"] if "hot-cache" in table else None,
+        "ttfs precompiled minus the torch.compile floor (s)":
+            pre["ttfs"] - table["compile-off"]["ttfs"] if "compile-off" in table else None,
         "import overhead ms (<= 50)": 1000 * (median(result["pkg_import"]["with"]) - median(result["pkg_import"]["without"])),
         "PRECOMPILE=0 build / plain build (<= 1.1x)": builds["off"] / builds["plain"],
         "precompile build / workload cold run (<= 1.2x)": builds["precompiled"] / result["workload_cold_seconds"],
@@ -262,9 +332,16 @@ def print_summary(result: dict, summary: dict) -> None:
           f"workload cold run {result['workload_cold_seconds']:.1f} s; wheels {result['wheel_bytes']['precompiled'] / 1e6:.2f} MB "
           f"vs {result['wheel_bytes']['off'] / 1e3:.1f} kB")
     for name, value in summary["targets"].items():
-        print(f"  {name}: {value:.2f}")
+        print(f"  {name}: {value:.3g}" if value is not None else f"  {name}: -")
+    for path, row in summary["table"].items():
+        if "first_step" in row:
+            print(f"  {path:<12} first step {1000 * row['first_step']:8.1f} ms, steady {1000 * row['steady_step']:7.2f} ms; "
+                  f"compiler imported by the trainer: {row['compiler_after_trainer'] or 'none'}, "
+                  f"at optimizer.step: {row['compiler_at_optimizer_step'] or 'none'}")
     print("the first call, split (s): Dynamo tracing / backend (cache loads when warm) / other compile / run")
     for path in ("cold", "precompiled", "hot-cache"):
+        if path not in summary["table"]:
+            continue
         for mode in ("train_step", "infer"):
             split = summary["table"][path].get(f"split_{mode}") or {}
             if split:
@@ -298,10 +375,18 @@ def main() -> None:
     parser.add_argument("projects", nargs="*", default=[str(ROOT / "sample_pkg")],
                         help="PROJECT[:MODULE]: a project dir, and its bench module if not <package>.bench")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--paths", default=",".join(PATHS),
+                        help="the paths to measure, comma-separated (cold, precompiled and eager always are)")
+    parser.add_argument("--builds", type=int, default=5, help="how often the cheap builds are timed (at least 1)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench-out")
     args = parser.parse_args()
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
+    wanted = {"cold", "precompiled", "eager", *args.paths.split(",")}
+    unknown = wanted - set(PATHS)
+    if unknown:
+        parser.error(f"--paths: unknown path(s) {', '.join(sorted(unknown))}; the paths are {', '.join(PATHS)}")
+    paths = tuple(path for path in PATHS if path in wanted)
     print("build venv and hatch-precompile wheel", flush=True)
     hp_dir = out / "hp-wheel"
     shutil.rmtree(hp_dir, ignore_errors=True)
@@ -309,7 +394,7 @@ def main() -> None:
     sh(builder, "-m", "build", "--wheel", "--no-isolation", "-o", hp_dir, ROOT)
     results = []
     for project in args.projects:
-        result = bench_project(project, out, args.repeats, hp_dir, builder)
+        result = bench_project(project, out, args.repeats, hp_dir, builder, paths, max(args.builds, 1))
         result["summary"] = summarize(result)
         results.append(result)
     for result in results:

@@ -11,6 +11,14 @@ def train_step():
     return Trainer(make_model()).step(*make_batch())
 
 
+def trainer():
+    """bench/ttfs.py's training protocol: (one training step, optimizer included, as a zero-argument
+    call; the model it trains). The first call is the first step."""
+    trainer = Trainer(make_model())
+    tokens, labels = make_batch()
+    return (lambda: trainer.step(tokens, labels)), trainer.model
+
+
 def infer():
     return Trainer(make_model()).predict(make_batch()[0])
 
