@@ -140,6 +140,61 @@ def test_real_models_serve_the_weights_users_load_and_refuse_only_what_the_trace
     assert error < 1e-4
 
 
+FINE_TUNE = r'''
+import copy, json, sys, warnings
+warnings.simplefilter("always")
+import torch
+from serve_pkg.model import bert_loss, bert_loss_step, make_bert, requests
+model = make_bert(seed=5, dropout=0.0).train()  # another init than the build's, as a script builds it
+eager = copy.deepcopy(model)
+batches = [(*requests(3, 40), torch.tensor([0, 2, 1])), (*requests(5, 17, seed=2), torch.tensor([1, 1, 0, 2, 2])),
+           (*requests(2, 64, seed=3), torch.tensor([2, 0]))]  # padded, none of the workload's shapes
+out = {"routes": [], "loss": [], "grads close": []}
+def compiler():
+    return {m for m in sys.modules if m.startswith(("torch._dynamo", "torch._inductor"))}
+def kernels():
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+    import pathlib
+    return len(list(pathlib.Path(cache_dir()).rglob("*.so")))
+before = compiler()  # transformers' own imports load Dynamo: what the step adds is counted
+kernels_before = kernels()
+with warnings.catch_warnings(record=True) as seen:
+    for step, (ids, mask, labels) in enumerate(batches * 3):
+        loss = bert_loss_step(model, ids, mask, labels)
+        if step == 0:  # before any optimizer (torch's optimizers import Dynamo too)
+            out["compiler"] = sorted(compiler() - before)
+            optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, eager)]
+        want = bert_loss(eager, ids, mask, labels)
+        want.backward()
+        out["routes"].append(bert_loss_step.route)
+        out["loss"].append(abs(loss.item() - want.item()))
+        out["grads close"].append(all(torch.allclose(p.grad, q.grad, rtol=1e-3, atol=1e-4)
+                                      for p, q in zip(model.parameters(), eager.parameters())))
+        for optimizer in optimizers:
+            optimizer.step()
+            optimizer.zero_grad()
+out["params"] = max((p - q).abs().max().item() for p, q in zip(model.parameters(), eager.parameters()))
+from torch._dynamo.utils import counters
+out["frames"] = sum(counters["frames"].values())
+out["kernels built"] = kernels() - kernels_before
+out["warnings"] = [str(w.message) for w in seen if "hatch-precompile" in str(w.message)]
+print(json.dumps(out))
+'''
+
+
+def test_bert_fine_tunes_through_its_exported_loss_step_as_eager(serve_site, tmp_path):
+    """transformers' BERT (SDPA attention, a padding mask): the loss's forward and backward run
+    shipped with another init and other shapes, 9 SGD steps stay with eager, nothing compiles."""
+    (tmp_path / "cache").mkdir()
+    proc = run([sys.executable, "-c", FINE_TUNE], cwd=tmp_path, env={
+        "PYTHONPATH": str(serve_site), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache"), "HOME": str(tmp_path)})
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["routes"] == ["aotinductor"] * 9 and out["warnings"] == [], out
+    assert out["compiler"] == [] and out["frames"] == 0 and out["kernels built"] == 0
+    assert max(out["loss"]) < 1e-5 and all(out["grads close"]), out
+    assert out["params"] < 1e-4
+
+
 def test_the_contract_holds_what_the_trace_read_and_no_module_tensor_is_in_the_code(serve_site):
     sets = serve_site / "serve_pkg" / "_precompiled"
     (manifest_path,) = (sets / "sets").glob("*/manifest.json")

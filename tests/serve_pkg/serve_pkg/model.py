@@ -12,14 +12,21 @@ import hatch_precompile
 VOCAB, CLASSES = 1000, 3
 
 
-def make_bert(seed: int = 0) -> Any:
-    """A 2-layer BertForSequenceClassification, as a fine-tuning script builds one from its config."""
+def make_bert(seed: int = 0, dropout: float | None = None) -> Any:
+    """A 2-layer BertForSequenceClassification, as a fine-tuning script builds one from its config
+    (transformers' default attention, SDPA); ``dropout`` replaces the config's 0.1 where given."""
     from transformers import BertConfig, BertForSequenceClassification
 
     torch.manual_seed(seed)
+    rates = {} if dropout is None else {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
     config = BertConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=128, num_labels=CLASSES, max_position_embeddings=128)
+                        intermediate_size=128, num_labels=CLASSES, max_position_embeddings=128, **rates)
     return BertForSequenceClassification(config).eval()
+
+
+def bert_loss(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The fine-tuning loss of a padded batch: ``bert_loss_step`` runs its backward."""
+    return model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
 
 
 def classify(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -60,3 +67,4 @@ BATCH = torch.export.Dim("batch", min=1, max=32)
 LENGTH = torch.export.Dim("length", min=2, max=128)
 bert_step = hatch_precompile.load_step(__package__, "bert", classify)
 convnet_step = hatch_precompile.load_step(__package__, "convnet", predict)
+bert_loss_step = hatch_precompile.load_step(__package__, "bert_loss", bert_loss, backward=True)

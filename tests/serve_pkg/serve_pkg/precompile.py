@@ -1,9 +1,10 @@
-"""The build's workload: both steps exported, from models as a training script leaves them."""
+"""The build's workload: the served steps exported from models as a training script leaves them,
+and BERT's fine-tuning loss (dropout 0: eager's gradients to compare) with its backward."""
 
 import torch
 
 import hatch_precompile
-from serve_pkg.model import BATCH, LENGTH, classify, make_bert, make_convnet, predict, requests
+from serve_pkg.model import BATCH, LENGTH, bert_loss, classify, make_bert, make_convnet, predict, requests
 
 
 def workload() -> None:
@@ -18,3 +19,6 @@ def workload() -> None:
                                    dynamic_shapes=(None, {0: BATCH, 1: LENGTH}, {0: BATCH, 1: LENGTH}))
         hatch_precompile.save_step("convnet", predict, convnet, torch.randn(4, 3, 16, 16),
                                    dynamic_shapes=(None, {0: BATCH}))
+    tuned = make_bert(dropout=0.0).train()
+    hatch_precompile.save_step("bert_loss", bert_loss, tuned, ids, mask, torch.tensor([0, 1, 2, 1]), backward=True,
+                               dynamic_shapes=(None, {0: BATCH, 1: LENGTH}, {0: BATCH, 1: LENGTH}, {0: BATCH}))
