@@ -7,7 +7,7 @@ Standard library only; creates everything it needs under ``demo-out/`` (or ``--o
 2. two wheels of sample_pkg built there: precompiled, and with ``PRECOMPILE=0``;
 3. a fresh venv per wheel (torch lives at another path than in the build venv, as it would on
    a user's machine), each started with an empty ``TORCHINDUCTOR_CACHE_DIR``;
-4. a table of the first compiled training step and inference call of each.
+4. a table of the first training step (the shipped loss step where it runs), inference call and served call of each.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``python -m sample_pkg [--json]``: time the first compiled training step of a fresh process."""
+"""``python -m sample_pkg [--json]``: time the first training step, inference call and served call of a fresh process."""
 
 import json
 import sys
