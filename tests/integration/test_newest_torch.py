@@ -141,7 +141,8 @@ print(json.dumps([record["route"], float(got), float(want), got.requires_grad, g
 def assert_a_loss_step_torch_cannot_export_is_captured_by_precompile(python: Path, tmp_path: Path) -> None:
     out = tmp_path / "loss-steps"
     proc = run([python, "-c", LOSS_BY_PRECOMPILE], cwd=tmp_path,
-               env={"HATCH_PRECOMPILE_STEPS_DIR": str(out), "PYTHONPATH": str(MISBEHAVE), "MISBEHAVE": "joint-export"})
+               env={"HATCH_PRECOMPILE_STEPS_DIR": str(out), "HATCH_PRECOMPILE_NO_STEPS": "0",
+                    "PYTHONPATH": str(MISBEHAVE), "MISBEHAVE": "joint-export"})
     assert ("step 'loss' (aotinductor route, forward and backward): torch " in proc.stdout
             and "capturing it with torch.compiler.precompile instead" in proc.stdout), proc.stdout
     route, got, want, needs_grad, grads, frozen = json.loads(proc.stdout.strip().splitlines()[-1])
