@@ -186,9 +186,9 @@ def inference(args: tuple) -> bool:
 def _save_precompiled(name: str, fn: Callable, args: tuple, check: str, out: Path) -> Path:
     import torch
 
-    precompile = getattr(torch.compiler, "precompile", None)
-    if precompile is None:
+    if not _has_precompile(torch):
         raise NotAvailable(f"torch {torch.__version__} has no torch.compiler.precompile (2.14+)")
+    precompile = torch.compiler.precompile
     record = {"format": CONTRACT_FORMAT, "route": PRECOMPILE_ROUTE, "torch": torch.__version__,
               "modes": contract.modes(), "args": contract.describe(args), "check": check}
     code, cache = precompile(fn, *copy.deepcopy(args))
