@@ -38,7 +38,7 @@ _built_compiler: dict[str, Any] = {}
 
 def apply(manifest: Manifest, note_later: Callable[[str], None]) -> list[str]:
     """Make this process's keys agree with ``manifest``'s build; what will still differ, as notes.
-    What can only be known once Inductor is imported goes to ``note_later`` then (``load()`` passes
+    What can only be known at the first compile goes to ``note_later`` then (``load()`` passes
     its ``note_once``: this module does not import the loader, which imports it)."""
     notes = []
     for name, value in manifest.settings.items():
@@ -56,8 +56,8 @@ def apply(manifest: Manifest, note_later: Callable[[str], None]) -> list[str]:
 
 def _compiler_notes(built: dict[str, Any], note_later: Callable[[str], None]) -> list[str]:
     """What load() can say of this process's compiler without running it: its family, by name (as
-    Inductor tells). Whether it works is asked once Inductor is imported (``--version``): a process
-    that compiles nothing (an exported step) never starts the compiler."""
+    Inductor tells). Whether it works is asked at Dynamo's first compile (``--version``): a process
+    that compiles nothing (an exported step, a CLI's ``--help``) never starts the compiler."""
     command = envkey.cxx_command()
     here = envkey.compiler_family(command) if sys.platform != "darwin" else envkey.compiler()["family"]
     if here != built.get("family"):
@@ -67,7 +67,7 @@ def _compiler_notes(built: dict[str, Any], note_later: Callable[[str], None]) ->
                 f"{built.get('command')}): {what} again"]
     _built_compiler.setdefault("config", built["config"])
     _built_compiler.setdefault("family", built["family"])
-    touchpoints.after_import(touchpoints.CODECACHE, lambda _: _say_if_unavailable(built, note_later))
+    touchpoints.at_first_compile(lambda: _say_if_unavailable(built, note_later))
     # After torch made the key's details: a hook that raises leaves them as torch made them.
     touchpoints.wrap("hash-details", after=lambda arguments, _: agree_compiler(arguments["self"].inductor_config))
     return []

@@ -78,9 +78,9 @@ def apply(manifest: Manifest | None = None, cpu: frozenset[str] | None = None) -
     # installed (a CUDA build, on a GPU or not) Triton's too, before the first cache lookup: both
     # start in the background (hashlib drops the GIL) at the first compile, computed by torch as
     # always (item 4).
-    _at_first_compile(functools.partial(touchpoints.prefetch, "torch-key"))
+    touchpoints.at_first_compile(functools.partial(touchpoints.prefetch, "torch-key"))
     # Remembered only where a set was loaded: not for each build env's short-lived Triton.
-    triton = functools.partial(_at_first_compile, functools.partial(
+    triton = functools.partial(touchpoints.at_first_compile, functools.partial(
         touchpoints.prefetch, "triton-key", memo=TritonKeyMemo() if manifest is not None else None))
     if manifest is not None and _shows_no_gpu(manifest):
         # Then torch before 2.15 leaves Triton's key out of every graph's key (its C++ kernels
@@ -90,20 +90,6 @@ def apply(manifest: Manifest | None = None, cpu: frozenset[str] | None = None) -
         triton()
     touchpoints.wrap("check-build", instead=_vouched_probe, after=_note_probe)
     touchpoints.wrap("probe-load", instead=_remembered_probe, after=_remember_probe)
-
-
-_first_compile: list[Any] = []  # what waits for Dynamo's first compile in this process
-
-
-def _at_first_compile(start: Any) -> None:
-    """Run ``start()`` when Dynamo starts compiling a frame (now, for the next one, if it has)."""
-    _first_compile.append(start)
-    touchpoints.wrap("dynamo-compile", before=_compiling)
-
-
-def _compiling(arguments: dict[str, Any]) -> None:
-    while _first_compile:
-        _first_compile.pop(0)()
 
 
 class TritonKeyMemo:

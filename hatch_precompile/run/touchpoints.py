@@ -102,10 +102,11 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "(build/isa.py, build/export.py)",
                broken="the command runs as torch made it; the set is recorded `native`"),
     Touchpoint("dynamo-compile", CONVERT_FRAME, "_compile", "wrap", "load: the first compile starts the "
-               "torch-key and triton-key prefetches (run/speedups.py); build, verify, snoop: each graph's call "
+               "torch-key and triton-key prefetches (run/speedups.py) and asks the compiler's --version "
+               "(run/key_agreement.py); build, verify, snoop: each graph's call "
                "(child/observe.py)",
                broken="no call signatures recorded (snoop's gaps say less); the keys are hashed when "
-               "torch needs them, not before"),
+               "torch needs them, not before; a compiler that does not work is not said ahead"),
     Touchpoint("key-details", CODECACHE, "FxGraphHashDetails.__init__", "wrap", "build, verify, snoop: what each key "
                "is made of, AOTAutograd's subclass included (child/key_details.py)",
                broken="no key details recorded (`why` says less)"),
@@ -423,6 +424,25 @@ def _computed_in_background(function: Callable[[], Any], qualname: str,
     setattr(joined, MARK, True)
     worker.start()
     return joined
+
+
+_first_compile: list[Callable[[], Any]] = []  # what waits for Dynamo's first compile in this process
+
+
+def at_first_compile(start: Callable[[], Any]) -> None:
+    """Run ``start()`` when Dynamo starts compiling a frame: work only a compile needs, which a
+    process that imports a compiling package and never calls it (a CLI's --help) does not pay."""
+    _first_compile.append(start)
+    wrap("dynamo-compile", before=_compiling)
+
+
+def _compiling(arguments: dict[str, Any]) -> None:
+    while _first_compile:
+        start = _first_compile.pop(0)
+        try:
+            start()
+        except Exception:  # one start failing leaves the others and the compile alone
+            log.debug("a first-compile start failed", exc_info=True)
 
 
 def after_import(name: str, patch: Callable[[ModuleType], None], touchpoint: str | None = None) -> None:

@@ -37,6 +37,38 @@ def test_warm_start_hits_every_cache_and_compiles_no_kernel(runtime_python, cold
     assert math.isclose(warm["logits_sum"], cold_result["logits_sum"], rel_tol=1e-6, abs_tol=1e-5)
 
 
+# A package that calls torch.compile at import, in a process that never calls it (a CLI's --help):
+# what the process spawned, the threads hatch-precompile left, and what it registered to run at
+# exit; then one call, after which the compiler's --version has been asked.
+COMPILE_NEVER_CALLED = """
+import atexit, json, sys, threading
+spawned, at_exit = [], []
+sys.addaudithook(lambda event, args: spawned.append(" ".join(map(str, args[1] or ()))) if event == "subprocess.Popen" else None)
+register = atexit.register
+atexit.register = lambda fn, *a, **k: (at_exit.append(getattr(fn, "__module__", None) or ""), register(fn, *a, **k))[1]
+import torch
+import sample_pkg
+compiled = torch.compile(sample_pkg.make_model())
+import torch._dynamo.convert_frame, torch._inductor.codecache  # what a compile would import, imported
+before = {"spawned": list(spawned), "at_exit": [m for m in at_exit if m.startswith("hatch_precompile")],
+          "threads": [t.name for t in threading.enumerate() if t.name.startswith("hatch-precompile")]}
+with torch.no_grad():
+    compiled(sample_pkg.make_batch()[0])
+print(json.dumps({"precompiled": bool(sample_pkg.precompile_status), "before": before, "after": spawned}))
+"""
+
+
+def test_a_process_that_never_compiles_starts_no_compiler_and_leaves_nothing_for_exit(runtime_python, tmp_path):
+    """The patches that only a compile needs wait for Dynamo's first compile: until then no
+    subprocess (the compiler's --version), no hashing thread (torch's key), no exit handler."""
+    (tmp_path / "cache").mkdir()
+    result = json.loads(run([runtime_python, "-c", COMPILE_NEVER_CALLED], cwd=tmp_path, env={
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}).stdout.strip().splitlines()[-1])
+    assert result["precompiled"]
+    assert result["before"] == {"spawned": [], "at_exit": [], "threads": []}
+    assert any(command.endswith("--version") for command in result["after"]), result["after"]
+
+
 def test_a_process_under_ci_hits_with_torchs_ci_default_turned_back(runtime_python, tmp_path):
     """The wheel was built without CI=true (conftest); a test suite run under it misses from torch
     2.11 on (functorch's error_on_custom_op_aliasing is in the key) unless it sets the variable back."""

@@ -247,11 +247,37 @@ def test_the_keys_are_hashed_from_the_first_compile_not_at_import(fake, monkeypa
         monkeypatch.setitem(touchpoints.REGISTRY, name,
                             dataclasses.replace(touchpoints.REGISTRY[name], module=where, elsewhere=None))
     monkeypatch.setattr(touchpoints, "_hooks", {})
-    monkeypatch.setattr(speedups, "_first_compile", [])
+    monkeypatch.setattr(touchpoints, "_first_compile", [])
     speedups.apply()
     assert started == []  # Inductor imported, nothing compiled: nothing hashed
     assert module._compile("f") == "graph of f" and started == ["torch-key"]
     assert module._compile("g") == "graph of g" and started == ["torch-key"]  # once
+
+
+def test_the_compilers_version_is_asked_at_the_first_compile_and_a_failing_start_spares_the_rest(fake, monkeypatch):
+    """A stand-in compiler's check runs `--version` (a process forked off this one): only a process
+    that compiles pays it. A start that raises leaves the next ones and the compile alone."""
+    from hatch_precompile.protocol import Manifest
+    from hatch_precompile.run import envkey
+
+    convert_frame, module = fake(_compile=lambda code, *rest: f"graph of {code}")
+    monkeypatch.setitem(touchpoints.REGISTRY, "dynamo-compile",
+                        dataclasses.replace(touchpoints.REGISTRY["dynamo-compile"], module=convert_frame))
+    monkeypatch.setattr(touchpoints, "_hooks", {})
+    monkeypatch.setattr(touchpoints, "_first_compile", [])
+    monkeypatch.setattr(key_agreement, "_built_compiler", {})
+    asked, notes = [], []
+    monkeypatch.setattr(envkey, "cxx_command", lambda: "g++")
+    monkeypatch.setattr(envkey, "compiler", lambda: asked.append("--version") or {
+        "command": "g++", "version": "unavailable (exit 1)", "family": "gcc"})
+    touchpoints.at_first_compile(lambda: 1 / 0)
+    manifest = Manifest("p", {}, {}, compiler={"family": "gcc", "command": "g++", "config": "g++"})
+    assert key_agreement.apply(manifest, notes.append) == [] and asked == []
+    assert module._compile("f") == "graph of f"
+    assert asked == ["--version"] and notes == [
+        "no working C++ compiler here (g++: unavailable (exit 1)): torch needs one, of the gcc family, "
+        "even to load the shipped kernels"]
+    assert module._compile("g") == "graph of g" and asked == ["--version"]  # once
 
 
 def test_prefetch_uses_torchs_own_or_a_thread(fake):
