@@ -431,7 +431,8 @@ _first_compile: list[Callable[[], Any]] = []  # what waits for Dynamo's first co
 
 def at_first_compile(start: Callable[[], Any]) -> None:
     """Run ``start()`` when Dynamo starts compiling a frame: work only a compile needs, which a
-    process that imports a compiling package and never calls it (a CLI's --help) does not pay."""
+    process that imports a compiling package and never calls it (a CLI's --help) does not pay.
+    Under ``HATCH_PRECOMPILE_NO_PATCHES`` nothing is wrapped, so ``start`` never runs."""
     _first_compile.append(start)
     wrap("dynamo-compile", before=_compiling)
 
