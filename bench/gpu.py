@@ -36,13 +36,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECTS = {"sample_pkg": ROOT / "sample_pkg", "gpu_block": ROOT / "bench/projects/gpu_block"}
-PATHS = ("cold", "megacache", "precompiled")
+PATHS = ("eager", "cold", "megacache", "precompiled")
+COMPILERS = ("gcc", "cc", "g++", "c++", "clang", "clang++", "nvcc")  # counted by their exec (PATH shims)
 
 HARNESS = r"""
-import importlib, json, sys, time
+import importlib, json, os, sys, time
 package, megacache = sys.argv[1:3]
 t0 = time.perf_counter()
 import torch
+if os.environ.get("BENCH_EAGER") == "1":  # the same program with torch.compile as the identity
+    def _identity(model=None, **kwargs):
+        return model if model is not None else (lambda fn: fn)
+    torch.compile = _identity
 pkg = importlib.import_module(package)
 import_seconds = time.perf_counter() - t0
 cuda_initialized_by_import = torch.cuda.is_initialized()
@@ -51,7 +56,15 @@ if megacache != "-":
 trainer = pkg.Trainer(pkg.make_model())
 inputs, targets = pkg.make_batch()
 torch.cuda.synchronize()
+profile = os.environ.get("BENCH_PROFILE")  # a variant's: where the first step's profile goes
+if profile:
+    import cProfile, io, pstats
+    profiler = cProfile.Profile(); profiler.enable()
 t = time.perf_counter(); loss = trainer.step(inputs, targets).item(); step = time.perf_counter() - t
+if profile:
+    profiler.disable(); text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(60)
+    open(profile, "w").write(text.getvalue())
 t = time.perf_counter(); out = trainer.predict(inputs).double().sum().item(); predict = time.perf_counter() - t
 t = time.perf_counter(); trainer.step(inputs, targets).item(); second = time.perf_counter() - t
 from torch._dynamo.utils import counters
@@ -123,14 +136,54 @@ def fresh_env(scratch: Path, extra: dict[str, str]) -> dict[str, str]:
 
 def counted(env: dict[str, str]) -> dict[str, int]:
     path = Path(env["GPU_COUNT_FILE"])
-    events = [line.split()[0] for line in path.read_text().splitlines()] if path.is_file() else []
+    lines = [line.split() for line in path.read_text().splitlines()] if path.is_file() else []
+    events = [f"{w[0]}_{w[1]}" if w[0] == "exec" else w[0] for w in lines if w and w[0] != "time"]
     return {e: events.count(e) for e in sorted(set(events))}
 
 
+def phases(env: dict[str, str]) -> dict[str, float]:
+    """Seconds per phase (bench/gpu_count/sitecustomize.py), summed over the run's processes."""
+    path = Path(env["GPU_COUNT_FILE"])
+    spent: dict[str, float] = {}
+    for words in (line.split() for line in path.read_text().splitlines()) if path.is_file() else ():
+        if len(words) == 5 and words[0] == "time":
+            spent[words[1]] = round(spent.get(words[1], 0.0) + float(words[3]), 3)
+    return spent
+
+
+def compiler_shims(scratch: Path) -> dict[str, str]:
+    """``PATH`` with a shim before each C compiler, and ``TRITON_PTXAS_PATH`` at a shim for Triton's
+    ptxas: each records its exec in ``GPU_COUNT_FILE``, then runs the real tool."""
+    shims = scratch / "shims"
+    shims.mkdir(exist_ok=True)
+    found = {name: shutil.which(name) for name in COMPILERS}
+    ptxas = os.environ.get("TRITON_PTXAS_PATH") or _bundled_ptxas()
+    if ptxas:
+        found["ptxas"] = ptxas
+    for name, real in found.items():
+        if real:
+            shim = shims / name
+            shim.write_text(f'#!/bin/sh\necho "exec {name} $$" >> "$GPU_COUNT_FILE"\nexec {real} "$@"\n')
+            shim.chmod(0o755)
+    env = {"PATH": f"{shims}:{os.environ.get('PATH', '')}"}
+    if ptxas:
+        env["TRITON_PTXAS_PATH"] = str(shims / "ptxas")
+    return env
+
+
+def _bundled_ptxas() -> str | None:
+    code = ("import os, triton; p = os.path.join(os.path.dirname(triton.__file__), 'backends/nvidia/bin/ptxas'); "
+            "print(p if os.path.exists(p) else '')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    return proc.stdout.strip() or None
+
+
 def measure(package: str, path: str, megacache: Path | None, scratch: Path, extra: dict[str, str]) -> dict:
-    env = fresh_env(scratch, {**extra, **({"PRECOMPILE": "0"} if path != "precompiled" else {})})
+    env = fresh_env(scratch, {**extra, **({"PRECOMPILE": "0"} if path != "precompiled" else {}),
+                              **({"BENCH_EAGER": "1"} if path == "eager" else {})})
     result = run_json([sys.executable, "-c", HARNESS, package, str(megacache) if path == "megacache" else "-"], env)
     result["counted"] = counted(env)
+    result["phases"] = phases(env)
     cache = Path(env["TORCHINDUCTOR_CACHE_DIR"])
     result["cubins_in_cache"] = sum(1 for _ in cache.rglob("*.cubin"))
     return result
@@ -182,17 +235,65 @@ def probe(scratch: Path) -> dict:
     return found
 
 
+# torch's own AOTInductor route on a plain model, each step in its own process: does this machine's
+# loader open (and run) a CUDA package? A loader that crashes takes only its child down.
+AOTI_BUILD = r"""
+import sys, torch
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).cuda().eval()
+x = torch.randn(4, 64, device="cuda")
+with torch.no_grad():
+    program = torch.export.export(model, (x,))
+torch._inductor.aoti_compile_and_package(program, package_path=sys.argv[1])
+torch.save({"x": x.cpu(), "want": model(x).detach().cpu()}, sys.argv[1] + ".io")
+"""
+AOTI_OPEN = r"""
+import sys, faulthandler, torch
+faulthandler.enable()
+io = torch.load(sys.argv[1] + ".io")
+loader = torch._C._aoti.AOTIModelPackageLoader(sys.argv[1], "model", False, 1, -1)
+out = loader.run([io["x"].cuda()])[0]
+print("@@" + str(float((out.cpu() - io["want"]).abs().max())))
+"""
+
+
+def probe_loader(scratch: Path) -> dict:
+    """Whether torch's AOTInductor loader opens and runs a CUDA package here (each in a child)."""
+    package = scratch / "probe.pt2"
+    env = fresh_env(scratch, {})
+    built = subprocess.run([sys.executable, "-c", AOTI_BUILD, str(package)], env=env, capture_output=True, text=True,
+                           timeout=600)
+    if built.returncode != 0:
+        return {"built": False, "exit": built.returncode, "stderr": built.stderr[-2000:]}
+    opened = subprocess.run([sys.executable, "-c", AOTI_OPEN, str(package)], env=env, capture_output=True, text=True,
+                            timeout=300)
+    error = next((line[2:] for line in opened.stdout.splitlines() if line.startswith("@@")), None)
+    return {"built": True, "exit": opened.returncode, "max_error": error, "stderr": opened.stderr[-2000:]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--find-links", required=True)
     parser.add_argument("--projects", nargs="+", default=["sample_pkg", "gpu_block"])
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--out", type=Path, default=ROOT / "bench-out")
+    parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=PATHS)
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME:VAR=VALUE[,VAR=VALUE]",
+                        help="one more precompiled row with these variables ({scratch}: the bench's scratch dir, {out}: --out; "
+                             "BENCH_PROFILE=FILE profiles its first step)")
+    parser.add_argument("--probe-loader", action="store_true", help="first, torch's AOTInductor loader on a plain model")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="gpu-bench-"))
+    os.environ.update(compiler_shims(scratch))  # every process from here on: builds and runs alike
+    variants = {}
+    for spec in args.variant:
+        name, _, assignments = spec.partition(":")
+        variants[name] = dict(a.split("=", 1) for a in assignments.split(",") if a)
     results: dict = {"python": sys.version.split()[0], "projects": {}}
     try:
+        if args.probe_loader:
+            results["loader"] = probe_loader(scratch)
+            print("== torch's AOTInductor loader on a plain CUDA model:", json.dumps(results["loader"])[:600], flush=True)
         for spec in args.projects:
             name, _, mode = spec.partition("@")
             extra = {"GPU_BLOCK_COMPILE_MODE": mode} if mode else {}
@@ -212,15 +313,19 @@ def main() -> int:
                       f"{entry['best_configs']} tuned configs shipped", flush=True)
                 if "megacache.bin" in manifest["files"]:
                     megacache = directory / "blobs" / manifest["files"]["megacache.bin"]["sha256"]
-            entry["runs"] = {path: [] for path in PATHS}
+            rows = [(path, path, extra) for path in args.paths]
+            rows += [(variant, "precompiled", {**extra, **{k: v.format(scratch=scratch, out=args.out) for k, v in env.items()}})
+                     for variant, env in variants.items()]
+            entry["runs"] = {row: [] for row, _, _ in rows}
             for repeat in range(args.repeats):
-                for path in PATHS:
+                for row, path, env in rows:
                     if path == "megacache" and megacache is None:
                         continue
-                    run = measure(name, path, megacache, scratch, extra)
-                    entry["runs"][path].append(run)
-                    print(f"   {path:12s} step {run['first_step_seconds']:7.2f} s  predict {run['first_predict_seconds']:6.2f} s"
+                    run = measure(name, path, megacache, scratch, env)
+                    entry["runs"][row].append(run)
+                    print(f"   {row:12s} step {run['first_step_seconds']:7.2f} s  predict {run['first_predict_seconds']:6.2f} s"
                           f"  aot {run['aot_autograd']}  counted {run['counted']}  loaded={run['loaded']}", flush=True)
+                    print(f"   {'':12s} phases {run['phases']}", flush=True)
             results["projects"][spec] = entry
             if name == "sample_pkg" and "probe" not in results:
                 results["probe"] = probe(scratch)
@@ -232,9 +337,13 @@ def main() -> int:
     return 0
 
 
+BREAKDOWN = ("cuda_init", "dynamo", "aot_cache_load", "fx_cache_load", "bundle_emit", "module_load", "kernel_load",
+             "triton_c_module", "compile_pool", "triton_key")
+
+
 def print_table(results: dict) -> None:
-    print("\n| project | path | first step | first inference | AOTAutograd hit/miss | FX graph hit/miss | Triton compiles | autotune benchmarks | GEMM autotunes |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("\n| project | path | first step | first inference | AOTAutograd hit/miss | FX graph hit/miss | Triton compiles | autotune benchmarks | GEMM autotunes | compiler processes |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for spec, entry in results["projects"].items():
         for path, runs in entry["runs"].items():
             if not runs:
@@ -243,11 +352,22 @@ def print_table(results: dict) -> None:
             predict = statistics.median(r["first_predict_seconds"] for r in runs)
             last = runs[-1]
             aot, ind, cnt = last["aot_autograd"], last["inductor"], last["counted"]
+            execs = ", ".join(f"{k[5:]} {v}" for k, v in cnt.items() if k.startswith("exec_")) or "0"
             print(f"| {spec} | {path} | {step:.2f} s | {predict:.2f} s | "
                   f"{aot.get('autograd_cache_hit', 0)}/{aot.get('autograd_cache_miss', 0)} | "
                   f"{ind.get('fxgraph_cache_hit', 0)}/{ind.get('fxgraph_cache_miss', 0)} | "
                   f"{cnt.get('triton_compile', 0)} | {cnt.get('autotune_benchmark', 0)} | "
-                  f"{ind.get('select_algorithm_autotune', 0)} |")
+                  f"{ind.get('select_algorithm_autotune', 0)} | {execs} |")
+    print("\nWhere each first run's time went (seconds inside each phase, all its processes; phases nest: "
+          "Dynamo's compile holds the cache and kernel loads):\n")
+    print("| project | path | import | " + " | ".join(BREAKDOWN) + " |")
+    print("|---|---|---|" + "---|" * len(BREAKDOWN))
+    for spec, entry in results["projects"].items():
+        for path, runs in entry["runs"].items():
+            if runs:
+                spent = runs[0]["phases"]
+                print(f"| {spec} | {path} | {runs[0]['import_seconds']:.2f} | "
+                      + " | ".join(f"{spent[p]:.2f}" if p in spent else "-" for p in BREAKDOWN) + " |")
 
 
 if __name__ == "__main__":

@@ -13,8 +13,13 @@ constants the trace lifted) is saved beside it. The compile uses a private Induc
 nothing of it is shipped twice, and its compiler commands go through the build's portable-kernel
 rewrite (build/isa.py): the CPU features its kernels may use are recorded with it.
 
-Before it is stored, the package is loaded exactly as users load it (run/exported.py) and run on
-changed weights and inputs, and where dims may vary, on other sizes too, against ``fn``. When the
+Before the build's process opens the package, a fresh process opens and runs it
+(child/package_proof.py): torch's loader can crash the process that opens a package (a segfault
+on some CUDA machines), and a package that takes its prover down is not shipped -- the step runs
+its warm fallback, and the build goes on. The proof (torch, device, CUDA) is stored with the step;
+load_step opens a package only where one holds. Then the package is loaded exactly as users load
+it (run/exported.py) and run on changed weights and inputs, and where dims may vary, on other
+sizes too, against ``fn``. When the
 package being built already ships the step from another torch (``bake`` under another
 interpreter), that package is tried here first: if it loads and matches, it is shipped again for
 this torch with the proof, and nothing is compiled.
@@ -33,6 +38,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hatch_precompile.build import reads, step_check
+from hatch_precompile.child import package_proof
 from hatch_precompile.protocol import CACHE_DIR_VAR, step_files
 from hatch_precompile.protocol.steps import CONTRACT_FORMAT, EXPORTED
 from hatch_precompile.run import contract, exported, touchpoints, variables
@@ -66,13 +72,49 @@ def save(name: str, fn: Callable, args: tuple, shapes: Any, check: str, out: Pat
         package_path = os.path.join(tmp, "step.pt2")
         flags = _compile(torch, program, package_path, tmp)
         package = Path(package_path).read_bytes()
-    spec, shipped = _spec(torch, name, program, args, positions, inputs, package, flags, read)
+    candidates = {**module_tensors(args, positions), **_lifted(torch, program)}
+    proof = proven_in_child(name, package, candidates, flat_tensors(torch, inputs))
+    spec, shipped = _spec(torch, name, program, args, positions, inputs, proof, flags, read)
     if training:
         spec["training"] = _training_outputs(name, program)
     step = exported.ExportedStep(name, spec, package, shipped)
     _prove(name, fn, args, check, step, spec)
-    record = {"format": CONTRACT_FORMAT, "route": EXPORTED, "torch": spec["torch"], "export": spec}
+    record = {"format": CONTRACT_FORMAT, "route": EXPORTED, "torch": spec["torch"], "export": spec,
+              "proofs": [proof.environment]}
     return _store_proven(name, out, record, package, shipped, proven=[])
+
+
+def proven_in_child(name: str, package: bytes, constants: dict[str, Any], inputs: list[Any]) -> package_proof.Proof:
+    """The package opened and run in a process of its own (child/package_proof.py) before this one
+    opens it: NotAvailable where the loader crashed or hung there (the step is not shipped, the
+    build goes on), torch's error where it refused."""
+    try:
+        return package_proof.prove(package, constants, inputs, variables.proof_timeout())
+    except package_proof.LoaderCrashed as exc:
+        raise step_check.NotAvailable(str(exc)) from None
+    except package_proof.LoaderRefused as exc:
+        raise exported.Refused(f"the AOTInductor loader refused the package: {exc}") from None
+
+
+def module_tensors(args: tuple, positions: list[int]) -> dict[str, Any]:
+    """Every tensor of the step's modules by the name the package gives it (``arg<i>.<name>``)."""
+    found = {}
+    for i in positions:
+        for key, tensor in [*args[i].named_parameters(remove_duplicate=False),
+                            *args[i].named_buffers(remove_duplicate=False)]:
+            found[f"arg{i}.{key}"] = tensor
+    return found
+
+
+def _lifted(torch: Any, program: Any) -> dict[str, Any]:
+    """The tensors the export lifted out of the modules (constants, and its state dict)."""
+    return {k: v for k, v in {**program.state_dict, **program.constants}.items() if isinstance(v, torch.Tensor)}
+
+
+def flat_tensors(torch: Any, inputs: tuple) -> list[Any]:
+    """The flat tensors a package takes for ``inputs`` (its other leaves were fixed at export)."""
+    leaves, _ = touchpoints.pytree(torch).tree_flatten((inputs, {}))
+    return [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
 
 
 def available(torch: Any, training: bool = False) -> str | None:
@@ -179,8 +221,9 @@ def _cache_dir(path: str) -> Any:
             os.environ[CACHE_DIR_VAR] = before
 
 
-def _spec(torch: Any, name: str, program: Any, args: tuple, positions: list[int], inputs: tuple, package: bytes,
-          flags: list[tuple[str, ...]], read: dict[int, list]) -> tuple[dict[str, Any], bytes | None]:
+def _spec(torch: Any, name: str, program: Any, args: tuple, positions: list[int], inputs: tuple,
+          proof: package_proof.Proof, flags: list[tuple[str, ...]],
+          read: dict[int, list]) -> tuple[dict[str, Any], bytes | None]:
     """The export's contract (run/exported.py reads it) and the constants shipped beside it."""
     pytree = touchpoints.pytree(torch)
     leaves, in_spec = pytree.tree_flatten((inputs, {}))
@@ -199,8 +242,7 @@ def _spec(torch: Any, name: str, program: Any, args: tuple, positions: list[int]
             "dims": [_dim(name, i, d) for d in value.shape], "dtype": str(leaf.dtype), "device": str(leaf.device),
             "stride": None if leaf.is_contiguous() else list(leaf.stride()),
         })
-    loader = exported.open_package(torch, package)
-    fqns = list(loader.get_constant_fqns())
+    fqns = list(proof.fqns)  # as the proving process's loader listed them: none is opened here yet
     modules: dict[str, dict[str, Any]] = {}
     named: dict[int, dict[str, Any]] = {}
     persistent: dict[int, set[str]] = {}  # what a checkpoint holds
@@ -236,7 +278,7 @@ def _spec(torch: Any, name: str, program: Any, args: tuple, positions: list[int]
         shipped[fqn] = value.detach().clone()
     spec = {
         "arity": len(args), "modes": contract.modes(), "modules": modules, "leaves": described,
-        "ranges": ranges, "constants": constants, "call_spec": list(loader.get_call_spec()),
+        "ranges": ranges, "constants": constants, "call_spec": list(proof.call_spec),
         # "libraries" (what its model library needs of the system) is added by the build's parent
         # (build/capture.py): it reads ELF with pyelftools, which the target environment may lack.
         "cpu_features": _features(flags), "libraries": {}, "torch": torch.__version__,
@@ -420,15 +462,22 @@ def _reuse_shipped(name: str, fn: Callable, args: tuple, check: str, out: Path) 
         try:
             package = found.read(files["pt2"])
             shipped = found.read(files["constants"]) if files["constants"] in found.manifest.files else None
+            positions = [int(k) for k in record["export"]["modules"]]
+            candidates = module_tensors(args, positions)
+            if shipped is not None:
+                candidates.update(torch.load(io.BytesIO(shipped), weights_only=True, map_location="cpu"))
+            inputs = tuple(a for i, a in enumerate(args) if i not in positions)
+            proof = proven_in_child(name, package, candidates, flat_tensors(torch, inputs))
             step = exported.ExportedStep(name, record["export"], package, shipped)
             _prove(name, fn, args, check, step, record["export"])
-        except Exception as exc:  # Refused, StepMismatch, or anything else: export it again
+        except Exception as exc:  # Refused, StepMismatch, a crashed loader, anything else: export it again
             step_check.note(f"step {name!r} built on torch {record.get('torch')} does not serve torch "
                               f"{torch.__version__} ({exc}); exporting it again for this torch")
             continue
         print(f"precompile: step {name!r}: the package built on torch {record.get('torch')} loads and matches "
               f"on torch {torch.__version__}: shipped for it as it is, not compiled again", flush=True)
         proven = sorted({*record.get("proven", []), torch.__version__} - {record.get("torch")})
+        record = {**record, "proofs": [*record.get("proofs", []), proof.environment]}
         return _store_proven(name, out, record, package, shipped, proven)
     return None
 

@@ -213,7 +213,10 @@ def _verify(name: str, fn: Callable, args: tuple, check: str, backward: bool = F
         found = None
     shipped = found is not None and name in found.manifest.steps
     record: dict[str, Any] = {"name": name, "route": None, "reason": None, "problems": [], "shipped": shipped}
-    if shipped:
+    crash = _loader_crash(found, name, args) if shipped else None
+    if crash:  # proven at build, yet it takes a process down here: the user's would go with it
+        record["problems"].append(f"step {name!r}: {crash}; load_step() opens it only where a build proved it")
+    elif shipped:
         step = steps.load_step(package, name, fn, backward=backward)
         reference = with_backward(fn) if backward else fn  # what the step leaves: the loss, gradients in .grad
         try:
@@ -222,4 +225,33 @@ def _verify(name: str, fn: Callable, args: tuple, check: str, backward: bool = F
             record["problems"].append(str(exc))
         record["route"], record["reason"] = step.route, step.reason
     verified.append(record)
+    return None
+
+
+def _loader_crash(found: Any, name: str, args: tuple) -> str | None:
+    """How torch's loader crashed on the shipped exported step in a process of its own, or None
+    (not exported, proven here, or refused: load_step says why it refuses)."""
+    import io
+
+    import torch
+
+    from hatch_precompile.build import export
+    from hatch_precompile.child import package_proof
+
+    files = step_files(name)
+    try:
+        record = json.loads(found.read(files["json"]))
+        if record.get("route") != EXPORTED:
+            return None
+        positions = [int(k) for k in record["export"]["modules"]]
+        constants = export.module_tensors(args, positions)
+        if files["constants"] in found.manifest.files:
+            constants.update(torch.load(io.BytesIO(found.read(files["constants"])), weights_only=True))
+        inputs = tuple(a for i, a in enumerate(args) if i not in positions)
+        package_proof.prove(found.read(files["pt2"]), constants, export.flat_tensors(torch, inputs),
+                            variables.proof_timeout())
+    except package_proof.LoaderCrashed as exc:
+        return str(exc)
+    except Exception:  # the contract, the files or the loader's refusal: load_step reports those
+        return None
     return None

@@ -300,6 +300,49 @@ def _shipped_constants(torch: Any, blob: bytes) -> dict[str, Any]:
     return loaded
 
 
+def devices(spec: dict[str, Any]) -> list[str]:
+    """The devices an export's tensors live on (its inputs' and its modules'), e.g. ["cpu"]."""
+    found = {leaf["device"] for leaf in spec.get("leaves", []) if "device" in leaf}
+    for module in spec.get("modules", {}).values():
+        found.update(str(tensor[3]) for tensor in module.get("tensors", {}).values())
+    return sorted(found) or ["cpu"]
+
+
+def proof_environment(torch: Any, package_devices: list[str]) -> dict[str, Any]:
+    """What a proof of a package holds for: this torch build, the device the package runs on (a
+    GPU by its name; "cpu") and the CUDA toolkit of this torch. Asks CUDA only for a CUDA package."""
+    gpu = next((d for d in package_devices if d.startswith("cuda")), None)
+    if gpu is None:
+        device = "cpu"
+    else:
+        index = int(gpu.partition(":")[2] or 0)
+        device = torch.cuda.get_device_name(index) if torch.cuda.is_available() else "no CUDA device"
+    return {"torch": torch.__version__, "device": device, "cuda": getattr(torch.version, "cuda", None)}
+
+
+def proof_problem(record: dict[str, Any], torch: Any) -> str | None:
+    """Why this process must not open the exported step of contract ``record``: no proof (a fresh
+    process that opened and ran the package without crashing) holds for this torch, device and
+    CUDA; None where one does. A contract from before proofs were recorded holds for its own torch
+    and the torches it was proven on, on the CPU only: its build opened it in-process."""
+    spec = record.get("export") or {}
+    package_devices = devices(spec)
+    proofs = record.get("proofs")
+    if proofs is None:
+        if package_devices != ["cpu"]:
+            return "its package was never opened in a process of its own (built before packages were proven so)"
+        proofs = [{"torch": version, "device": "cpu", "cuda": getattr(torch.version, "cuda", None)}
+                  for version in [record.get("torch"), *(record.get("proven") or [])]]
+    here = proof_environment(torch, package_devices)
+    if any(isinstance(proof, dict) and all(proof.get(k) == v for k, v in here.items()) for proof in proofs):
+        return None
+    where = f"torch {here['torch']}" + ("" if here["device"] == "cpu" else f" on {here['device']} (CUDA {here['cuda']})")
+    proven = "; ".join(f"torch {p.get('torch')}" + ("" if p.get("device") == "cpu" else f" on {p.get('device')} (CUDA "
+                                                     f"{p.get('cuda')})") for p in proofs if isinstance(p, dict))
+    return (f"its package was proven to open and run on {proven or 'nothing'}, not on {where} (`hatch-precompile "
+            "bake` under this torch on such a machine proves it)")
+
+
 def open_package(torch: Any, package: bytes) -> Any:
     """The C++ loader on ``package`` (checked bytes), from a private file it may extract."""
     directory = tempfile.mkdtemp(prefix="hatch-precompile-step-")  # 0700

@@ -23,6 +23,7 @@ from hatch_precompile.protocol import (
     NO_STEPS_VAR,
     PACKAGE_VAR,
     PREFERENCES_VAR,
+    PROOF_TIMEOUT_VAR,
     STEPS_DIR_VAR,
     STEPS_VERIFY_VAR,
     TARGET_VAR,
@@ -30,6 +31,7 @@ from hatch_precompile.protocol import (
     package_switch,
 )
 
+PROOF_TIMEOUT_SECONDS = 300.0  # a first CUDA process can spend a minute importing torch from a cold disk
 HEARTBEAT_SECONDS = 30.0  # a workload that runs for minutes must not look hung: one line this often
 OFF_VALUES = frozenset({"0", "false", "no", "off"})  # what every on/off variable of ours takes
 ON_VALUES = frozenset({"1", "true", "yes", "on"})
@@ -79,15 +81,25 @@ def target(environ: Mapping[str, str] | None = None) -> str | None:
 
 def heartbeat(environ: Mapping[str, str] | None = None) -> float:
     """Seconds between a long workload's progress lines; ValueError naming the variable."""
-    raw = _text(HEARTBEAT_VAR, environ)
+    return _seconds(HEARTBEAT_VAR, HEARTBEAT_SECONDS, environ)
+
+
+def proof_timeout(environ: Mapping[str, str] | None = None) -> float:
+    """Seconds a step's package may take to open and run in the child that proves it; ValueError
+    naming the variable."""
+    return _seconds(PROOF_TIMEOUT_VAR, PROOF_TIMEOUT_SECONDS, environ)
+
+
+def _seconds(name: str, default: float, environ: Mapping[str, str] | None) -> float:
+    raw = _text(name, environ)
     if not raw:
-        return HEARTBEAT_SECONDS
+        return default
     try:
         value = float(raw)
     except ValueError:
         value = 0.0
     if not value > 0 or value == float("inf"):
-        raise ValueError(f"{HEARTBEAT_VAR}={raw!r} must be a positive number of seconds")
+        raise ValueError(f"{name}={raw!r} must be a positive number of seconds")
     return value
 
 

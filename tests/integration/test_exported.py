@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import run, run_step_pkg
+from conftest import run, run_step_pkg, unpack
+
+from integration.test_touchpoints import misbehaving
 
 pytestmark = pytest.mark.slow
 
@@ -158,6 +160,8 @@ def test_an_inference_step_ships_as_an_exported_package_without_its_weights(step
     contract = json.loads((blobs / manifest["files"]["steps/classify.json"]["sha256"]).read_text())
     # What its model library needs of the system, read by the build (pyelftools), checked at load.
     assert "libc.so.6" in contract["export"]["libraries"] and contract["export"]["cpu_features"]
+    # Opened and run first by a process of its own; load_step opens it only where this holds.
+    assert contract["proofs"] == [{"torch": torch.__version__, "device": "cpu", "cuda": torch.version.cuda}]
     package = (step_site / "step_pkg" / "_precompiled" / "blobs" / manifest["files"]["steps/classify.pt2"]["sha256"]).read_bytes()
     sys.path.insert(0, str(step_site))
     try:
@@ -290,3 +294,76 @@ def test_training_steps_a_torch_cannot_capture_fall_back_warm(step_wheel, step_s
     route, _, got, want = result["other_shape"]
     assert route == "fallback" and got == pytest.approx(want, rel=1e-6)
     assert result["classify"][:2] == ["aotinductor", None]
+
+
+CRASHING_PROJECT = {
+    "pyproject.toml": """[build-system]
+requires = ["hatchling", "hatch-precompile"]
+build-backend = "hatchling.build"
+
+[project]
+name = "crash-pkg"
+version = "0.1.0"
+dependencies = ["torch>=2.7", "hatch-precompile"]
+
+[tool.hatch.build.hooks.precompile]
+workload = "crash_pkg:workload"
+""",
+    "crash_pkg/__init__.py": """import torch
+import hatch_precompile
+
+hatch_precompile.load(__name__)
+
+
+def classify(model, x):
+    return model(x).softmax(-1)
+
+
+classify_step = hatch_precompile.load_step(__name__, "classify", classify)
+
+
+def workload():
+    model = torch.nn.Linear(8, 3).eval()
+    with torch.no_grad():
+        hatch_precompile.save_step("classify", classify, model, torch.randn(4, 8))  # on_failure="error"
+        classify_step.fallback(model, torch.randn(4, 8))
+""",
+}
+
+CALL_CRASH_PKG = r"""
+import json, torch, crash_pkg
+from torch._dynamo.utils import counters
+model = torch.nn.Linear(8, 3).eval()
+x = torch.randn(4, 8)
+with torch.no_grad():
+    got = crash_pkg.classify_step(model, x)
+print(json.dumps([crash_pkg.classify_step.route, (got - crash_pkg.classify(model, x)).abs().max().item(),
+                  dict(counters["aot_autograd"]), dict(counters["inductor"])]))
+"""
+
+
+def test_a_loader_that_crashes_its_prover_leaves_the_build_whole_and_the_step_warm(tmp_path):
+    """torch's AOTInductor loader segfaults on some machines (an H200 with torch 2.11): here a
+    breaker makes it really crash (SIGSEGV) in every process that opens a package. pip's build
+    goes on, says so in one line, and ships the step's warm fallback instead of the package."""
+    project = tmp_path / "crash_pkg"
+    for name, text in CRASHING_PROJECT.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+    proc = run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation", "-w", tmp_path / "dist",
+                project], env={**misbehaving("aoti-loader-crash"), "HATCH_PRECOMPILE_NO_STEPS": "0"})
+    (line,) = [line for line in proc.stdout.splitlines() if "AOTInductor loader crashed" in line]
+    assert f"step 'classify' not captured: torch {torch.__version__}'s AOTInductor loader crashed (SIGSEGV)" in line
+    assert "on the CPU, in a process of its own" in line
+    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    site = unpack(wheel, tmp_path / "site")
+    (manifest,) = (site / "crash_pkg" / "_precompiled" / "sets").glob("*/manifest.json")
+    files = json.loads(manifest.read_text())["files"]
+    assert not [f for f in files if f.startswith("steps/")]
+    (tmp_path / "cache").mkdir()
+    proc = run([sys.executable, "-c", CALL_CRASH_PKG], cwd=tmp_path,
+               env={"PYTHONPATH": str(site), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")})
+    route, error, aot, inductor = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert route == "fallback" and error < 1e-6
+    assert inductor.get("fxgraph_cache_hit", 0) + aot.get("autograd_cache_hit", 0) >= 1, (aot, inductor)
+    assert not inductor.get("fxgraph_cache_miss") and not aot.get("autograd_cache_miss"), (aot, inductor)

@@ -233,6 +233,14 @@ def _torch(module):
                 _raise()
 
         module._C._aoti.AOTIModelPackageLoader = Refusing
+    if "aoti-loader-crash" in BROKEN and hasattr(module._C, "_aoti"):
+        class Crashing(module._C._aoti.AOTIModelPackageLoader):  # as on an H200 with torch 2.11: a real SIGSEGV
+            def __init__(self, *args, **kwargs):
+                import ctypes
+
+                ctypes.string_at(0)  # reads address 0: the process dies as torch's loader does there
+
+        module._C._aoti.AOTIModelPackageLoader = Crashing
     if "precompile-logger" in BROKEN:
         import logging
 
@@ -266,6 +274,7 @@ PATCHES = {
 
 
 # The breakers, by the touchpoint they break (tests/unit/test_touchpoints.py checks they are the registry's).
+# "aoti-loader-crash" breaks aoti-loader otherwise: it kills the process that opens a package.
 BREAKERS = frozenset({
     "write", "precompile-header", "torch-key", "triton-key", "system", "check-build", "probe-load", "autotune-recheck",
     "hash-details", "inductor-config", "compile-command", "dynamo-compile", "key-details", "fx-key", "aot-key",

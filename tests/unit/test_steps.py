@@ -378,3 +378,42 @@ def test_the_statistical_check_of_a_step_that_draws_random_numbers(loaded, says)
     with pytest.raises(capture.StepMismatch, match=f"step 'drop': the captured step draws random numbers.*{says}"):
         step_check.check_statistically("drop", reference, step_check.with_backward(loaded), args)
     assert all(p.grad is None for p in m.parameters()), "the check runs on copies"
+
+
+class _FakeTorch:
+    """A torch as proof_problem reads it: its version, CUDA toolkit and GPU name."""
+
+    def __init__(self, version: str, cuda: str | None, gpu: str | None) -> None:
+        self.__version__ = version
+        self.version = type("version", (), {"cuda": cuda})
+        self.cuda = type("cuda", (), {"is_available": staticmethod(lambda: gpu is not None),
+                                      "get_device_name": staticmethod(lambda index=0: gpu)})
+
+
+def _exported_record(device: str, proofs: list | None, torch_version: str = "2.11.0+cu130") -> dict:
+    record = {"torch": torch_version, "proven": [],
+              "export": {"leaves": [{"device": device}], "modules": {"0": {"tensors": {"w": [[2], [1], "f32", device, True]}}}}}
+    if proofs is not None:
+        record["proofs"] = proofs
+    return record
+
+
+def test_an_exported_step_is_opened_only_where_a_proof_holds():
+    from hatch_precompile.run import exported
+
+    h200 = {"torch": "2.11.0+cu130", "device": "NVIDIA H200", "cuda": "13.0"}
+    here = _FakeTorch("2.11.0+cu130", "13.0", "NVIDIA H200")
+    assert exported.proof_problem(_exported_record("cuda:0", [h200]), here) is None
+    other_gpu = _FakeTorch("2.11.0+cu130", "13.0", "NVIDIA H100 80GB HBM3")
+    problem = exported.proof_problem(_exported_record("cuda:0", [h200]), other_gpu)
+    assert problem == ("its package was proven to open and run on torch 2.11.0+cu130 on NVIDIA H200 (CUDA 13.0), not on "
+                       "torch 2.11.0+cu130 on NVIDIA H100 80GB HBM3 (CUDA 13.0) (`hatch-precompile bake` under this torch "
+                       "on such a machine proves it)")
+    # A build whose prover crashed recorded no proof: nothing opens it (it is not shipped either).
+    assert "proven to open and run on nothing" in exported.proof_problem(_exported_record("cuda:0", []), here)
+    # Before proofs were recorded: a CPU package holds for its own torch and those it was proven on; a
+    # CUDA package was never opened in a process of its own, and is not opened now.
+    cpu = _FakeTorch("2.13.0+cpu", None, None)
+    assert exported.proof_problem(_exported_record("cpu", None, "2.13.0+cpu"), cpu) is None
+    assert "not on torch 2.13.0+cpu" in exported.proof_problem(_exported_record("cpu", None, "2.14.1+cu130"), cpu)
+    assert "never opened in a process of its own" in exported.proof_problem(_exported_record("cuda:0", None), here)
