@@ -437,3 +437,19 @@ def test_a_step_shipped_for_another_set_only_warns_naming_it(tmp_path, monkeypat
     assert warned == f"hatch-precompile: {package}'s step 'train' runs its fallback: {step.reason}. " + run_steps.FALLBACK_DOES
     assert call_and_catch(step, model(), *batch()) == []  # once
 
+
+def test_the_build_says_which_declared_steps_the_workload_never_saved():
+    """In the build's child: load_step declared them, save_step never named them. Whether the
+    workload called the fallback says whether users get it warm."""
+    run_steps.load_step("declaring_pkg", "warmed", training_step).fallback  # the workload's call of it
+    run_steps.load_step("declaring_pkg", "cold", training_step)
+    run_steps.load_step("declaring_pkg", "saved", training_step)
+    run_steps.load_step("another_pkg", "elsewhere", training_step)
+    capture.save_step("saved", training_step, model(), *batch())  # outside a build: stores nothing, still saved
+    assert capture.never_saved("declaring_pkg") == [
+        "step 'cold' is declared by load_step but the workload never saved it: it runs its fallback, which the "
+        "workload never called either, so it compiles at each user's first call (call the step or its .fallback in "
+        "the workload to ship its graphs warm)",
+        "step 'warmed' is declared by load_step but the workload never saved it: it runs its fallback, warm where "
+        "the workload called it",
+    ]
