@@ -402,6 +402,12 @@ def ship_with_a_step_elsewhere(tmp_path, monkeypatch, env_here, step_in_other_se
     return package
 
 
+@pytest.fixture
+def eager_fallback(monkeypatch):
+    """The default fallback, torch.compile(fn), made eager: what these tests look at is said before it runs."""
+    monkeypatch.setattr(torch, "compile", lambda fn, **options: fn)
+
+
 def call_and_catch(step, *args):
     import warnings
 
@@ -411,7 +417,8 @@ def call_and_catch(step, *args):
     return [str(w.message) for w in seen if w.category.__name__ == "PrecompileWarning"]
 
 
-def test_a_step_the_package_never_shipped_is_logged_not_warned(tmp_path, monkeypatch, env_here, cache, caplog):
+def test_a_step_the_package_never_shipped_is_logged_not_warned(tmp_path, monkeypatch, env_here, cache, caplog,
+                                                               eager_fallback):
     """Not shipping a step is the author's choice at build (which the build says): the user can do
     nothing about it, so the fallback runs without a warning, saying what it really does."""
     package = ship_with_a_step_elsewhere(tmp_path, monkeypatch, env_here, step_in_other_set=False)
@@ -425,7 +432,7 @@ def test_a_step_the_package_never_shipped_is_logged_not_warned(tmp_path, monkeyp
            "otherwise." in caplog.messages
 
 
-def test_a_step_shipped_for_another_set_only_warns_naming_it(tmp_path, monkeypatch, env_here, cache):
+def test_a_step_shipped_for_another_set_only_warns_naming_it(tmp_path, monkeypatch, env_here, cache, eager_fallback):
     """The environment decides, and the user may change it: said once, with the set that has the step."""
     package = ship_with_a_step_elsewhere(tmp_path, monkeypatch, env_here, step_in_other_set=True)
     step = run_steps.load_step(package, "train", training_step)
@@ -438,7 +445,7 @@ def test_a_step_shipped_for_another_set_only_warns_naming_it(tmp_path, monkeypat
     assert call_and_catch(step, model(), *batch()) == []  # once
 
 
-def test_the_build_says_which_declared_steps_the_workload_never_saved():
+def test_the_build_says_which_declared_steps_the_workload_never_saved(eager_fallback):
     """In the build's child: load_step declared them, save_step never named them. Whether the
     workload called the fallback says whether users get it warm."""
     run_steps.load_step("declaring_pkg", "warmed", training_step).fallback  # the workload's call of it
