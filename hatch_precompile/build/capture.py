@@ -95,6 +95,7 @@ def capture(
     """
     target = work_dir / DIRNAME
     made = 0
+    said: set[str] = set()  # what every run of the workloads says alike: once
     for capability in capabilities or (None,):
         run_dir = work_dir / f"run-{capability or 'native'}"
         if capability:
@@ -106,7 +107,7 @@ def capture(
             env["CUDA_VISIBLE_DEVICES"] = env["HIP_VISIBLE_DEVICES"] = ""
         manifest = _capture_set(
             root, run_dir, target, package, workloads, (timeout, heartbeat), say, python, env,
-            {"capability": capability, "device": device, "cpu_target": cpu_target},
+            {"capability": capability, "device": device, "cpu_target": cpu_target}, said,
         )
         made += manifest is not None
     if not made:
@@ -118,9 +119,11 @@ def capture(
 def _capture_set(
     root: Path | None, run_dir: Path, target: Path, package: str, workloads: list[str],
     limits: tuple[float, float | None], say: Say, python: str, env: dict[str, str], options: dict[str, Any],
+    said: set[str],
 ) -> Manifest | None:
     """One run of the workloads, stored as ``target/sets/<name>``; None if it made no set.
-    ``options``: the run's ``capability``, ``device`` and ``cpu_target``."""
+    ``options``: the run's ``capability``, ``device`` and ``cpu_target``; ``said``: the notes an
+    earlier run gave already."""
     started = time.perf_counter()
     capability = options["capability"]
     cache_dir, out_dir = run_dir / "inductor-cache", run_dir / "out"
@@ -137,6 +140,10 @@ def _capture_set(
     if child.status == "skipped":
         say(f"precompile: warning: {child.detail}; no artifact set for {capability}")
         return None
+    for note in child.data.get("never_saved") or []:
+        if note not in said:
+            said.add(note)
+            say(f"precompile: {note}")
     result = {**child.data, "workloads": child.workloads}
     if not any((cache_dir / kind).is_dir() for kind in ("aotautograd", "fxgraph")) and not (
         out_dir / TORCHSCRIPT_DIR

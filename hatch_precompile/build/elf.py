@@ -14,7 +14,10 @@ everything else, and stays ``linux_<arch>`` when a kernel needs a library neithe
 torch provides.
 
 auditwheel is a publishing tool, not in a user's install: the build hook asks for it through
-hatchling's ``dependencies()`` (build/plugin.py) and ``bake`` users install the ``publish`` extra.
+hatchling's ``dependencies()`` (build/plugin.py), and ``bake`` users install the ``publish`` extra. A
+build without isolation where it is missing (``pip install --no-build-isolation``, for that
+environment's own install) takes the platform's own tag, ``linux_<arch>``, and says how to get
+a manylinux one.
 pyelftools is a runtime dependency: ``warm`` reads the kernels it compiles in the user's own
 environment, as a build does.
 """
@@ -46,9 +49,14 @@ class MissingTool(PrecompileError):
     """A publishing tool that tagging a wheel needs is not installed."""
 
 
+def has_publishing_tools() -> bool:
+    """Whether the tools that give a wheel its manylinux tag are importable here."""
+    return importlib.util.find_spec("auditwheel") is not None
+
+
 def require_publishing_tools(prefix: str = "") -> None:
     """Raise MissingTool, naming the extra, unless the tools that tag a wheel are importable."""
-    if importlib.util.find_spec("auditwheel") is None:
+    if not has_publishing_tools():
         raise MissingTool(
             f"{prefix}the wheel's manylinux tag needs auditwheel's policies, and auditwheel is not installed "
             f"here: install hatch-precompile's publishing tools with: pip install 'hatch-precompile[{PUBLISH_EXTRA}]'"

@@ -120,9 +120,6 @@ class PrecompileBuildHook(BuildHookInterface):
             self.app.display_info(f"precompile: off ({why}); building a plain wheel")
             return
         package = self._check_package(package)
-        from hatch_precompile.build import elf
-
-        elf.require_publishing_tools(f"build hook `{self.PLUGIN_NAME}`: ")  # before minutes of workload
         artifacts = self._capture(package)
         if artifacts is None:
             return
@@ -229,17 +226,26 @@ class PrecompileBuildHook(BuildHookInterface):
             )
 
     def _platform_tag(self, artifacts: Path) -> str | None:
-        """The wheel's whole tag when every set's kernels allow a manylinux one (build/elf.py)."""
+        """The wheel's whole tag when every set's kernels allow a manylinux one (build/elf.py); None
+        for this platform's own tag, which hatchling infers."""
+        from packaging.tags import sys_tags
+
         from hatch_precompile.build import elf
 
+        here = next(t for t in sys_tags() if "manylinux" not in t.platform and "musllinux" not in t.platform)
+        if sys.platform.startswith("linux") and not elf.has_publishing_tools():
+            # A build without isolation, for this environment's own install (pip install
+            # --no-build-isolation): its own platform's tag serves it; publishing needs manylinux.
+            self.app.display_info(
+                f"precompile: platform tag {here.platform}, this machine's own (auditwheel, which finds the manylinux "
+                f"tag, is not installed here); for a manylinux tag to publish the wheel, build with hatch-precompile's "
+                f"publishing tools: pip install 'hatch-precompile[{elf.PUBLISH_EXTRA}]'")
+            return None
         manifests = [Manifest.parse(f.read_bytes()) for f in sorted((artifacts / SETS_DIR).glob(f"*/{MANIFEST_FILE}"))]
         tag, why = elf.wheel_platform([m.platform for m in manifests])
         if tag is None:
             self.app.display_info(f"precompile: platform tag linux: {why}")
             return None
-        from packaging.tags import sys_tags
-
-        here = next(t for t in sys_tags() if "manylinux" not in t.platform and "musllinux" not in t.platform)
         self.app.display_info(f"precompile: platform tag {tag}, as auditwheel's policy allows for the kernels ({why})")
         return f"{here.interpreter}-{here.abi}-{tag}"
 

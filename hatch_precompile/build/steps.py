@@ -32,6 +32,7 @@ from hatch_precompile.protocol import NO_STEPS_VAR, ON_FAILURE, STEP_CHECKS, che
 from hatch_precompile.protocol.steps import CONTRACT_FORMAT, EXPORTED
 from hatch_precompile.protocol.steps import PRECOMPILE as PRECOMPILE_ROUTE
 from hatch_precompile.run import contract, variables
+from hatch_precompile.run import steps as run_steps
 
 
 class StepCaptureError(PrecompileError, RuntimeError):
@@ -40,6 +41,8 @@ class StepCaptureError(PrecompileError, RuntimeError):
 
 # What the workload ran under `hatch-precompile verify`: one record per step (tools/verify_child.py).
 verified: list[dict[str, Any]] = []
+# The names save_step was called with in this process, stored or not (the build says why not).
+saved: set[str] = set()
 
 
 def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager", dynamic_shapes: Any = None,
@@ -65,6 +68,7 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
     torch without the route, ``on_failure="warn"``).
     """
     check_artifact_name(name, "step")
+    saved.add(name)
     if check not in STEP_CHECKS:
         raise ValueError(f"save_step({name!r}, ...): check={check!r} must be one of {', '.join(STEP_CHECKS)}")
     if on_failure not in ON_FAILURE:
@@ -201,10 +205,24 @@ def _save_precompiled(name: str, fn: Callable, args: tuple, check: str, out: Pat
     return out / Path(files["py"]).name
 
 
+def never_saved(package: str | None) -> list[str]:
+    """What the build says of each step of ``package`` that load_step declared in this process and
+    the workload never saved: it ships no step, by the author's choice, and users get its fallback."""
+    said = []
+    for (owner, name), warmed in sorted(run_steps.declared.items()):
+        if name in saved or (package and owner != package):
+            continue
+        said.append(f"step {name!r} is declared by load_step but the workload never saved it: it runs its fallback, "
+                    + ("warm where the workload called it" if warmed else
+                       "which the workload never called either, so it compiles at each user's first call (call "
+                       "the step or its .fallback in the workload to ship its graphs warm)"))
+    return said
+
+
 def _verify(name: str, fn: Callable, args: tuple, check: str, backward: bool = False) -> None:
     """Under verify: the shipped step, loaded as users get it, against ``fn`` on changed arguments.
     A step the set does not ship is left alone: the workload's own calls show what it compiles."""
-    from hatch_precompile.run import artifacts, steps
+    from hatch_precompile.run import artifacts
 
     package = variables.package() or ""
     try:
@@ -217,7 +235,7 @@ def _verify(name: str, fn: Callable, args: tuple, check: str, backward: bool = F
     if crash:  # proven at build, yet it takes a process down here: the user's would go with it
         record["problems"].append(f"step {name!r}: {crash}; load_step() opens it only where a build proved it")
     elif shipped:
-        step = steps.load_step(package, name, fn, backward=backward)
+        step = run_steps.load_step(package, name, fn, backward=backward)
         reference = with_backward(fn) if backward else fn  # what the step leaves: the loss, gradients in .grad
         try:
             check_against_reference(name, reference, args, step, check)

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.build import isa
+from hatch_precompile.build import isa, steps
 from hatch_precompile.child import observe, work
 from hatch_precompile.protocol import (
     BUILDING_VAR,
@@ -94,6 +94,7 @@ def main(argv: list[str]) -> int:
         "megacache": _save_megacache(torch, out),
         "compile_times": _compile_times(),
         "kernel_commands": kernel_commands,
+        "never_saved": steps.never_saved(spec.get("package")),
     }))
     return EXIT_OK
 

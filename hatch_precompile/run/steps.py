@@ -11,7 +11,8 @@ that refuses. ``step.route`` says which ran, ``step.reason`` why the fallback di
 shortcut costs time, never correctness; it is never silent either: the first call in a process
 that a shipped step refuses, of each kind (inputs, modes, module, settings, loader), warns once
 with the reason and the fix (a PrecompileWarning). A refusal the author planned for (a module in
-train() for an inference step) is only logged.
+train() for an inference step) is only logged, and so is a step no set of the package ships (the
+author's choice at build, which the build's output states): nothing the user changes would serve it.
 """
 
 from __future__ import annotations
@@ -59,6 +60,12 @@ _warned: set[tuple[str, str, str]] = set()  # (package, step, kind): one warning
 _LOADING = threading.Lock()  # precompile.load primes torch's process-wide caches: one at a time
 # Calls each route served in this process, by (package, step, route): what snoop counts.
 served: Counter[tuple[str, str, str]] = Counter()
+# Each (package, step) load_step made in this process, and whether its fallback ran: in a build's
+# child, what tells the build a step declared here that the workload never saved (build/steps.py).
+declared: dict[tuple[str, str], bool] = {}
+# What the default fallback does, in every message about one: the workload's calls warmed it.
+FALLBACK_DOES = ("Its fallback is torch.compile(fn): warm from the shipped caches where the package's workload made "
+                 "that call, compiled otherwise.")
 
 
 class Step:
@@ -73,7 +80,9 @@ class Step:
                  dynamic: bool | None = None, backward: bool = False):
         self.package, self.name, self.fn = package, name, fn
         self._fallback = fallback
+        self._default_fallback = fallback is None
         self._dynamic = dynamic
+        declared.setdefault((package, name), False)
         self.backward = backward  # fn returns a loss: a call leaves its gradients in .grad
         self._lock = threading.Lock()
         self._resolved = False
@@ -130,9 +139,9 @@ class Step:
             loader.log.debug("step %s:%s ran its fallback: %s", self.package, self.name, why)
             return
         _warned.add(key)
-        message = (f"hatch-precompile: {self.package}'s step {self.name!r} ran torch.compile instead of its shipped "
-                   f"step: {why}. To use the shipped step, {FIXES.get(kind, FIXES[ARGUMENTS])}. (Said once per "
-                   "kind of refusal; `step.reason` has each call's.)")
+        message = (f"hatch-precompile: {self.package}'s step {self.name!r} ran its fallback instead of its shipped "
+                   f"step: {why}. {self._fallback_does()} To use the shipped step, "
+                   f"{FIXES.get(kind, FIXES[ARGUMENTS])}. (Said once per kind of refusal; `step.reason` has each call's.)")
         try:
             warnings.warn(message, loader.PrecompileWarning, stacklevel=4)
         except Exception:  # warnings turned into errors (-W error): the call still falls back
@@ -144,9 +153,13 @@ class Step:
             served[(self.package, self.name, route)] += 1
         return result
 
+    def _fallback_does(self) -> str:
+        return FALLBACK_DOES if self._default_fallback else "Its fallback is the one load_step() was given."
+
     @property
     def fallback(self) -> Callable[..., Any]:
         with self._lock:
+            declared[(self.package, self.name)] = True  # the workload's call of it ships its graphs warm
             if self._fallback is None:
                 import torch
 
@@ -182,7 +195,7 @@ class Step:
             found = artifacts.find(self.package)
             files = step_files(self.name)
             if found is None or files["json"] not in found.manifest.files:
-                return self._skip(f"no step named {self.name!r} was shipped for this environment")
+                return self._not_shipped(found)
             try:
                 record = read_contract(json.loads(found.read(files["json"])), self.name)
             except (ContractError, ValueError) as exc:
@@ -200,6 +213,21 @@ class Step:
         except Exception as exc:
             return self._skip(f"step {self.name!r}: {exc!r}")
 
+    def _not_shipped(self, found: artifacts.ArtifactSet | None) -> dict[str, Any] | None:
+        """The set in use has no such step. Shipped for other sets only, the environment decides, and
+        the user can change it: said once. Shipped for none, the package's build did not save it (its
+        output says why): the author's choice, which nothing here changes, so only logged."""
+        elsewhere = [s for s in artifacts.all_sets(self.package)
+                     if self.name in s.manifest.steps and (found is None or found.warmed or s.name != found.name)]
+        if not elsewhere:
+            return self._skip(f"no step named {self.name!r} was shipped: the package's build did not save one (its "
+                              "output says why)", quiet=True)
+        where = "; ".join(f"{s.name!r} ({artifacts.env_problem(s.manifest) or 'a set this environment also fits'})"
+                          for s in elsewhere)
+        in_use = f" ({found.name!r})" if found is not None else ""
+        return self._skip(f"no step named {self.name!r} was shipped for this environment's artifact set{in_use}; it "
+                          f"was shipped for the set{'s' if len(elsewhere) > 1 else ''} {where}")
+
     def _exported_contract(self, record: dict[str, Any], found: artifacts.ArtifactSet,
                            files: dict[str, str]) -> dict[str, Any] | None:
         import torch
@@ -208,7 +236,7 @@ class Step:
 
         problem = exported.proof_problem(record, torch)  # a loader that crashed in a build's prover never runs here
         if problem:
-            return self._skip(f"step {self.name!r} is not opened in this process: {problem}")
+            return self._skip(f"its package is not opened in this process: {problem}")
         self._files = {"pt2": found.read(files["pt2"])}
         if files["constants"] in found.manifest.files:
             self._files["constants"] = found.read(files["constants"])
@@ -243,15 +271,28 @@ class Step:
             return None
 
     def _skip(self, reason: str, quiet: bool = False) -> dict[str, Any] | None:
-        """No shipped step here, for ``reason`` (said once as a PrecompileWarning unless ``quiet``):
-        None, what the caller returns."""
+        """No shipped step here, for ``reason``: said once as a PrecompileWarning, only logged where
+        ``quiet``. None, what the caller returns. The package's other caches stay in use."""
         self._unavailable = reason
-        if not quiet:
-            try:
-                loader.report_skip(loader.LoadResult(self.package, False, f"{reason}; compiling it instead"))
-            except Exception:  # warnings turned into errors (-W error): the step still falls back
-                loader.log.debug("step %s: the skip could not be reported", self.name, exc_info=True)
+        message = f"hatch-precompile: {self.package}'s step {self.name!r} runs its fallback: {reason}. {self._fallback_does()}"
+        if quiet:
+            loader.log.debug("%s", message)
+            return None
+        try:
+            warnings.warn(message, loader.PrecompileWarning, stacklevel=_outside_this_module())
+        except Exception:  # warnings turned into errors (-W error): the step still falls back
+            loader.log.debug("step %s: the skip could not be reported", self.name, exc_info=True)
         return None
+
+
+def _outside_this_module() -> int:
+    """The stacklevel of the first caller outside this module: the user's line that called the step."""
+    import inspect
+
+    frame, level = inspect.currentframe(), 1
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame, level = frame.f_back, level + 1
+    return level - 1
 
 
 def _not_the_exec_warning(record: logging.LogRecord) -> bool:

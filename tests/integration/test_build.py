@@ -6,14 +6,16 @@ import hashlib
 import json
 import re
 import sys
+import sysconfig
 import tarfile
 import zipfile
 from importlib import metadata
 
 import pytest
-from conftest import SAMPLE, TORCH_REQUIREMENT, build_wheel, copy_project, read_manifest, run
+from conftest import ONE_FUNCTION, SAMPLE, TORCH_REQUIREMENT, build_wheel, copy_project, read_manifest, run
 
-from integration.test_install_flow import stop_after_saying_where
+from integration.test_build_errors import WORKLOAD_TABLE, rewrite
+from integration.test_install_flow import assert_warm, stop_after_saying_where
 
 pytestmark = pytest.mark.slow  # builds wheels or venvs, or runs torch in fresh processes
 
@@ -182,6 +184,33 @@ def test_isolated_pip_wheel_for_a_torchless_target_runs_the_workload_on_the_cons
     ), proc.stdout[-3000:]
     _, version, torch_file = json.loads(marker.read_text())
     assert version == metadata.version("torch") and "pip-build-env" in torch_file, (version, torch_file)
+
+
+def test_a_build_without_isolation_or_auditwheel_takes_this_platforms_tag(notorch_python, tmp_path):
+    """`pip install --no-build-isolation` where the publishing extra is not installed (notorch_python
+    has hatchling and hatch-precompile, not auditwheel): a warm wheel with this platform's own tag,
+    and one line saying how to get a manylinux one. The workload runs on the test environment's torch
+    (HATCH_PRECOMPILE_TARGET); the tag is the build environment's business. The workload's module
+    declares a step it never saves, which the build says once."""
+    assert run([notorch_python, "-c", "import auditwheel"], check=False).returncode != 0
+    source = ("import torch\n\nimport hatch_precompile\n\n"
+              "unsaved = hatch_precompile.load_step('sample_pkg', 'unsaved', torch.sin)  # declared, never saved\n\n\n"
+              f"def workload():\n    {ONE_FUNCTION}\n")
+    project, site = rewrite(copy_project(tmp_path / "src"), WORKLOAD_TABLE, source), tmp_path / "site"
+    proc = run([notorch_python, "-m", "pip", "install", "-v", "--no-deps", "--no-build-isolation", "--target", site,
+                project], env={"HATCH_PRECOMPILE_TARGET": sys.prefix})
+    platform = sysconfig.get_platform().replace("-", "_").replace(".", "_")  # linux_x86_64
+    said = (f"precompile: platform tag {platform}, this machine's own (auditwheel, which finds the manylinux tag, is "
+            "not installed here); for a manylinux tag to publish the wheel, build with hatch-precompile's publishing "
+            "tools: pip install 'hatch-precompile[publish]'")
+    assert proc.stdout.count(said) == 1, proc.stdout[-3000:]
+    py = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    (wheel_file,) = site.glob("sample_pkg-*.dist-info/WHEEL")
+    assert re.findall(r"^Tag: (.+)$", wheel_file.read_text(), re.M) == [f"{py}-{py}-{platform}"]
+    assert proc.stdout.count(
+        "precompile: step 'unsaved' is declared by load_step but the workload never saved it: it runs its fallback, "
+        "which the workload never called either, so it compiles at each user's first call") == 1, proc.stdout[-3000:]
+    assert_warm(sys.executable, tmp_path, pythonpath=site, one_function=True)
 
 
 def test_sample_pyproject_matches_the_documented_contract():

@@ -417,3 +417,85 @@ def test_an_exported_step_is_opened_only_where_a_proof_holds():
     assert exported.proof_problem(_exported_record("cpu", None, "2.13.0+cpu"), cpu) is None
     assert "not on torch 2.13.0+cpu" in exported.proof_problem(_exported_record("cpu", None, "2.14.1+cu130"), cpu)
     assert "never opened in a process of its own" in exported.proof_problem(_exported_record("cuda:0", None), here)
+
+
+# -- a step no set ships, or another set only ---------------------------------------------------
+
+
+def ship_with_a_step_elsewhere(tmp_path, monkeypatch, env_here, step_in_other_set: bool) -> str:
+    """A package whose set for this environment ships no step; with ``step_in_other_set``, a set
+    for torch 2.99 beside it ships one named 'train'."""
+    import json
+
+    from hatch_precompile.protocol import FileEntry, Manifest, sha256, step_files
+    from unit.test_install import ship
+
+    package, manifest_file = ship(tmp_path, monkeypatch, env_here)
+    if step_in_other_set:
+        contract = b'{"format": 2}'
+        (manifest_file.parents[2] / "blobs" / sha256(contract)).write_bytes(contract)
+        other = Manifest(package, dict(env_here, torch="2.99.0+cpu"), {step_files("train")["json"]: FileEntry(
+            len(contract), sha256(contract))}, steps={"train": {"route": "precompile"}})
+        (manifest_file.parents[1] / "torch-2.99").mkdir()
+        (manifest_file.parents[1] / "torch-2.99" / "manifest.json").write_text(json.dumps(other.to_dict()))
+    return package
+
+
+@pytest.fixture
+def eager_fallback(monkeypatch):
+    """The default fallback, torch.compile(fn), made eager: what these tests look at is said before it runs."""
+    monkeypatch.setattr(torch, "compile", lambda fn, **options: fn)
+
+
+def call_and_catch(step, *args):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        step(*args)
+    return [str(w.message) for w in seen if w.category.__name__ == "PrecompileWarning"]
+
+
+def test_a_step_the_package_never_shipped_is_logged_not_warned(tmp_path, monkeypatch, env_here, cache, caplog,
+                                                               eager_fallback):
+    """Not shipping a step is the author's choice at build (which the build says): the user can do
+    nothing about it, so the fallback runs without a warning, saying what it really does."""
+    package = ship_with_a_step_elsewhere(tmp_path, monkeypatch, env_here, step_in_other_set=False)
+    step = run_steps.load_step(package, "train", training_step)
+    with caplog.at_level("DEBUG", logger="hatch_precompile"):
+        assert call_and_catch(step, model(), *batch()) == []
+    assert step.route == "fallback"
+    assert step.reason == "no step named 'train' was shipped: the package's build did not save one (its output says why)"
+    assert f"hatch-precompile: {package}'s step 'train' runs its fallback: {step.reason}. Its fallback is " \
+           "torch.compile(fn): warm from the shipped caches where the package's workload made that call, compiled " \
+           "otherwise." in caplog.messages
+
+
+def test_a_step_shipped_for_another_set_only_warns_naming_it(tmp_path, monkeypatch, env_here, cache, eager_fallback):
+    """The environment decides, and the user may change it: said once, with the set that has the step."""
+    package = ship_with_a_step_elsewhere(tmp_path, monkeypatch, env_here, step_in_other_set=True)
+    step = run_steps.load_step(package, "train", training_step)
+    (warned,) = call_and_catch(step, model(), *batch())
+    assert step.route == "fallback"
+    assert step.reason == (
+        "no step named 'train' was shipped for this environment's artifact set ('test-set'); it was shipped for the "
+        f"set 'torch-2.99' (built for torch='2.99.0+cpu', this environment has torch={env_here['torch']!r})")
+    assert warned == f"hatch-precompile: {package}'s step 'train' runs its fallback: {step.reason}. " + run_steps.FALLBACK_DOES
+    assert call_and_catch(step, model(), *batch()) == []  # once
+
+
+def test_the_build_says_which_declared_steps_the_workload_never_saved(eager_fallback):
+    """In the build's child: load_step declared them, save_step never named them. Whether the
+    workload called the fallback says whether users get it warm."""
+    run_steps.load_step("declaring_pkg", "warmed", training_step).fallback  # the workload's call of it
+    run_steps.load_step("declaring_pkg", "cold", training_step)
+    run_steps.load_step("declaring_pkg", "saved", training_step)
+    run_steps.load_step("another_pkg", "elsewhere", training_step)
+    capture.save_step("saved", training_step, model(), *batch())  # outside a build: stores nothing, still saved
+    assert capture.never_saved("declaring_pkg") == [
+        "step 'cold' is declared by load_step but the workload never saved it: it runs its fallback, which the "
+        "workload never called either, so it compiles at each user's first call (call the step or its .fallback in "
+        "the workload to ship its graphs warm)",
+        "step 'warmed' is declared by load_step but the workload never saved it: it runs its fallback, warm where "
+        "the workload called it",
+    ]
