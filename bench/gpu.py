@@ -168,6 +168,13 @@ def compiler_shims(scratch: Path) -> dict[str, str]:
     env = {"PATH": f"{shims}:{os.environ.get('PATH', '')}"}
     if ptxas:
         env["TRITON_PTXAS_PATH"] = str(shims / "ptxas")
+    for variable in ("CC", "CXX"):  # a compiler named by path (Triton and Inductor read these first)
+        real = os.environ.get(variable)
+        if real and shutil.which(real):
+            shim = shims / f"{variable.lower()}-{Path(real).name}"
+            shim.write_text(f'#!/bin/sh\necho "exec {Path(real).name} $$" >> "$GPU_COUNT_FILE"\nexec {shutil.which(real)} "$@"\n')
+            shim.chmod(0o755)
+            env[variable] = str(shim)
     return env
 
 

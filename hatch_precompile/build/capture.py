@@ -19,6 +19,7 @@ from hatch_precompile import __version__
 from hatch_precompile.child import runner
 from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol import (
+    C_MODULES_DIR,
     CACHE_DIR_VAR,
     DIRNAME,
     INDUCTOR_DIR,
@@ -310,6 +311,8 @@ def _store_files(target: Path, cache_dir: Path, out_dir: Path) -> tuple[dict[str
         sources[f"{TORCHSCRIPT_DIR}/{path.name}"] = path
     for path in sorted((out_dir / STEPS_DIR).glob("*.*")):
         sources[f"{STEPS_DIR}/{path.name}"] = path
+    for path in sorted((out_dir / C_MODULES_DIR).glob("*.so")):
+        sources[f"{C_MODULES_DIR}/{path.name}"] = path
     files, skipped = {}, 0
     for logical, path in sources.items():
         if not is_safe_relpath(logical):

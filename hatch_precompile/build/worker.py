@@ -22,6 +22,7 @@ from hatch_precompile.build import isa, steps
 from hatch_precompile.child import observe, work
 from hatch_precompile.protocol import (
     BUILDING_VAR,
+    C_MODULES_DIR,
     CACHE_DIR_VAR,
     EXIT_OK,
     EXIT_WORKLOAD_FAILED,
@@ -57,9 +58,10 @@ def main(argv: list[str]) -> int:
     import torch
     import torch._dynamo  # noqa: F401  (torch 2.7.0 saved no Mega-Cache unless dynamo was imported first)
 
-    from hatch_precompile.run import speedups
+    from hatch_precompile.run import speedups, triton_modules
 
     speedups.apply()  # records this machine's ISA probes (the environment key runs them first)
+    triton_modules.record(out / C_MODULES_DIR)  # on a GPU: Triton's C helpers, shipped so users build none
     environment, refused = _environment_or_refusal(torch, spec.get("capability"), spec.get("device"))
     if refused is not None:  # before any workload runs: nothing trustworthy could be made
         work.write_result(out, refused)

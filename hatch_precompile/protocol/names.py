@@ -31,6 +31,7 @@ __all__ = [
     "MEGACACHE_FILE",
     "TORCHSCRIPT_DIR",
     "STEPS_DIR",
+    "C_MODULES_DIR",
     "DECLARATION_FILE",
     "DECLARATION_PATH",
     "APP",
@@ -84,6 +85,7 @@ INDUCTOR_DIR = "inductor"
 MEGACACHE_FILE = "megacache.bin"
 TORCHSCRIPT_DIR = "torchscript"
 STEPS_DIR = "steps"
+C_MODULES_DIR = "c_modules"  # Triton's C helper modules (cuda_utils), built by the build's process
 DECLARATION_FILE = "hatch-precompile.json"
 DECLARATION_PATH = f"extra_metadata/{DECLARATION_FILE}"  # inside a wheel's .dist-info
 APP = "hatch-precompile"  # the per-user cache dir's name
@@ -192,7 +194,8 @@ def check_artifact_name(name: object, what: str) -> None:
         raise ValueError(f"{what} name {name!r} must be letters, digits, '_', '-' or '.' (at most 128)")
 
 
-FILE_KINDS = ("aotautograd", "fxgraph", "kernel_binary", "other_inductor", "megacache", "torchscript", "step", "other")
+FILE_KINDS = ("aotautograd", "fxgraph", "kernel_binary", "other_inductor", "megacache", "torchscript", "step", "c_module",
+              "other")
 
 
 def file_kind(path: str) -> str:
@@ -201,6 +204,8 @@ def file_kind(path: str) -> str:
         return "aotautograd"
     if path.startswith(f"{INDUCTOR_DIR}/fxgraph/"):
         return "fxgraph"
+    if path.startswith(f"{C_MODULES_DIR}/"):
+        return "c_module"
     if path.endswith(".so"):
         return "kernel_binary"
     if path.startswith(f"{INDUCTOR_DIR}/"):

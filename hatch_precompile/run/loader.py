@@ -120,9 +120,10 @@ def _load(package: str) -> LoadResult:
         _warn_once(f"hatch-precompile: {package}'s precompiled caches are installed, but {note}", 4)
     touchpoints.after_import(touchpoints.CODECACHE, _follow_cache_dir)
     if found.manifest.env.get("gpu"):
-        from hatch_precompile.run import tuned_configs
+        from hatch_precompile.run import triton_modules, tuned_configs
 
         tuned_configs.apply()
+        triton_modules.serve(found)
     if found.manifest.kernels:
         from hatch_precompile.run import machine, speedups
 

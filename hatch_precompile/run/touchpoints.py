@@ -51,6 +51,7 @@ CONFIG = "torch._inductor.config"
 CPP_BUILDER = "torch._inductor.cpp_builder"
 CONVERT_FRAME = "torch._dynamo.convert_frame"
 TRITON_COMPAT = "torch._inductor.runtime.triton_compat"
+TRITON_DRIVER = "triton.backends.nvidia.driver"  # Triton's, not torch's: its CUDA driver's helpers
 AUTOGRAD_CACHE = "torch._functorch._aot_autograd.autograd_cache"
 DYNAMO_UTILS = "torch._dynamo.utils"
 
@@ -92,6 +93,13 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
     Touchpoint("autotune-recheck", TRITON_HEURISTICS, "CachingAutotuner.recheck_autotune_cache", "wrap",
                "load, on a GPU: find the shipped tuned configs (run/tuned_configs.py)",
                broken="the kernel is tuned again"),
+    Touchpoint("triton-c-module", TRITON_DRIVER, "compile_module_from_src", "wrap",
+               "build, on a GPU: keep the C helper modules Triton built (cuda_utils); load: serve the shipped ones "
+               "instead of building them with the C compiler in each fresh cache (run/triton_modules.py; Triton 3.6)",
+               broken="Triton builds them as usual"),
+    Touchpoint("triton-c-module-file", TRITON_DRIVER, "compile_module_from_file", "wrap",
+               "the same, where Triton names the source by its file (Triton 3.8)",
+               broken="Triton builds them as usual"),
     Touchpoint("hash-details", CODECACHE, "FxGraphHashDetails.__init__", "wrap", "load: a stand-in compiler's key "
                "(run/key_agreement.py)",
                broken="the key as torch made it: the graphs compile again"),

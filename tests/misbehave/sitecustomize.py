@@ -247,6 +247,13 @@ def _torch(module):
         logging.getLogger("torch._precompile").addFilter = _raise
 
 
+def _triton_driver(module):
+    for name in ("triton-c-module", "triton-c-module-file"):  # another signature than the hooks read
+        attribute = "compile_module_from_src" if name == "triton-c-module" else "compile_module_from_file"
+        if name in BROKEN and hasattr(module, attribute):
+            setattr(module, attribute, _NoSignature(getattr(module, attribute)))
+
+
 def _backends_cpu(module):
     if "cpu-capability" in BROKEN:
         module.get_cpu_capability = _raise
@@ -269,6 +276,7 @@ PATCHES = {
     "torch._logging": _torch_logging,
     "torch.compiler": _compiler,
     "torch.backends.cpu": _backends_cpu,
+    "triton.backends.nvidia.driver": _triton_driver,
     "torch._functorch._aot_autograd.autograd_cache": _autograd_cache,
 }
 
@@ -280,7 +288,7 @@ BREAKERS = frozenset({
     "hash-details", "inductor-config", "compile-command", "dynamo-compile", "key-details", "fx-key", "aot-key",
     "verify-setting", "precompile-logger", "logs", "metrics", "counters", "guard-failures", "compile-times",
     "megacache", "cpu-capability", "cpp-compiler", "cache-dir", "aoti-compile", "aoti-loader",
-    "keep-constants", "pytree", "module-internals", "joint-export",
+    "keep-constants", "pytree", "module-internals", "joint-export", "triton-c-module", "triton-c-module-file",
 })
 
 

@@ -541,3 +541,50 @@ def test_a_failing_hook_is_logged_with_its_touchpoint(fake, caplog):
         touchpoints.wrap(point(name, "write"), after=broken)
         assert module.write("x") == "x"
     assert any("an after hook failed" in r.getMessage() and r.exc_info for r in caplog.records)
+
+
+def test_tritons_c_helpers_are_kept_at_build_and_served_from_the_set_without_a_compiler(fake, monkeypatch, tmp_path):
+    """run/triton_modules.py on a stand-in for Triton's CUDA driver whose builder "builds" a real
+    extension module (the standard library's _bisect): the build keeps it; a user's process gets
+    the shipped one for the same name and source, and Triton builds only what differs."""
+    import _bisect
+
+    from hatch_precompile.protocol import sha256
+    from hatch_precompile.run import triton_modules
+
+    built = []
+
+    def compile_module_from_src(src, name, library_dirs=None, include_dirs=None, libraries=None):
+        built.append(name)
+        return _bisect if name == "_bisect" else types.ModuleType(name)
+
+    def compile_module_from_file(src_path, name, library_dirs=None, include_dirs=None, libraries=None):
+        built.append(name)
+        return _bisect
+
+    driver, _ = fake(compile_module_from_src=compile_module_from_src, compile_module_from_file=compile_module_from_file)
+    for name in ("triton-c-module", "triton-c-module-file"):
+        monkeypatch.setitem(touchpoints.REGISTRY, name, dataclasses.replace(touchpoints.REGISTRY[name], module=driver))
+    out = tmp_path / "c_modules"
+    triton_modules.record(out)
+    sys.modules[driver].compile_module_from_src("int x;", "_bisect")
+    (kept,) = out.iterdir()
+    assert f"c_modules/{kept.name}" == triton_modules.logical_path("_bisect", "int x;")
+
+    # A user's process, from a set that ships it (read back checked, as ArtifactSet.read does).
+    user_driver, _ = fake(compile_module_from_src=compile_module_from_src, compile_module_from_file=compile_module_from_file)
+    for name in ("triton-c-module", "triton-c-module-file"):
+        monkeypatch.setitem(touchpoints.REGISTRY, name, dataclasses.replace(touchpoints.REGISTRY[name], module=user_driver))
+    data = kept.read_bytes()
+    files = {triton_modules.logical_path("_bisect", "int x;"): sha256(data)}
+    found = types.SimpleNamespace(manifest=types.SimpleNamespace(files=files), read=lambda path: data)
+    triton_modules.serve(found)
+    built.clear()
+    module = sys.modules[user_driver].compile_module_from_src("int x;", "_bisect")
+    assert built == [] and module.bisect_left([1, 3, 5], 4) == 2 and module.__file__ != _bisect.__file__
+    source = tmp_path / "driver.c"  # Triton 3.8 names the source by its file
+    source.write_text("int x;")
+    assert sys.modules[user_driver].compile_module_from_file(str(source), "_bisect").bisect_left([1], 2) == 1
+    assert built == []
+    sys.modules[user_driver].compile_module_from_src("int y;", "_bisect")  # another source: Triton builds it
+    assert built == ["_bisect"]
