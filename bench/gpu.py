@@ -1,24 +1,36 @@
 #!/usr/bin/env python3
-"""The CUDA path, measured: cold start vs Mega-Cache by hand vs precompiled wheel, on one GPU.
+"""The CUDA path, measured: eager, cold, Mega-Cache by hand and the precompiled wheel, on one GPU.
 
+    python3 bench/gpu.py --quick --find-links WHEELS [--out DIR]      # the prepared GPU check
     python3 bench/gpu.py --find-links WHEELS [--projects sample_pkg gpu_block gpu_block@max-autotune]
-                         [--repeats 2] [--out DIR]
+                         [--repeats 2] [--paths eager cold megacache precompiled] [--probe-loader]
+                         [--variant NAME:VAR=VALUE,...] [--tests-timeout SECONDS] [--out DIR]
 
 Runs where the GPU is, with the Python that has torch, and needs no network: WHEELS holds
 hatchling, hatch-precompile and their dependencies for pip's isolated build env. For each project
 (``NAME@MODE`` sets ``GPU_BLOCK_COMPILE_MODE=MODE`` for build and runs alike):
 
-1. ``pip wheel`` (isolated, the default) builds it precompiled, against the running torch (the
-   target environment, build/target.py), and the wheel is installed into this environment;
+1. ``pip wheel`` (isolated, the default) builds it precompiled, steps on, against the running
+   torch (the target environment, build/target.py), and the wheel is installed here;
 2. fresh processes, each with an empty ``TORCHINDUCTOR_CACHE_DIR`` and ``HOME``, make the first
-   training step and then the first inference call: cold (``PRECOMPILE=0``), Mega-Cache by hand
-   (``PRECOMPILE=0`` + ``load_cache_artifacts`` of the wheel's ``megacache.bin``), precompiled;
+   training step and then the first inference call: eager (``torch.compile`` as the identity),
+   cold (``PRECOMPILE=0``), Mega-Cache by hand (``PRECOMPILE=0`` + ``load_cache_artifacts`` of the
+   wheel's ``megacache.bin``), precompiled, and each ``--variant`` (a precompiled row of sample_pkg
+   with more variables; ``BENCH_PROFILE=FILE`` profiles its first step);
 3. every process runs with ``bench/gpu_count/sitecustomize.py``, which counts real Triton
-   compiles (ptxas stages, in Inductor's compile workers too) and run-time autotuning benchmarks.
+   compiles and run-time autotuning benchmarks and times each phase of the first step (imports,
+   CUDA, Dynamo, cache and kernel loads, Triton's C modules, the compile pool, Triton's key); every
+   compiler process is counted by its exec, through shims on ``PATH`` (and ``CC``, ``CXX``,
+   ``TRITON_PTXAS_PATH``).
 
-Prints a table; writes ``gpu-results.json`` and the build logs to ``--out``. Before the projects, a
+``--quick`` is the prepared check (docs/guide/gpu.md): torch's own AOTInductor loader probed on a
+plain model first (built in one process, opened in another), sample_pkg's four rows and its
+exported steps against eager (other weights, a batch size the workload never used), gpu_block
+cold against warm, then tests/integration/test_gpu.py; one repeat. Prints the tables; writes
+``gpu-results.json``, ``gpu.log`` and the build logs to ``--out``. Before the projects' rows, a
 probe: the GPU as NVML names it (the key) and as CUDA does, and whether ``import sample_pkg``
-initialises CUDA or breaks a fork-started child's use of it.
+initialises CUDA or breaks a fork-started child's use of it. Without CUDA it is a dry run of the
+same plumbing on the CPU.
 """
 
 from __future__ import annotations
@@ -33,6 +45,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECTS = {"sample_pkg": ROOT / "sample_pkg", "gpu_block": ROOT / "bench/projects/gpu_block"}
@@ -55,7 +68,8 @@ if megacache != "-":
     torch.compiler.load_cache_artifacts(open(megacache, "rb").read())
 trainer = pkg.Trainer(pkg.make_model())
 inputs, targets = pkg.make_batch()
-torch.cuda.synchronize()
+if torch.cuda.is_available():  # else a dry run on the CPU
+    torch.cuda.synchronize()
 profile = os.environ.get("BENCH_PROFILE")  # a variant's: where the first step's profile goes
 if profile:
     import cProfile, io, pstats
@@ -68,7 +82,13 @@ if profile:
 t = time.perf_counter(); out = trainer.predict(inputs).double().sum().item(); predict = time.perf_counter() - t
 t = time.perf_counter(); trainer.step(inputs, targets).item(); second = time.perf_counter() - t
 from torch._dynamo.utils import counters
+import importlib.util
+def _no_pyc(module):  # its source was compiled in this process: no bytecode file Python could use
+    path = getattr(module, "__file__", None) or ""
+    return path.endswith(".py") and not os.path.exists(importlib.util.cache_from_source(path))
 print("@@" + json.dumps({
+    "torch_modules": sum(1 for n in list(sys.modules) if n.startswith("torch")),
+    "modules_without_pyc": sum(1 for m in list(sys.modules.values()) if _no_pyc(m)),
     "import_seconds": import_seconds, "first_step_seconds": step, "first_predict_seconds": predict,
     "second_step_seconds": second, "loss": loss, "output_sum": out,
     "cuda_initialized_by_import": cuda_initialized_by_import,
@@ -77,7 +97,7 @@ print("@@" + json.dumps({
     "aot_autograd": dict(counters["aot_autograd"]),
     "inductor": {k: v for k, v in counters["inductor"].items()
                  if "cache" in k or "bundler" in k or "autotune" in k or "select_algorithm" in k},
-    "device": torch.cuda.get_device_name(),
+    "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
 }))
 """
 
@@ -113,6 +133,51 @@ if pid == 0:
 _, status = os.waitpid(pid, 0)
 print("@@" + json.dumps({"cuda_initialized_in_parent": initialized, "child_exit": os.waitstatus_to_exitcode(status)}))
 """
+
+
+# The sample's exported steps as users call them: weights other than the build's (seed 3) and a
+# batch size the workload never used (7), against eager; the route each took, and why.
+STEPS = r"""
+import copy, json, torch, sample_pkg
+from sample_pkg.model import classify, classify_step, loss_step, make_batch, make_model, training_loss
+model = make_model(seed=3)
+images, labels = make_batch(batch_size=7, seed=5)
+out = {}
+with torch.no_grad():
+    served = copy.deepcopy(model).eval()
+    got = classify_step(served, images)
+    out["classify"] = [classify_step.route, classify_step.reason,
+                       (got.double() - classify(served, images).double()).abs().max().item()]
+eager = copy.deepcopy(model)
+loss = loss_step(model, images, labels)
+want = training_loss(eager, images, labels)
+want.backward()
+grads = max((p.grad.double() - q.grad.double()).abs().max().item() for p, q in zip(model.parameters(), eager.parameters()))
+out["loss"] = [loss_step.route, loss_step.reason, abs(loss.item() - want.item()), grads]
+print("@@" + json.dumps(out))
+"""
+
+
+def check_steps(scratch: Path) -> dict:
+    """The installed sample's loss and classify steps against eager, in a fresh process."""
+    return run_json([sys.executable, "-c", STEPS], fresh_env(scratch, {}))
+
+
+def run_tests(out: Path, timeout: float) -> dict:
+    """tests/integration/test_gpu.py (marked cuda) with this Python; its log under ``out``."""
+    started = time.perf_counter()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "cuda", "-p", "no:cacheprovider",
+                               str(ROOT / "tests/integration/test_gpu.py")], cwd=ROOT, capture_output=True, text=True,
+                              timeout=timeout)
+        output, code = proc.stdout + proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired as exc:
+        output, code = f"{exc.stdout or ''}\n(stopped after {timeout:g} s)", None
+        output = output if isinstance(output, str) else output.decode()
+    (out / "gpu-tests.log").write_text(output)
+    summary = next((line for line in reversed(output.splitlines()) if " passed" in line or " failed" in line
+                    or " skipped" in line or "stopped after" in line), "")
+    return {"exit": code, "summary": summary.strip("= "), "seconds": round(time.perf_counter() - started, 1)}
 
 
 def run_json(args: list[str], env: dict[str, str], timeout: float = 900) -> dict:
@@ -285,20 +350,32 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "bench-out")
     parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=PATHS)
     parser.add_argument("--variant", action="append", default=[], metavar="NAME:VAR=VALUE[,VAR=VALUE]",
-                        help="one more precompiled row with these variables ({scratch}: the bench's scratch dir, {out}: --out; "
+                        help="one more precompiled row of sample_pkg with these variables ({scratch}: the bench's scratch dir, {out}: --out; "
                              "BENCH_PROFILE=FILE profiles its first step)")
     parser.add_argument("--probe-loader", action="store_true", help="first, torch's AOTInductor loader on a plain model")
+    parser.add_argument("--quick", action="store_true",
+                        help="the prepared GPU check: the loader probe, sample_pkg's four rows and its exported "
+                             "steps against eager, gpu_block cold against warm, then the GPU tests; one repeat")
+    parser.add_argument("--tests-timeout", type=float, default=None,
+                        help="run tests/integration/test_gpu.py for at most this many seconds (--quick: 240; 0: not)")
     args = parser.parse_args()
+    if args.quick:
+        args.probe_loader, args.repeats = True, 1
+        args.tests_timeout = 240 if args.tests_timeout is None else args.tests_timeout
+    cuda = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+                          capture_output=True, text=True).stdout.strip() == "True"
     args.out.mkdir(parents=True, exist_ok=True)
+    sys.stdout = _Tee(sys.stdout, args.out / "gpu.log")  # the one log: what this run printed
     scratch = Path(tempfile.mkdtemp(prefix="gpu-bench-"))
     os.environ.update(compiler_shims(scratch))  # every process from here on: builds and runs alike
     variants = {}
     for spec in args.variant:
         name, _, assignments = spec.partition(":")
         variants[name] = dict(a.split("=", 1) for a in assignments.split(",") if a)
-    results: dict = {"python": sys.version.split()[0], "projects": {}}
+    results: dict = {"python": sys.version.split()[0], "projects": {}, "machine": machine()}
+    print("== " + json.dumps(results["machine"]), flush=True)
     try:
-        if args.probe_loader:
+        if args.probe_loader and cuda:
             results["loader"] = probe_loader(scratch)
             print("== torch's AOTInductor loader on a plain CUDA model:", json.dumps(results["loader"])[:600], flush=True)
         for spec in args.projects:
@@ -320,9 +397,10 @@ def main() -> int:
                       f"{entry['best_configs']} tuned configs shipped", flush=True)
                 if "megacache.bin" in manifest["files"]:
                     megacache = directory / "blobs" / manifest["files"]["megacache.bin"]["sha256"]
-            rows = [(path, path, extra) for path in args.paths]
+            paths = ["cold", "precompiled"] if args.quick and name != "sample_pkg" else args.paths
+            rows = [(path, path, extra) for path in paths]
             rows += [(variant, "precompiled", {**extra, **{k: v.format(scratch=scratch, out=args.out) for k, v in env.items()}})
-                     for variant, env in variants.items()]
+                     for variant, env in variants.items() if name == "sample_pkg"]
             entry["runs"] = {row: [] for row, _, _ in rows}
             for repeat in range(args.repeats):
                 for row, path, env in rows:
@@ -332,16 +410,52 @@ def main() -> int:
                     entry["runs"][row].append(run)
                     print(f"   {row:12s} step {run['first_step_seconds']:7.2f} s  predict {run['first_predict_seconds']:6.2f} s"
                           f"  aot {run['aot_autograd']}  counted {run['counted']}  loaded={run['loaded']}", flush=True)
-                    print(f"   {'':12s} phases {run['phases']}", flush=True)
+                    print(f"   {'':12s} phases {run['phases']}  modules without .pyc {run.get('modules_without_pyc')}"
+                          f" ({run.get('torch_modules')} torch modules loaded)", flush=True)
             results["projects"][spec] = entry
-            if name == "sample_pkg" and "probe" not in results:
+            if name == "sample_pkg" and "probe" not in results and cuda:
                 results["probe"] = probe(scratch)
                 print("   probe:", json.dumps(results["probe"]), flush=True)
+            if name == "sample_pkg" and "steps" not in results:
+                results["steps"] = check_steps(scratch)
+                print("   steps against eager (other weights, a batch of 7):", json.dumps(results["steps"]), flush=True)
+            (args.out / "gpu-results.json").write_text(json.dumps(results, indent=1))
+        if args.tests_timeout:
+            print("== tests/integration/test_gpu.py", flush=True)
+            results["tests"] = run_tests(args.out, args.tests_timeout)
+            print("   " + json.dumps(results["tests"]), flush=True)
             (args.out / "gpu-results.json").write_text(json.dumps(results, indent=1))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print_table(results)
     return 0
+
+
+class _Tee:
+    """Standard output, and a copy of it in a file."""
+
+    def __init__(self, stream: Any, path: Path) -> None:
+        self.stream, self.file = stream, path.open("w")
+
+    def write(self, text: str) -> int:
+        self.file.write(text)
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.file.flush()
+        self.stream.flush()
+
+
+def machine() -> dict:
+    """The date, GPU, driver, torch, Triton and CUDA this run measured."""
+    code = ("import json, torch; t = None\ntry:\n    import triton; t = triton.__version__\nexcept ImportError:\n    pass\n"
+            "print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, 'triton': t, "
+            "'gpu': torch.cuda.get_device_name() if torch.cuda.is_available() else None}))")
+    found = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout or "{}")
+    smi = shutil.which("nvidia-smi")
+    driver = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
+                            text=True).stdout.strip() if smi else None
+    return {"date": time.strftime("%Y-%m-%d"), **found, "driver": driver, "python": sys.version.split()[0]}
 
 
 BREAKDOWN = ("cuda_init", "dynamo", "aot_cache_load", "fx_cache_load", "bundle_emit", "module_load", "kernel_load",
