@@ -190,6 +190,8 @@ def _steps(out_dir: Path) -> dict[str, dict[str, Any]]:
         name = path.name.removesuffix(".json")
         summary = {"route": record.get("route", "precompile"), "torch": record.get("torch"),
                    "proven": record.get("proven") or []}
+        if "proofs" in record:  # an exported package: where a process of its own opened and ran it
+            summary["proofs"] = record["proofs"]
         export = record.get("export")
         if isinstance(export, dict):
             # What its contract (steps/<name>.json) says in full, the CPU features and libraries too.

@@ -196,7 +196,9 @@ class Manifest:
                                              default=None)
     steps: dict[str, dict[str, Any]] = field(_steps, "each step `save_step` shipped: its route, the torch that "
                                                      "captured it and those it was proven on, an exported step's "
-                                                     "dims and ranges", factory=dict)
+                                                     "dims and ranges and its proofs (torch, device, CUDA: where "
+                                                     "a process of its own opened and ran the package)",
+                                        factory=dict)
     cpu_target: str | None = field(_cpu_target, '`"portable"` or `"native"`: which CPUs the kernels were built for',
                                    default=None)
     cpu_features: list[str] = field(_features, "CPU features (as `/proc/cpuinfo` names them) the kernels may "
