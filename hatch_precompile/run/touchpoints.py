@@ -80,6 +80,10 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "the key this machine computed before (2.13+; before, `runtime.triton_compat.triton_key`)",
                elsewhere=TRITON_COMPAT,
                broken="not started, or the memo unread: computed as torch does"),
+    Touchpoint("event-logger", DYNAMO_UTILS, "get_chromium_event_logger", "call", "load: Dynamo's compile-event "
+               "logger, made in the calling thread before a key is hashed in the background (torch makes it at "
+               "first use, without a lock, and the hash times itself with it)",
+               broken="nothing hashed in the background: torch hashes the keys when it needs them"),
     Touchpoint("system", CODECACHE, "CacheBase.get_system", "answer", "load, without a GPU: answered without "
                "Triton's key where torch leaves it out of the graphs' keys (run/speedups.py)",
                broken="not functools' cache of a function of no arguments, an error, or answers that differ: left to torch, Triton's key prefetched"),
@@ -281,7 +285,8 @@ def prefetch(name: str, memo: Memo | None = None) -> None:
 
     With ``memo``, where torch's cache takes a value (``.set``, 2.13+): the remembered value is
     set, and nothing is computed; else torch's computation runs in the background and its result
-    is remembered."""
+    is remembered. Nothing starts in the background before Dynamo's compile-event logger exists
+    (``_event_logger_made``)."""
     point = _lookup(name, "prefetch")
     module, qualname, elsewhere = point.module, point.qualname, point.elsewhere
     if not enabled():
@@ -299,14 +304,33 @@ def prefetch(name: str, memo: Memo | None = None) -> None:
             value = _guarded_call(memo.get)
             if value is not None:
                 function.set(value)  # torch's own way to fill its cache (RuntimeError: filled already)
-            else:
+            elif _event_logger_made():
                 setattr(owner, name, _computed_in_background(function, qualname, then=memo.put))
         elif callable(getattr(function, "prefetch", None)):
-            function.prefetch()
-        elif callable(function) and not getattr(function, MARK, False):
+            if _event_logger_made():
+                function.prefetch()
+        elif callable(function) and not getattr(function, MARK, False) and _event_logger_made():
             setattr(owner, name, _computed_in_background(function, qualname))
 
     after_import(module, start, name)
+
+
+def _event_logger_made() -> bool:
+    """Whether Dynamo's compile-event logger exists, made now in this thread if torch had not made it.
+
+    Torch makes it at its first use, without a lock, and ``torch_key`` times itself with it
+    (``dynamo_timed``). Hashed in the background while Dynamo's first compile began, each thread
+    made one, and the later one replaced the logger that held the compile's open event: torch
+    2.7.1 then raised "No toplevel event active" at the compile's guards. Made first, both threads
+    share it, each with its own stack of events. False where it cannot be made: then nothing starts
+    in the background."""
+    point = _lookup("event-logger", "call")
+    try:
+        getattr(importlib.import_module(point.module), point.qualname)()
+    except Exception:
+        log.debug("touchpoint event-logger: not made; nothing is hashed in the background", exc_info=True)
+        return False
+    return True
 
 
 def _guarded_call(function: Callable[[], Any]) -> Any:

@@ -38,8 +38,23 @@ def _unregister():
 
 
 @pytest.fixture
-def fake(monkeypatch):
-    """A module of torch's, made up, registered as imported: (its name, the module)."""
+def event_logger(monkeypatch):
+    """Dynamo's compile-event logger, made up: the names of the threads that asked for it, in order."""
+    import threading
+
+    asked: list[str] = []
+    module = types.ModuleType("fake_dynamo_utils")
+    module.get_chromium_event_logger = lambda: asked.append(threading.current_thread().name)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setitem(touchpoints.REGISTRY, "event-logger",
+                        dataclasses.replace(touchpoints.REGISTRY["event-logger"], module=module.__name__))
+    return asked
+
+
+@pytest.fixture
+def fake(monkeypatch, event_logger):
+    """A module of torch's, made up, registered as imported: (its name, the module). Dynamo's
+    event logger is made up too (``event_logger``)."""
 
     def make(**attributes):
         name = f"fake_torch_module_{next(_names)}"
@@ -325,6 +340,67 @@ def test_prefetch_uses_torchs_own_or_a_thread(fake):
     assert home.triton_key() == "triton's key" and getattr(home.triton_key, touchpoints.MARK)
     name, _ = fake(other=None)
     touchpoints.prefetch(point(name, "triton_key", "prefetch"))  # absent, and nowhere else: nothing
+
+
+def test_nothing_is_hashed_in_the_background_before_dynamos_event_logger_is_made(fake, event_logger, monkeypatch):
+    """Torch makes Dynamo's compile-event logger at its first use, without a lock, and torch_key
+    times itself with it: hashed in a thread while Dynamo's first compile began, each made one and
+    the compile's open event was lost with the one replaced (torch 2.7.1). It is made in the
+    calling thread first; where it cannot be, nothing starts in the background."""
+    import threading
+
+    here, found = threading.current_thread().name, []
+
+    def torch_key():
+        found.append(list(event_logger))  # what the background thread found made
+        return b"key"
+
+    name, module = fake(torch_key=torch_key)
+    touchpoints.prefetch(point(name, "torch_key", "prefetch"))
+    assert module.torch_key() == b"key" and found == [[here]]
+    own = types.SimpleNamespace(prefetch=lambda: found.append(list(event_logger)))  # torch's own (2.13+)
+    name, _ = fake(torch_key=own)
+    touchpoints.prefetch(point(name, "torch_key", "prefetch"))
+    assert found[-1] == [here, here]
+
+    def unmade():
+        raise RuntimeError("misbehaving on purpose")
+
+    monkeypatch.setattr(sys.modules["fake_dynamo_utils"], "get_chromium_event_logger", unmade)
+    name, module = fake(torch_key=torch_key)
+    touchpoints.prefetch(point(name, "torch_key", "prefetch"))
+    name, _ = fake(torch_key=own)
+    touchpoints.prefetch(point(name, "torch_key", "prefetch"))
+    assert module.torch_key is torch_key and len(found) == 2  # torch hashes it when it needs it
+
+
+def test_a_key_hashed_in_the_background_shares_the_event_logger_dynamos_compile_uses(fake, monkeypatch):
+    """On the suite's torch: in a process whose Dynamo has made no logger yet, a prefetch makes it
+    before its thread starts; the thread's timed event and the compile's open one share it."""
+    import threading
+
+    from torch._dynamo import utils
+
+    monkeypatch.setitem(touchpoints.REGISTRY, "event-logger",  # torch's own, not the fixture's
+                        dataclasses.replace(touchpoints.REGISTRY["event-logger"], module=touchpoints.DYNAMO_UTILS))
+    monkeypatch.setattr(utils, "CHROMIUM_EVENT_LOG", None)
+    release, used = threading.Event(), []
+
+    def torch_key():
+        release.wait(10)
+        with utils.dynamo_timed("inductor_codecache_torch_key"):  # as torch's own times itself
+            used.append(utils.get_chromium_event_logger())
+        return b"key"
+
+    name, module = fake(torch_key=torch_key)
+    touchpoints.prefetch(point(name, "torch_key", "prefetch"))
+    made = utils.CHROMIUM_EVENT_LOG
+    assert made is not None  # before the thread hashed anything
+    with utils.dynamo_timed("dynamo"):  # Dynamo's compile, its event open
+        release.set()
+        assert module.torch_key() == b"key"
+        assert utils.get_chromium_event_logger().get_outermost_event() == "dynamo"
+    assert used == [made]
 
 
 # Torch's CacheBase.get_system, in the shapes it has had: Triton's key a global (2.13+) or imported
