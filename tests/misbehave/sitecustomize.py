@@ -150,6 +150,8 @@ def _dynamo_utils(module):
         module.compile_times = _raise
     if "event-logger" in BROKEN:
         module.get_chromium_event_logger = _renamed(module.get_chromium_event_logger)
+    if "compile-state" in BROKEN:
+        module.get_metrics_context = _renamed(module.get_metrics_context)
 
 
 def _autograd_cache(module):
@@ -272,7 +274,7 @@ PATCHES = {
 
 # The breakers, by the touchpoint they break (tests/unit/test_touchpoints.py checks they are the registry's).
 BREAKERS = frozenset({
-    "write", "precompile-header", "torch-key", "triton-key", "event-logger", "system", "check-build", "probe-load", "autotune-recheck",
+    "write", "precompile-header", "torch-key", "triton-key", "event-logger", "compile-state", "system", "check-build", "probe-load", "autotune-recheck",
     "hash-details", "inductor-config", "compile-command", "dynamo-compile", "key-details", "fx-key", "aot-key",
     "verify-setting", "precompile-logger", "logs", "metrics", "counters", "guard-failures", "compile-times",
     "megacache", "cpu-capability", "cpp-compiler", "cache-dir", "aoti-compile", "aoti-loader",

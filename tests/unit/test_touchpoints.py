@@ -607,6 +607,82 @@ def test_an_unregistered_touchpoint_is_a_bug_not_a_silent_no_op():
         touchpoints.wrap("torch-key", after=lambda a, r: None)
 
 
+def closing_torchs_compile_event(how: str) -> None:
+    """What a hook on a compile path must never do to Dynamo's bookkeeping, done for real."""
+    from torch._dynamo import utils
+
+    if how == "replaces the logger":  # as torch 2.7.1's unlocked getter did, raced by a prefetch thread
+        utils.CHROMIUM_EVENT_LOG = utils.ChromiumEventLogger()
+    elif how == "closes the events":
+        utils.get_chromium_event_logger().reset()
+    else:  # leaves the compile's metrics context
+        utils.get_metrics_context().__exit__(None, None, None)
+
+
+@pytest.mark.parametrize("how", ["replaces the logger", "closes the events", "leaves the metrics context"])
+def test_a_hook_that_changes_torchs_compile_bookkeeping_is_undone_and_never_called_again(fake, caplog, how):
+    """On the suite's torch, in Dynamo's compile of a frame: its backend's before hook closes the
+    compile's top-level event (or the like). Put back, the compile goes on (else its guards raise
+    'No toplevel event active'); the hook is dropped, even where it is hooked again, and logged."""
+    import torch
+    from torch._dynamo import utils
+
+    calls, seen = [], []
+
+    def misbehaving(arguments):
+        calls.append(how)
+        closing_torchs_compile_event(how)
+
+    def backend(gm, example_inputs):  # what torch's own code finds after the hooks
+        seen.append((utils.get_chromium_event_logger().get_outermost_event(), utils.get_metrics_context().in_progress()))
+        return gm.forward
+
+    name, module = fake(backend=backend)
+    x = torch.linspace(0, 1, 5)
+    try:
+        with caplog.at_level("DEBUG", logger="hatch_precompile"):
+            touchpoints.wrap(point(name, "backend"), before=misbehaving)
+            first = torch.compile(lambda x: x.sin() + 1, backend=module.backend)(x)
+            touchpoints.wrap(point(name, "backend"), before=misbehaving)
+            second = torch.compile(lambda x: x.cos() * 2, backend=module.backend)(x)
+    finally:
+        torch._dynamo.reset()
+    assert torch.equal(first, x.sin() + 1) and torch.equal(second, x.cos() * 2)
+    assert seen == [("dynamo", True)] * 2 and calls == [how]
+    assert any("a before hook changed torch's compile bookkeeping" in r.getMessage() for r in caplog.records)
+
+
+def test_a_first_compile_start_that_changes_torchs_bookkeeping_is_undone(fake, monkeypatch, caplog):
+    from torch._dynamo import utils
+
+    convert_frame, module = fake(_compile=lambda code: utils.get_chromium_event_logger().get_outermost_event())
+    monkeypatch.setitem(touchpoints.REGISTRY, "dynamo-compile",
+                        dataclasses.replace(touchpoints.REGISTRY["dynamo-compile"], module=convert_frame))
+    monkeypatch.setattr(touchpoints, "_hooks", {})
+    monkeypatch.setattr(touchpoints, "_first_compile", [])
+    started = []
+    touchpoints.at_first_compile(lambda: closing_torchs_compile_event("replaces the logger"))
+    touchpoints.at_first_compile(lambda: started.append("the next start"))
+    with caplog.at_level("DEBUG", logger="hatch_precompile"), utils.dynamo_timed("dynamo"):
+        assert module._compile("f") == "dynamo"  # the open event, in the logger that holds it
+    assert started == ["the next start"]
+    assert any("a first-compile start changed torch's compile bookkeeping (Dynamo's event logger replaced)"
+               in r.getMessage() for r in caplog.records)
+
+
+def test_hooks_run_unchecked_where_torchs_bookkeeping_cannot_be_read(fake, monkeypatch):
+    from torch._dynamo import utils
+
+    def unreadable():
+        raise RuntimeError("misbehaving on purpose")
+
+    monkeypatch.setattr(utils, "get_metrics_context", unreadable)
+    name, module = fake(write=lambda content: content)
+    seen = []
+    touchpoints.wrap(point(name, "write"), after=lambda a, r: seen.append(r))
+    assert module.write("x") == "x" and module.write("y") == "y" and seen == ["x", "y"]
+
+
 def test_a_failing_hook_is_logged_with_its_touchpoint(fake, caplog):
     name, module = fake(write=lambda content: content)
 
