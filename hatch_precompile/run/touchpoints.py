@@ -86,10 +86,10 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "logger, made in the calling thread before a key is hashed in the background (torch makes it at "
                "first use, without a lock, and the hash times itself with it)",
                broken="nothing hashed in the background: torch hashes the keys when it needs them"),
-    Touchpoint("compile-state", DYNAMO_UTILS, "CHROMIUM_EVENT_LOG, get_metrics_context", "read", "load, build, "
-               "verify, snoop: after each hook on a compile path (and each first-compile start), Dynamo's event "
-               "logger, its open events and its metrics context are as the hook found them; where not, they are "
-               "put back where they can be, and the hook is not called again in the process",
+    Touchpoint("compile-state", DYNAMO_UTILS, "CHROMIUM_EVENT_LOG, get_metrics_context, MetricsContext._level", "read",
+               "load, build, verify, snoop: after each hook on a compile path (and each first-compile start), "
+               "Dynamo's event logger, its open events and its metrics context are as the hook found them; where "
+               "not, they are put back where they can be, and the hook is not called again in the process",
                broken="not checked: the hooks run as before"),
     Touchpoint("system", CODECACHE, "CacheBase.get_system", "answer", "load, without a GPU: answered without "
                "Triton's key where torch leaves it out of the graphs' keys (run/speedups.py)",
