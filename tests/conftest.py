@@ -58,8 +58,9 @@ def pytest_collection_modifyitems(items):
                else len(LONGEST_MODULES))
 
 
-# Minutes each, serially (the durations .ci/run prints): a 3 GB torch install, then frontends' flows.
-LONGEST_MODULES = ("test_newest_torch.py", "test_install_flow.py", "test_pinned_installs.py", "test_bake.py")
+# Minutes each, serially (the durations .ci/run prints): 3 and 2 GB torch installs, then frontends' flows.
+LONGEST_MODULES = ("test_newest_torch.py", "test_oldest_torch.py", "test_install_flow.py", "test_pinned_installs.py",
+                   "test_bake.py")
 
 
 GPUS_VISIBLE = False  # test_gpu.py turns it on for its own processes

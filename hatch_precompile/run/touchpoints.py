@@ -15,7 +15,9 @@ sees the call's arguments by name (defaults filled in; none when the signature c
 and may, before the call, replace some (``before``), answer it in place of torch (``instead``,
 returning anything but ``PASS``), or look at the result (``after``). A hook that raises is as if it
 had not run, and is logged (``hatch_precompile`` logger, debug level; ``HATCH_PRECOMPILE_DEBUG=1``
-prints it): it can slow torch down, never break a compile. What is not where we expect it is left
+prints it): it can slow torch down, never break a compile. So is a hook that leaves torch's compile
+bookkeeping (Dynamo's open events, its metrics context) other than it found it: what can be is
+put back, and that hook is not called again in the process. What is not where we expect it is left
 alone. ``HATCH_PRECOMPILE_NO_PATCHES=1`` (or its older name ``HATCH_PRECOMPILE_NO_SPEEDUPS``) turns
 every wrapper and prefetch off: torch's code then runs untouched, only slower. The set's settings
 (``inductor-config``) still apply: they are torch's own knobs, and without them every shipped
@@ -81,6 +83,15 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "the key this machine computed before (2.13+; before, `runtime.triton_compat.triton_key`)",
                elsewhere=TRITON_COMPAT,
                broken="not started, or the memo unread: computed as torch does"),
+    Touchpoint("event-logger", DYNAMO_UTILS, "get_chromium_event_logger", "call", "load: Dynamo's compile-event "
+               "logger, made in the calling thread before a key is hashed in the background (torch makes it at "
+               "first use, without a lock, and the hash times itself with it)",
+               broken="nothing hashed in the background: torch hashes the keys when it needs them"),
+    Touchpoint("compile-state", DYNAMO_UTILS, "CHROMIUM_EVENT_LOG, get_metrics_context, MetricsContext._level", "read",
+               "load, build, verify, snoop: after each hook on a compile path (and each first-compile start), "
+               "Dynamo's event logger, its open events and its metrics context are as the hook found them; where "
+               "not, they are put back where they can be, and the hook is not called again in the process",
+               broken="not checked: the hooks run as before"),
     Touchpoint("system", CODECACHE, "CacheBase.get_system", "answer", "load, without a GPU: answered without "
                "Triton's key where torch leaves it out of the graphs' keys (run/speedups.py)",
                broken="not functools' cache of a function of no arguments, an error, or answers that differ: left to torch, Triton's key prefetched"),
@@ -229,7 +240,7 @@ def wrap(name: str, *, before: Hook | None = None, instead: Hook | None = None,
         return
     hooks = _hooks.setdefault((point.module, point.qualname), _Hooks())
     for kind, hook in (("before", before), ("instead", instead), ("after", after)):
-        if hook is not None and hook not in getattr(hooks, kind):
+        if hook is not None and hook not in getattr(hooks, kind) and hook not in _dropped:
             getattr(hooks, kind).append(hook)
     after_import(point.module, lambda loaded: _install(loaded, point.qualname, hooks, name), name)
 
@@ -289,7 +300,8 @@ def prefetch(name: str, memo: Memo | None = None) -> None:
 
     With ``memo``, where torch's cache takes a value (``.set``, 2.13+): the remembered value is
     set, and nothing is computed; else torch's computation runs in the background and its result
-    is remembered."""
+    is remembered. Nothing starts in the background before Dynamo's compile-event logger exists
+    (``_event_logger_made``)."""
     point = _lookup(name, "prefetch")
     module, qualname, elsewhere = point.module, point.qualname, point.elsewhere
     if not enabled():
@@ -307,14 +319,33 @@ def prefetch(name: str, memo: Memo | None = None) -> None:
             value = _guarded_call(memo.get)
             if value is not None:
                 function.set(value)  # torch's own way to fill its cache (RuntimeError: filled already)
-            else:
+            elif _event_logger_made():
                 setattr(owner, name, _computed_in_background(function, qualname, then=memo.put))
         elif callable(getattr(function, "prefetch", None)):
-            function.prefetch()
-        elif callable(function) and not getattr(function, MARK, False):
+            if _event_logger_made():
+                function.prefetch()
+        elif callable(function) and not getattr(function, MARK, False) and _event_logger_made():
             setattr(owner, name, _computed_in_background(function, qualname))
 
     after_import(module, start, name)
+
+
+def _event_logger_made() -> bool:
+    """Whether Dynamo's compile-event logger exists, made now in this thread if torch had not made it.
+
+    Torch makes it at its first use, without a lock, and ``torch_key`` times itself with it
+    (``dynamo_timed``). Hashed in the background while Dynamo's first compile began, each thread
+    made one, and the later one replaced the logger that held the compile's open event: torch
+    2.7.1 then raised "No toplevel event active" at the compile's guards. Made first, both threads
+    share it, each with its own stack of events. False where it cannot be made: then nothing starts
+    in the background."""
+    point = _lookup("event-logger", "call")
+    try:
+        getattr(importlib.import_module(point.module), point.qualname)()
+    except Exception:
+        log.debug("touchpoint event-logger: not made; nothing is hashed in the background", exc_info=True)
+        return False
+    return True
 
 
 def _guarded_call(function: Callable[[], Any]) -> Any:
@@ -446,12 +477,8 @@ def at_first_compile(start: Callable[[], Any]) -> None:
 
 
 def _compiling(arguments: dict[str, Any]) -> None:
-    while _first_compile:
-        start = _first_compile.pop(0)
-        try:
-            start()
-        except Exception:  # one start failing leaves the others and the compile alone
-            log.debug("a first-compile start failed", exc_info=True)
+    while _first_compile:  # one start failing leaves the others and the compile alone
+        _run(None, _first_compile.pop(0), "dynamo-compile", "a first-compile start", None)
 
 
 def after_import(name: str, patch: Callable[[ModuleType], None], touchpoint: str | None = None) -> None:
@@ -478,34 +505,115 @@ def _install(module: ModuleType, qualname: str, hooks: _Hooks, name: str) -> Non
         bound = _bind(signature, args, kwargs)
         arguments = dict(bound.arguments) if bound is not None else {}
         for hook in list(hooks.before):
-            try:
-                changes = hook(arguments)
-                if changes and bound is not None:
-                    bound.arguments.update(changes)
-                    arguments.update(changes)
-            except Exception:
-                log.debug("touchpoint %s: a before hook failed", name, exc_info=True)
+            changes = _run(hooks.before, hook, name, "a before hook", None, arguments)
+            if changes and bound is not None:
+                bound.arguments.update(changes)
+                arguments.update(changes)
         if bound is not None:
             args, kwargs = bound.args, bound.kwargs
         for hook in list(hooks.instead):
-            try:
-                answer = hook(arguments)
-            except Exception:
-                log.debug("touchpoint %s: an instead hook failed", name, exc_info=True)
-                answer = PASS
+            answer = _run(hooks.instead, hook, name, "an instead hook", PASS, arguments)
             if answer is not PASS:
                 return answer
         result = original(*args, **kwargs)
-        for observer in list(hooks.after):
-            try:
-                observer(arguments, result)
-            except Exception:  # an observer or a shortcut must never break a compile
-                log.debug("touchpoint %s: an after hook failed", name, exc_info=True)
+        for observer in list(hooks.after):  # an observer or a shortcut must never break a compile
+            _run(hooks.after, observer, name, "an after hook", None, arguments, result)
         return result
 
     setattr(wrapper, MARK, True)
     wrapper.__wrapped__ = original  # type: ignore[attr-defined]
     setattr(owner, qualname.rsplit(".", 1)[-1], staticmethod(wrapper) if static else wrapper)
+
+
+_dropped: list[Callable[..., Any]] = []  # hooks that changed torch's compile bookkeeping: never called again
+
+
+def _run(hooks: list[Any] | None, hook: Callable[..., Any], name: str, what: str, failed: Any, *args: Any) -> Any:
+    """``hook(*args)``; ``failed`` where it raised, or where it left torch's compile bookkeeping
+    other than it found it: then what can be is put back, and the hook is taken out of ``hooks``
+    for the rest of the process. Both are logged under the touchpoint ``name``."""
+    found = _compile_state()
+    try:
+        result = hook(*args)
+    except Exception:
+        log.debug("touchpoint %s: %s failed", name, what, exc_info=True)
+        result = failed
+    changed = _put_back(found)
+    if not changed:
+        return result
+    if hooks is not None and hook in hooks:
+        hooks.remove(hook)
+    _dropped.append(hook)
+    log.debug("touchpoint %s: %s changed torch's compile bookkeeping (%s); put back where it could be, and not "
+              "called again in this process", name, what, "; ".join(changed))
+    return failed
+
+
+@dataclasses.dataclass(frozen=True)
+class _CompileState:
+    """Torch's compile bookkeeping as one thread sees it: Dynamo's event logger (the process's one),
+    this thread's stacks of open events and their data, and its metrics context and depth."""
+
+    utils: ModuleType
+    logger: Any
+    stacks: tuple[list[Any], ...]
+    events: dict[str, Any]
+    metrics: Any
+    depth: Any
+
+
+def _compile_state() -> _CompileState | None:
+    """Torch's compile bookkeeping now; None where Dynamo is not imported (nothing to keep) or its
+    bookkeeping is not as expected (nothing is checked)."""
+    point = _lookup("compile-state", "read")
+    utils = sys.modules.get(point.module)
+    if utils is None:
+        return None
+    try:
+        logger = utils.CHROMIUM_EVENT_LOG  # None until Dynamo first times an event
+        stacks = _event_stacks(logger)
+        events = dict(logger.get_event_data()) if logger is not None else {}
+        metrics = utils.get_metrics_context()
+        return _CompileState(utils, logger, tuple(list(s) for s in stacks), events, metrics,
+                             getattr(metrics, "_level", None))
+    except Exception:
+        log.debug("touchpoint compile-state: not read; the hooks run unchecked", exc_info=True)
+        return None
+
+
+def _event_stacks(logger: Any) -> tuple[list[Any], ...]:
+    return (logger.get_stack(), logger.get_pt2_compile_substack()) if logger is not None else ()
+
+
+def _put_back(found: _CompileState | None) -> list[str]:
+    """What differs from ``found`` now, each put back where it can be; [] where nothing does (or it
+    cannot be read). A logger torch made meanwhile, where it had none, is its own first use."""
+    if found is None:
+        return []
+    changed = []
+    try:
+        utils, logger = found.utils, found.logger
+        if logger is not None and utils.CHROMIUM_EVENT_LOG is not logger:
+            setattr(utils, "CHROMIUM_EVENT_LOG", logger)  # the one that holds the open events
+            changed.append("Dynamo's event logger replaced")
+        stacks = _event_stacks(logger)
+        if [list(s) for s in stacks] != list(found.stacks):
+            for stack, before in zip(stacks, found.stacks):
+                stack[:] = before
+            data = logger.get_event_data()
+            for event, values in found.events.items():
+                data.setdefault(event, values)  # what a closed event had gathered
+            changed.append("open events closed or left open")
+        metrics = utils.get_metrics_context()
+        if metrics is not found.metrics:
+            changed.append("the metrics context replaced (not put back)")
+        elif getattr(metrics, "_level", None) != found.depth:
+            if isinstance(found.depth, int):
+                metrics._level = found.depth  # a context left early records its metrics twice, not never
+            changed.append("the metrics context entered or left")
+    except Exception:
+        log.debug("touchpoint compile-state: not compared", exc_info=True)
+    return changed
 
 
 def _resolve(module: ModuleType, qualname: str) -> tuple[Any, Any]:

@@ -22,8 +22,8 @@ pytestmark = pytest.mark.slow  # builds wheels or venvs, or runs torch in fresh 
 MISBEHAVE = Path(__file__).resolve().parents[1] / "misbehave"
 OBSERVERS = ("metrics,counters,guard-failures,logs,megacache,compile-times,write,dynamo-compile,"
              "compile-command,key-details,fx-key,aot-key")
-SHORTCUTS = ("write,precompile-header,check-build,probe-load,torch-key,triton-key,system,hash-details,"
-             "autotune-recheck,cpp-compiler,cache-dir")
+SHORTCUTS = ("write,precompile-header,check-build,probe-load,torch-key,triton-key,event-logger,compile-state,"
+             "system,hash-details,autotune-recheck,cpp-compiler,cache-dir")
 
 
 def misbehaving(names: str, pythonpath: Path | None = None) -> dict[str, str]:

@@ -97,16 +97,19 @@ def _from_hatch_precompile() -> bool:
     return sys._getframe(2).f_globals.get("__name__", "").startswith("hatch_precompile")
 
 
+def _renamed(original):
+    """``original`` as if torch had renamed it: its own callers work, hatch-precompile's fail."""
+    def call(*args, **kwargs):
+        if _from_hatch_precompile():
+            _raise()
+        return original(*args, **kwargs)
+
+    return call
+
+
 def _cpp_builder(module):
-    if "cpp-compiler" in BROKEN:  # as if torch renamed it: its own callers work, hatch-precompile's fail
-        original = module.get_cpp_compiler
-
-        def get_cpp_compiler(*args, **kwargs):
-            if _from_hatch_precompile():
-                _raise()
-            return original(*args, **kwargs)
-
-        module.get_cpp_compiler = get_cpp_compiler
+    if "cpp-compiler" in BROKEN:
+        module.get_cpp_compiler = _renamed(module.get_cpp_compiler)
     if "compile-command" in BROKEN:
         original = module.run_compile_cmd
 
@@ -145,6 +148,10 @@ def _dynamo_utils(module):
         module.guard_failures = _Unreadable(list)
     if "compile-times" in BROKEN:
         module.compile_times = _raise
+    if "event-logger" in BROKEN:
+        module.get_chromium_event_logger = _renamed(module.get_chromium_event_logger)
+    if "compile-state" in BROKEN:
+        module.get_metrics_context = _renamed(module.get_metrics_context)
 
 
 def _autograd_cache(module):
@@ -284,7 +291,7 @@ PATCHES = {
 # The breakers, by the touchpoint they break (tests/unit/test_touchpoints.py checks they are the registry's).
 # "aoti-loader-crash" breaks aoti-loader otherwise: it kills the process that opens a package.
 BREAKERS = frozenset({
-    "write", "precompile-header", "torch-key", "triton-key", "system", "check-build", "probe-load", "autotune-recheck",
+    "write", "precompile-header", "torch-key", "triton-key", "event-logger", "compile-state", "system", "check-build", "probe-load", "autotune-recheck",
     "hash-details", "inductor-config", "compile-command", "dynamo-compile", "key-details", "fx-key", "aot-key",
     "verify-setting", "precompile-logger", "logs", "metrics", "counters", "guard-failures", "compile-times",
     "megacache", "cpu-capability", "cpp-compiler", "cache-dir", "aoti-compile", "aoti-loader",

@@ -38,8 +38,23 @@ def _unregister():
 
 
 @pytest.fixture
-def fake(monkeypatch):
-    """A module of torch's, made up, registered as imported: (its name, the module)."""
+def event_logger(monkeypatch):
+    """Dynamo's compile-event logger, made up: the names of the threads that asked for it, in order."""
+    import threading
+
+    asked: list[str] = []
+    module = types.ModuleType("fake_dynamo_utils")
+    module.get_chromium_event_logger = lambda: asked.append(threading.current_thread().name)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setitem(touchpoints.REGISTRY, "event-logger",
+                        dataclasses.replace(touchpoints.REGISTRY["event-logger"], module=module.__name__))
+    return asked
+
+
+@pytest.fixture
+def fake(monkeypatch, event_logger):
+    """A module of torch's, made up, registered as imported: (its name, the module). Dynamo's
+    event logger is made up too (``event_logger``)."""
 
     def make(**attributes):
         name = f"fake_torch_module_{next(_names)}"
@@ -327,6 +342,67 @@ def test_prefetch_uses_torchs_own_or_a_thread(fake):
     touchpoints.prefetch(point(name, "triton_key", "prefetch"))  # absent, and nowhere else: nothing
 
 
+def test_nothing_is_hashed_in_the_background_before_dynamos_event_logger_is_made(fake, event_logger, monkeypatch):
+    """Torch makes Dynamo's compile-event logger at its first use, without a lock, and torch_key
+    times itself with it: hashed in a thread while Dynamo's first compile began, each made one and
+    the compile's open event was lost with the one replaced (torch 2.7.1). It is made in the
+    calling thread first; where it cannot be, nothing starts in the background."""
+    import threading
+
+    here, found = threading.current_thread().name, []
+
+    def torch_key():
+        found.append(list(event_logger))  # what the background thread found made
+        return b"key"
+
+    name, module = fake(torch_key=torch_key)
+    touchpoints.prefetch(point(name, "torch_key", "prefetch"))
+    assert module.torch_key() == b"key" and found == [[here]]
+    own = types.SimpleNamespace(prefetch=lambda: found.append(list(event_logger)))  # torch's own (2.13+)
+    name, _ = fake(torch_key=own)
+    touchpoints.prefetch(point(name, "torch_key", "prefetch"))
+    assert found[-1] == [here, here]
+
+    def unmade():
+        raise RuntimeError("misbehaving on purpose")
+
+    monkeypatch.setattr(sys.modules["fake_dynamo_utils"], "get_chromium_event_logger", unmade)
+    name, module = fake(torch_key=torch_key)
+    touchpoints.prefetch(point(name, "torch_key", "prefetch"))
+    name, _ = fake(torch_key=own)
+    touchpoints.prefetch(point(name, "torch_key", "prefetch"))
+    assert module.torch_key is torch_key and len(found) == 2  # torch hashes it when it needs it
+
+
+def test_a_key_hashed_in_the_background_shares_the_event_logger_dynamos_compile_uses(fake, monkeypatch):
+    """On the suite's torch: in a process whose Dynamo has made no logger yet, a prefetch makes it
+    before its thread starts; the thread's timed event and the compile's open one share it."""
+    import threading
+
+    from torch._dynamo import utils
+
+    monkeypatch.setitem(touchpoints.REGISTRY, "event-logger",  # torch's own, not the fixture's
+                        dataclasses.replace(touchpoints.REGISTRY["event-logger"], module=touchpoints.DYNAMO_UTILS))
+    monkeypatch.setattr(utils, "CHROMIUM_EVENT_LOG", None)
+    release, used = threading.Event(), []
+
+    def torch_key():
+        release.wait(10)
+        with utils.dynamo_timed("inductor_codecache_torch_key"):  # as torch's own times itself
+            used.append(utils.get_chromium_event_logger())
+        return b"key"
+
+    name, module = fake(torch_key=torch_key)
+    touchpoints.prefetch(point(name, "torch_key", "prefetch"))
+    made = utils.CHROMIUM_EVENT_LOG
+    assert made is not None  # before the thread hashed anything
+    with utils.dynamo_timed("dynamo"):  # Dynamo's compile, its event open
+        release.set()
+        assert module.torch_key() == b"key"
+        assert utils.get_chromium_event_logger().get_outermost_event() == "dynamo"
+    assert used == [made]
+
+
 # Torch's CacheBase.get_system, in the shapes it has had: Triton's key a global (2.13+) or imported
 # in the function (2.7-2.12), and left out of the answer where CUDA shows no GPU (before 2.15).
 SYSTEM = '''
@@ -529,6 +605,82 @@ def test_an_unregistered_touchpoint_is_a_bug_not_a_silent_no_op():
         touchpoints.wrap("no-such-touchpoint", after=lambda a, r: None)
     with pytest.raises(ValueError, match="touchpoint 'torch-key' is a prefetch, not a wrap"):
         touchpoints.wrap("torch-key", after=lambda a, r: None)
+
+
+def closing_torchs_compile_event(how: str) -> None:
+    """What a hook on a compile path must never do to Dynamo's bookkeeping, done for real."""
+    from torch._dynamo import utils
+
+    if how == "replaces the logger":  # as torch 2.7.1's unlocked getter did, raced by a prefetch thread
+        utils.CHROMIUM_EVENT_LOG = utils.ChromiumEventLogger()
+    elif how == "closes the events":
+        utils.get_chromium_event_logger().reset()
+    else:  # leaves the compile's metrics context
+        utils.get_metrics_context().__exit__(None, None, None)
+
+
+@pytest.mark.parametrize("how", ["replaces the logger", "closes the events", "leaves the metrics context"])
+def test_a_hook_that_changes_torchs_compile_bookkeeping_is_undone_and_never_called_again(fake, caplog, how):
+    """On the suite's torch, in Dynamo's compile of a frame: its backend's before hook closes the
+    compile's top-level event (or the like). Put back, the compile goes on (else its guards raise
+    'No toplevel event active'); the hook is dropped, even where it is hooked again, and logged."""
+    import torch
+    from torch._dynamo import utils
+
+    calls, seen = [], []
+
+    def misbehaving(arguments):
+        calls.append(how)
+        closing_torchs_compile_event(how)
+
+    def backend(gm, example_inputs):  # what torch's own code finds after the hooks
+        seen.append((utils.get_chromium_event_logger().get_outermost_event(), utils.get_metrics_context().in_progress()))
+        return gm.forward
+
+    name, module = fake(backend=backend)
+    x = torch.linspace(0, 1, 5)
+    try:
+        with caplog.at_level("DEBUG", logger="hatch_precompile"):
+            touchpoints.wrap(point(name, "backend"), before=misbehaving)
+            first = torch.compile(lambda x: x.sin() + 1, backend=module.backend)(x)
+            touchpoints.wrap(point(name, "backend"), before=misbehaving)
+            second = torch.compile(lambda x: x.cos() * 2, backend=module.backend)(x)
+    finally:
+        torch._dynamo.reset()
+    assert torch.equal(first, x.sin() + 1) and torch.equal(second, x.cos() * 2)
+    assert seen == [("dynamo", True)] * 2 and calls == [how]
+    assert any("a before hook changed torch's compile bookkeeping" in r.getMessage() for r in caplog.records)
+
+
+def test_a_first_compile_start_that_changes_torchs_bookkeeping_is_undone(fake, monkeypatch, caplog):
+    from torch._dynamo import utils
+
+    convert_frame, module = fake(_compile=lambda code: utils.get_chromium_event_logger().get_outermost_event())
+    monkeypatch.setitem(touchpoints.REGISTRY, "dynamo-compile",
+                        dataclasses.replace(touchpoints.REGISTRY["dynamo-compile"], module=convert_frame))
+    monkeypatch.setattr(touchpoints, "_hooks", {})
+    monkeypatch.setattr(touchpoints, "_first_compile", [])
+    started = []
+    touchpoints.at_first_compile(lambda: closing_torchs_compile_event("replaces the logger"))
+    touchpoints.at_first_compile(lambda: started.append("the next start"))
+    with caplog.at_level("DEBUG", logger="hatch_precompile"), utils.dynamo_timed("dynamo"):
+        assert module._compile("f") == "dynamo"  # the open event, in the logger that holds it
+    assert started == ["the next start"]
+    assert any("a first-compile start changed torch's compile bookkeeping (Dynamo's event logger replaced)"
+               in r.getMessage() for r in caplog.records)
+
+
+def test_hooks_run_unchecked_where_torchs_bookkeeping_cannot_be_read(fake, monkeypatch):
+    from torch._dynamo import utils
+
+    def unreadable():
+        raise RuntimeError("misbehaving on purpose")
+
+    monkeypatch.setattr(utils, "get_metrics_context", unreadable)
+    name, module = fake(write=lambda content: content)
+    seen = []
+    touchpoints.wrap(point(name, "write"), after=lambda a, r: seen.append(r))
+    assert module.write("x") == "x" and module.write("y") == "y" and seen == ["x", "y"]
 
 
 def test_a_failing_hook_is_logged_with_its_touchpoint(fake, caplog):
