@@ -116,6 +116,13 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
     Touchpoint("aot-key", AUTOGRAD_CACHE, "autograd_cache_key", "wrap", "build, verify, snoop: the AOTAutograd key "
                "(child/key_details.py)",
                broken="the key left unknown"),
+    Touchpoint("inductor-compile", "torch._inductor.compile_fx", "_compile_fx_inner", "wrap", "build: notes each "
+               "graph without a call that Inductor is asked to compile (build/empty_graphs.py)",
+               broken="such graphs are left to torch: returned uncompiled, with no cache entry to ship"),
+    Touchpoint("count-calls", DYNAMO_UTILS, "count_calls", "wrap", "build: answers 1 call for a graph noted by "
+               "`inductor-compile`, so that Inductor compiles and keys it and AOTAutograd saves its entry "
+               "(build/empty_graphs.py)",
+               broken="such graphs are left to torch: returned uncompiled, with no cache entry to ship"),
     Touchpoint("verify-setting", "torch._inductor.config, torch._functorch.config", "<setting>", "setting",
                "verify's `--setting inductor.NAME=VALUE` / `functorch.NAME=VALUE` (tools/verify_child.py)",
                broken="verify's `--setting` fails with the setting named"),

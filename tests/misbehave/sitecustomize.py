@@ -145,11 +145,18 @@ def _dynamo_utils(module):
         module.guard_failures = _Unreadable(list)
     if "compile-times" in BROKEN:
         module.compile_times = _raise
+    if "count-calls" in BROKEN:
+        module.count_calls = _NoSignature(module.count_calls)
 
 
 def _autograd_cache(module):
     if "aot-key" in BROKEN:
         module.autograd_cache_key = _NoSignature(module.autograd_cache_key)
+
+
+def _compile_fx(module):
+    if "inductor-compile" in BROKEN:
+        module._compile_fx_inner = _NoSignature(module._compile_fx_inner)
 
 
 def _torch_logging(module):
@@ -262,6 +269,7 @@ PATCHES = {
     "torch.compiler": _compiler,
     "torch.backends.cpu": _backends_cpu,
     "torch._functorch._aot_autograd.autograd_cache": _autograd_cache,
+    "torch._inductor.compile_fx": _compile_fx,
 }
 
 
@@ -269,6 +277,7 @@ PATCHES = {
 BREAKERS = frozenset({
     "write", "precompile-header", "torch-key", "triton-key", "system", "check-build", "probe-load", "autotune-recheck",
     "hash-details", "inductor-config", "compile-command", "dynamo-compile", "key-details", "fx-key", "aot-key",
+    "inductor-compile", "count-calls",
     "verify-setting", "precompile-logger", "logs", "metrics", "counters", "guard-failures", "compile-times",
     "megacache", "cpu-capability", "cpp-compiler", "cache-dir", "aoti-compile", "aoti-loader",
     "keep-constants", "pytree", "module-internals", "joint-export",
