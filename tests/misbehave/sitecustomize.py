@@ -152,6 +152,22 @@ def _dynamo_utils(module):
 def _autograd_cache(module):
     if "aot-key" in BROKEN:
         module.autograd_cache_key = _NoSignature(module.autograd_cache_key)
+    if "cache-entries" in BROKEN:  # another shape torch's own callers take (a Path, not a str)
+        import pathlib
+
+        original = module.AOTAutogradCache._get_tmp_dir
+        module.AOTAutogradCache._get_tmp_dir = staticmethod(lambda: pathlib.Path(original()))
+
+
+def _symbolic_shapes(module):
+    for name, method in (("guard-eval", "evaluate_guards_expression"), ("guard-expr", "produce_guards_expression")):
+        if name in BROKEN:  # another signature than child/lookups.py reads; torch's calls still work
+            original = getattr(module.ShapeEnv, method)
+
+            def other_signature(self, *args, _original=original, **kwargs):
+                return _original(self, *args, **kwargs)
+
+            setattr(module.ShapeEnv, method, other_signature)
 
 
 def _compile_fx(module):
@@ -270,6 +286,7 @@ PATCHES = {
     "torch.backends.cpu": _backends_cpu,
     "torch._functorch._aot_autograd.autograd_cache": _autograd_cache,
     "torch._inductor.compile_fx": _compile_fx,
+    "torch.fx.experimental.symbolic_shapes": _symbolic_shapes,
 }
 
 
@@ -277,7 +294,7 @@ PATCHES = {
 BREAKERS = frozenset({
     "write", "precompile-header", "torch-key", "triton-key", "system", "check-build", "probe-load", "autotune-recheck",
     "hash-details", "inductor-config", "compile-command", "dynamo-compile", "key-details", "fx-key", "aot-key",
-    "inductor-compile", "count-calls",
+    "inductor-compile", "count-calls", "guard-eval", "guard-expr", "cache-entries",
     "verify-setting", "precompile-logger", "logs", "metrics", "counters", "guard-failures", "compile-times",
     "megacache", "cpu-capability", "cpp-compiler", "cache-dir", "aoti-compile", "aoti-loader",
     "keep-constants", "pytree", "module-internals", "joint-export",
