@@ -238,7 +238,8 @@ def unused_lines(unused: dict[str, Any]) -> list[str]:
         return ["torch's key is the shipped entry's, but there was no entry under it in this process's cache dir: "
                 "load() did not install it (its status says why)"]
     return ["torch's key is the shipped entry's and the entry loads here, yet torch did not use it; no guard "
-            "failed (TORCH_LOGS=+torch._functorch._aot_autograd.autograd_cache shows torch's own reasons)"]
+            "failure was recorded (TORCH_LOGS=+torch._functorch._aot_autograd.autograd_cache shows torch's own "
+            "reasons)"]
 
 
 def _values(values: dict[str, Any]) -> str:
