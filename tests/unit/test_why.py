@@ -116,9 +116,9 @@ def test_a_shipped_key_torch_did_not_use_says_why_a_guard_a_file_or_no_entry_at_
 
 
 def test_an_entry_that_cannot_be_loaded_is_named_with_the_error(tmp_path, monkeypatch):
-    from hatch_precompile.child import lookups
-
     import uuid
+
+    from hatch_precompile.child import lookups
 
     cache, key = tmp_path / "cache", f"a{uuid.uuid4().hex}"
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache))
