@@ -10,8 +10,11 @@ empty ``TORCHINDUCTOR_CACHE_DIR`` and an empty ``HOME`` each, alternating: the s
 ``import torch`` to the end of ``import pkg`` (whose ``__init__`` calls ``load()``), for the plain
 wheel, the precompiled one, and with ``--before REF`` the precompiled one loaded by the
 hatch-precompile of git revision REF (a worktree put first on ``sys.path``). Prints the medians,
-what the artifacts add, and a profile of one ``load()`` by function (cumulative seconds), so that
-what can wait for the first compiled call shows. Standard library only.
+what the artifacts add taken pair by pair (each repeat runs every wheel once, in turn: the
+difference and the ratio to the plain wheel's process of the same repeat, their medians, spread
+and the number of pairs, bench/pairs.py; the budget is held to the median difference), and a
+profile of one ``load()`` by function (cumulative seconds), so that what can wait for the first
+compiled call shows. Standard library only.
 
 ``--whole``: the whole process instead, from its start to its exit, measured from outside, for a
 package that calls ``torch.compile`` at import and is never called (a CLI's ``--help``, say); the
@@ -19,9 +22,10 @@ bench writes that package (``compile_at_import``) itself. In each of a fixed num
 ``python -c "import pkg"`` runs once per wheel, alternating which goes first; each median is split
 at the end of ``import pkg`` (read off ``time.time()``): start to the end of the import, then the
 end of the import to the exit. The CPU seconds each process used (user and system, from
-``getrusage``) are printed beside, and so are the median of the pairs' own differences with its
-interquartile range and the fastest process of each wheel: on a shared 2-core machine the wall clock of one process swings by more than
-the budget, its CPU time much less. The budget is the same 50 ms, for the whole process.
+``getrusage``) are printed beside, and so are the pairs' own differences and ratios (median,
+spread, number of pairs) and the fastest process of each wheel: on a shared 2-core machine the
+wall clock of one process swings by more than the budget, its CPU time much less. The budget is
+the same 50 ms, for the whole process, held to the median of the pairs' differences.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ import tempfile
 import time
 import zipfile
 from pathlib import Path
+
+import pairs
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH = os.environ.get("BENCH_TORCH", "torch==2.13.0")
@@ -146,16 +152,17 @@ def whole_table(runs: dict[str, list[tuple[float, float, float]]]) -> list[str]:
         if kind == "plain":
             continue
         for label, part in (("whole process", lambda r: r[0] + r[1]), ("CPU time", lambda r: r[2])):
-            quartiles = statistics.quantiles([(part(r) - part(p)) * 1e3 for r, p in zip(values, runs["plain"])], n=4)
-            rows.append(f"- {kind}, {label}, pair by pair: median {quartiles[1]:+.0f} ms, interquartile "
-                        f"{quartiles[0]:+.0f} to {quartiles[2]:+.0f} ms")
+            mine, plain = [part(r) for r in values], [part(p) for p in runs["plain"]]
+            rows.append(f"- {kind}, {label}, pair by pair: {pairs.describe(pairs.differences(mine, plain), ' ms', 1e3, 0)}; "
+                        f"ratio {pairs.describe(pairs.ratios(mine, plain), digits=3)}")
     # The machine's noise only ever adds: the fastest process of each wheel is the closest to its own cost.
     fastest = {kind: min(a + b for a, b, _ in values) for kind, values in runs.items()}
     rows.append("- fastest of each: " + ", ".join(
         f"{kind} {value * 1e3:.0f} ms ({(value - fastest['plain']) * 1e3:+.0f})" for kind, value in fastest.items()))
-    added = medians["precompiled"][0] - medians["plain"][0]
+    added = statistics.median(pairs.differences([a + b for a, b, _ in runs["precompiled"]],
+                                                [a + b for a, b, _ in runs["plain"]]))
     rows.append(f"- {'ok' if added <= BUDGET else 'MISSED'}: the artifacts add {added * 1e3:.0f} ms to the whole "
-                f"process (budget {BUDGET * 1e3:.0f} ms)")
+                f"process, the median of the pairs' differences (budget {BUDGET * 1e3:.0f} ms)")
     return rows
 
 
@@ -201,8 +208,8 @@ def main() -> int:
             for kind in (list(sites) if repeat % 2 == 0 else list(reversed(sites))):
                 pairs[kind].append(whole(python, package, sites[kind], out))
         print(f"{package} (torch.compile at import, never called): `python -c 'import {package}'` from start to "
-              f"exit, measured from outside, medians of {repeats} pairs of fresh processes (empty cache dir and "
-              f"HOME); torch {torch_version}, {cpu}, {os.cpu_count()} cores\n")
+              f"exit, measured from outside, {repeats} pairs of fresh processes run in turn (empty cache dir and "
+              f"HOME); torch {torch_version}, {cpu}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}\n")
         print("\n".join(whole_table(pairs)) + "\n")
         with tempfile.TemporaryDirectory(dir=out) as tmp:
             print(sh(python, "-c", PROFILED, package, cwd=tmp, env={
@@ -217,14 +224,16 @@ def main() -> int:
         for kind in (list(sites) if repeat % 2 == 0 else list(reversed(sites))):
             runs[kind].append(timed(python, package, sites[kind], out))
     medians = {kind: statistics.median(values) for kind, values in runs.items()}
-    print(f"{package}: from before `import torch` to the end of `import {package}`, medians of {repeats} fresh "
-          f"processes (empty cache dir and HOME); torch {torch_version}, {cpu}, {os.cpu_count()} cores\n")
-    print("| wheel | import | over the plain wheel |\n|---|---|---|")
+    print(f"{package}: from before `import torch` to the end of `import {package}`, {repeats} repeats of fresh "
+          f"processes, every wheel once in turn (empty cache dir and HOME); torch {torch_version}, {cpu}, "
+          f"{os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}\n")
+    print("| wheel | import (median) | over the plain wheel, pair by pair | ratio, pair by pair |\n|---|---|---|---|")
     for kind, value in medians.items():
-        print(f"| {kind} | {value * 1e3:.0f} ms | {(value - medians['plain']) * 1e3:+.0f} ms |")
-    added = medians["precompiled"] - medians["plain"]
-    print(f"\n- {'ok' if added <= BUDGET else 'MISSED'}: the artifacts add {added * 1e3:.0f} ms "
-          f"(budget {BUDGET * 1e3:.0f} ms)\n")
+        print(f"| {kind} | {value * 1e3:.0f} ms | {pairs.describe(pairs.differences(runs[kind], runs['plain']), ' ms', 1e3, 0)} "
+              f"| {pairs.describe(pairs.ratios(runs[kind], runs['plain']), digits=3)} |")
+    added = statistics.median(pairs.differences(runs["precompiled"], runs["plain"]))
+    print(f"\n- {'ok' if added <= BUDGET else 'MISSED'}: the artifacts add {added * 1e3:.0f} ms, the median of the "
+          f"pairs' differences (budget {BUDGET * 1e3:.0f} ms)\n")
     with tempfile.TemporaryDirectory(dir=out) as tmp:
         print(sh(python, "-c", PROFILED, package, cwd=tmp, env={
             "PYTHONPATH": str(out / "site-precompiled"), "TORCHINDUCTOR_CACHE_DIR": f"{tmp}/cache"}))

@@ -27,6 +27,10 @@ For each consumer project (default: sample_pkg; any project that uses the hook a
    <= 1.2x eager, first step <= 2x eager's, steady <= 1.05x torch.compile's);
 4. prints one table with medians and ratios against cold, writes the raw numbers to
    ``<out>/results.json`` and, when matplotlib is importable, a bar chart ``<out>/ttfs.png``.
+   Every ratio is taken pair by pair (bench/pairs.py): each repeat runs every path once, in turn,
+   and a path's time is divided by the other's of the same repeat; the median of those ratios is
+   printed with their spread (min to max, interquartile) and the number of pairs. A fresh process
+   varies by +-10% here: medians of separate runs of each side would not say whether a target holds.
 
 Standard library only (matplotlib optional). Nothing is installed outside ``--out``.
 """
@@ -47,6 +51,7 @@ import time
 import zipfile
 from pathlib import Path
 
+import pairs
 import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -274,6 +279,11 @@ def median(values) -> float:
     return statistics.median(values)
 
 
+def paired(runs: dict, path: str, against: str, mode: str, key: str) -> list[float]:
+    """``path``'s ``key`` over ``against``'s, repeat by repeat (each repeat ran every path once)."""
+    return pairs.ratios([r[key] for r in runs[path][mode]], [r[key] for r in runs[against][mode]])
+
+
 def summarize(result: dict) -> dict:
     runs = result["runs"]
     table = {}
@@ -297,26 +307,31 @@ def summarize(result: dict) -> dict:
             splits = [r["split"] for r in runs[path][mode] if r.get("split")]
             table[path][f"split_{mode}"] = {part: median([s[part] for s in splits]) for part in splits[0]} if splits else {}
     cold = table["cold"]
-    for row in table.values():
-        row["ttfs_speedup"] = cold["ttfs"] / row["ttfs"]
-        row["infer_speedup"] = cold["first_infer"] / row["first_infer"]
+    for path, row in table.items():
+        row["ttfs_speedup_pairs"] = paired(runs, "cold", path, "train_step", "total")
+        row["infer_speedup_pairs"] = paired(runs, "cold", path, "infer", "total")
+        row["ttfs_speedup"] = statistics.median(row["ttfs_speedup_pairs"])
+        row["infer_speedup"] = statistics.median(row["infer_speedup_pairs"])
     builds = {k: median(v) for k, v in result["builds"].items()}
     pre, eager = table["precompiled"], table.get("eager", {})
-    training = {}
+    training: dict[str, object] = {}
     if "first_step" in pre and "first_step" in eager:
         training = {
-            "ttfs precompiled / eager program (<= 1.2x)": pre["ttfs"] / eager["ttfs"],
-            "first step precompiled / eager's, optimizer included (<= 2x)": pre["first_step"] / eager["first_step"],
-            "steady step precompiled / torch.compile's (<= 1.05x)": pre["steady_step"] / cold["steady_step"],
+            "ttfs precompiled / eager program (<= 1.2x)": paired(runs, "precompiled", "eager", "train_step", "total"),
+            "first step precompiled / eager's, optimizer included (<= 2x)":
+                paired(runs, "precompiled", "eager", "train_step", "first_step"),
+            "steady step precompiled / torch.compile's (<= 1.05x)":
+                paired(runs, "precompiled", "cold", "train_step", "steady_step"),
             f"params after {runs['precompiled']['train_step'][0]['steps']} steps, precompiled vs eager (max abs)":
                 pre["param_diff"],
             "params, torch.compile vs eager (max abs: the spread compiling shows)": cold["param_diff"],
         }
     targets = {**training,
-        "ttfs precompiled vs cold (>= 10x)": cold["ttfs"] / table["precompiled"]["ttfs"],
+        "ttfs precompiled vs cold (>= 10x)": paired(runs, "cold", "precompiled", "train_step", "total"),
         "ttfs precompiled vs megacache (>= 3x)":
-            table["megacache"]["ttfs"] / pre["ttfs"] if "megacache" in table else None,
-        "ttfs precompiled / hot cache (<= 1.2x)": pre["ttfs"] / table["hot-cache"]["ttfs"] if "hot-cache" in table else None,
+            paired(runs, "megacache", "precompiled", "train_step", "total") if "megacache" in table else None,
+        "ttfs precompiled / hot cache (<= 1.2x)":
+            paired(runs, "precompiled", "hot-cache", "train_step", "total") if "hot-cache" in table else None,
         "ttfs precompiled minus the torch.compile floor (s)":
             pre["ttfs"] - table["compile-off"]["ttfs"] if "compile-off" in table else None,
         "import overhead ms (<= 50)": 1000 * (median(result["pkg_import"]["with"]) - median(result["pkg_import"]["without"])),
@@ -327,16 +342,23 @@ def summarize(result: dict) -> dict:
 
 
 def print_summary(result: dict, summary: dict) -> None:
-    print(f"\n{result['package']}: medians of {len(result['runs']['cold']['train_step'])} runs, fresh process, empty cache dir")
-    print(f"{'path':<13}{'TTFS':>9}{'vs cold':>9}{'1st infer':>11}{'vs cold':>9}")
+    print(f"\n{result['package']}: {len(result['runs']['cold']['train_step'])} repeats, each path once in turn, fresh "
+          "process, empty cache dir; times are medians, ratios the median of each repeat's own ratio (spread: min to "
+          "max)")
+    print(f"{'path':<13}{'TTFS':>9}  {'vs cold, pair by pair':<28}{'1st infer':>10}  vs cold, pair by pair")
     for path, row in summary["table"].items():
-        print(f"{path:<13}{row['ttfs']:>8.2f}s{row['ttfs_speedup']:>8.1f}x{row['first_infer']:>10.2f}s{row['infer_speedup']:>8.1f}x")
+        ttfs, infer = pairs.summary(row["ttfs_speedup_pairs"]), pairs.summary(row["infer_speedup_pairs"])
+        print(f"{path:<13}{row['ttfs']:>8.2f}s  {ttfs['median']:>6.1f}x ({ttfs['min']:.1f}-{ttfs['max']:.1f}x){'':<13}"
+              f"{row['first_infer']:>9.2f}s  {infer['median']:>6.1f}x ({infer['min']:.1f}-{infer['max']:.1f}x)")
     b = summary["builds"]
     print(f"builds: precompiled {b['precompiled']:.1f} s, PRECOMPILE=0 {b['off']:.2f} s, plain hatchling {b['plain']:.2f} s; "
           f"workload cold run {result['workload_cold_seconds']:.1f} s; wheels {result['wheel_bytes']['precompiled'] / 1e6:.2f} MB "
           f"vs {result['wheel_bytes']['off'] / 1e3:.1f} kB")
     for name, value in summary["targets"].items():
-        print(f"  {name}: {value:.3g}" if value is not None else f"  {name}: -")
+        if isinstance(value, list):  # ratios pair by pair
+            print(f"  {name}: {pairs.describe(value)}")
+        else:
+            print(f"  {name}: {value:.3g}" if value is not None else f"  {name}: -")
     for path, row in summary["table"].items():
         if "first_step" in row:
             print(f"  {path:<12} first step {1000 * row['first_step']:8.1f} ms, steady {1000 * row['steady_step']:7.2f} ms; "

@@ -50,7 +50,7 @@ class KeyRecorder:
         cache = "aot" if type(details).__name__.startswith("AOT") else "fx"
         if cache == "aot" and self._made and self._made[-1]["details"] is details:
             return  # AOTAutogradCacheDetails runs FxGraphHashDetails.__init__ inside its own
-        self._made.append({"details": details, "cache": cache, "compile_id": _compile_id(), "key": None})
+        self._made.append({"details": details, "cache": cache, "compile_id": current_compile_id(), "key": None})
 
     def _key(self, cache: str) -> Any:
         def note(arguments: dict[str, Any], result: Any) -> None:
@@ -197,7 +197,8 @@ def _parsed(filename: str) -> tuple[str, ast.Module] | None:
         return None
 
 
-def _compile_id() -> str | None:
+def current_compile_id() -> str | None:
+    """The compile id of the frame Dynamo compiles now, as text; None outside a compile."""
     try:
         from torch._guards import CompileContext
 

@@ -18,7 +18,7 @@ import re
 import time
 from typing import Any, Callable
 
-from hatch_precompile.child import key_details
+from hatch_precompile.child import key_details, lookups
 from hatch_precompile.run import touchpoints
 
 log = logging.getLogger("hatch_precompile.observe")
@@ -35,6 +35,7 @@ class Observer:
         self.dynamo_utils = dynamo_utils
         self.signatures = Signatures()
         self.keys = key_details.KeyRecorder()
+        self.lookups = lookups.Lookups()
         self.logs = None
         if logs:
             try:
@@ -57,20 +58,60 @@ class Observer:
         run()
         seconds = time.perf_counter() - started
         kernels_after, bytes_after = cache_usage(self.cache_dir)
-        record = {
+        keys = self.keys.take()
+        graphs = compiled_graphs(self.dynamo_utils, self.signatures.by_id)
+        failed, saved = self.lookups.take()
+        attach_guards(keys, saved)
+        record: dict[str, Any] = {
             "name": name,
             "seconds": round(seconds, 3),
             "counters": delta(before, snapshot(counters)),
             "recompiles": recompiles(guard_failures),
-            "graphs": compiled_graphs(self.dynamo_utils, self.signatures.by_id),
+            "graphs": graphs,
             "kernels": kernels_after - kernels_before,
             "cache_bytes": bytes_after - bytes_before,
-            "keys": self.keys.take(),
+            "keys": keys,
+            "guard_failures": failed,
+            "unloadable": unloadable_entries(graphs, keys, failed),
         }
         if self.logs is not None:
             record["graph_breaks"] = self.logs.breaks[breaks_before:]
             record["float64"] = self.logs.float64_since(float64_before)
         return record
+
+
+def attach_guards(keys: list[dict[str, Any]], saved: list[dict[str, Any]]) -> None:
+    """Each guard expression saved with an entry, with the values it was saved for, on the key
+    entries of its compile (the build ships them: ``why`` sets them beside a failed guard's)."""
+    for guard in saved:
+        for entry in keys:
+            saved_here = {"expr": guard["expr"], "values": guard["values"]}
+            if (entry.get("compile_id") == guard["compile_id"] and entry.get("cache") in ("aot", "fx")
+                    and saved_here not in entry.get("guards", [])):
+                entry.setdefault("guards", []).append(saved_here)
+
+
+def unloadable_entries(graphs: list[dict[str, Any]], keys: list[dict[str, Any]],
+                       failed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For each forward graph whose AOTAutograd lookup missed with no guard failed, why the entry
+    under its key could not be used (child/lookups.py): a file that cannot be loaded, an FX graph
+    entry it names that is missing, or no entry at all."""
+    guarded = {g["compile_id"] for g in failed}
+    out = []
+    for graph in graphs:
+        compile_id = graph.get("compile_id")
+        if graph.get("kind") != "forward" or not graph.get("aot_misses") or compile_id in guarded:
+            continue
+        for key in {e["key"] for e in keys if e.get("cache") == "aot" and e.get("compile_id") == compile_id
+                    and e.get("key")}:
+            try:
+                problem = lookups.unloadable(key)
+            except Exception:  # an observer must never fail the run it observes
+                log.debug("observer: the entry under %s not read back", key, exc_info=True)
+                continue
+            if problem is not None:
+                out.append({"compile_id": compile_id, "key": key, **problem})
+    return out
 
 
 def _call(obj: Any, method: str, *args: Any) -> None:

@@ -56,6 +56,7 @@ TRITON_COMPAT = "torch._inductor.runtime.triton_compat"
 TRITON_DRIVER = "triton.backends.nvidia.driver"  # Triton's, not torch's: its CUDA driver's helpers
 AUTOGRAD_CACHE = "torch._functorch._aot_autograd.autograd_cache"
 DYNAMO_UTILS = "torch._dynamo.utils"
+SYMBOLIC_SHAPES = "torch.fx.experimental.symbolic_shapes"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +136,23 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
     Touchpoint("aot-key", AUTOGRAD_CACHE, "autograd_cache_key", "wrap", "build, verify, snoop: the AOTAutograd key "
                "(child/key_details.py)",
                broken="the key left unknown"),
+    Touchpoint("inductor-compile", "torch._inductor.compile_fx", "_compile_fx_inner", "wrap", "build: notes each "
+               "graph without a call that Inductor is asked to compile (build/empty_graphs.py)",
+               broken="such graphs are left to torch: returned uncompiled, with no cache entry to ship"),
+    Touchpoint("count-calls", DYNAMO_UTILS, "count_calls", "wrap", "build: answers 1 call for a graph noted by "
+               "`inductor-compile`, so that Inductor compiles and keys it and AOTAutograd saves its entry "
+               "(build/empty_graphs.py)",
+               broken="such graphs are left to torch: returned uncompiled, with no cache entry to ship"),
+    Touchpoint("guard-eval", SYMBOLIC_SHAPES, "ShapeEnv.evaluate_guards_expression", "wrap", "verify, snoop: "
+               "each cache entry's guard expression that failed, with this process's values (child/lookups.py)",
+               broken="no guard failure recorded: `why` says the entry was there but cannot say which guard failed"),
+    Touchpoint("guard-expr", SYMBOLIC_SHAPES, "ShapeEnv.produce_guards_expression", "wrap", "build: each cache "
+               "entry's guard expression with the build's values, shipped for `why` (child/lookups.py)",
+               broken="no build values beside a failed guard"),
+    Touchpoint("cache-entries", AUTOGRAD_CACHE, "AOTAutogradCache._get_tmp_dir, FxGraphCache._get_tmp_dir", "call",
+               "verify, snoop: a missed key's entry files read back as torch reads them, to name the one that "
+               "cannot be loaded and the error (child/lookups.py)",
+               broken="no file named: `why` says the entry was there but not which file failed"),
     Touchpoint("verify-setting", "torch._inductor.config, torch._functorch.config", "<setting>", "setting",
                "verify's `--setting inductor.NAME=VALUE` / `functorch.NAME=VALUE` (tools/verify_child.py)",
                broken="verify's `--setting` fails with the setting named"),
@@ -700,6 +718,18 @@ def inductor_cache_dir() -> str:
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
     return cache_dir()
+
+
+def cache_entry_dirs() -> tuple[str, str]:
+    """(AOTAutograd's, the FX graph cache's) directories of entries, as torch lays them out now."""
+    _lookup("cache-entries", "call")
+    from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCache
+    from torch._inductor.codecache import FxGraphCache
+
+    dirs = AOTAutogradCache._get_tmp_dir(), FxGraphCache._get_tmp_dir()
+    if not all(isinstance(d, str) for d in dirs):
+        raise TypeError(f"torch's cache directories are not paths as strings: {dirs!r}")
+    return dirs
 
 
 def aoti_loader(torch: Any) -> Any:

@@ -97,7 +97,7 @@ def analyse(result: dict[str, Any], tmin: float, manifests: Callable[[str], list
         "tmin": tmin,
         "graphs": [g for g in graphs if g["seconds"] >= tmin],
         "distributions": _parcels(graphs, loads),
-        "gaps": [gap for g in graphs if g["seconds"] >= tmin for gap in _gap(g, loads, manifests, result.get("keys"))],
+        "gaps": [gap for g in graphs if g["seconds"] >= tmin for gap in _gap(g, loads, manifests, result)],
         "pitfalls": pitfalls.find(result, graphs),
         "loads": result["loads"],
         "steps": result.get("steps") or [],
@@ -136,14 +136,14 @@ def _parcels(graphs: list[dict[str, Any]], loads: dict[str, Any]) -> dict[str, A
 
 
 def _gap(graph: dict[str, Any], loads: dict[str, Any], manifests: Callable[[str], list[Any]],
-         keys: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+         observed: dict[str, Any]) -> list[dict[str, Any]]:
     load = loads.get(graph["distribution"])
     if load is None or graph["from_cache"] or graph["kind"] == "backward":  # a backward's gap is its forward's
         return []
     top = load["package"].split(".", 1)[0]
     sets = manifests(load["package"])
     shipped = [g for m in sets for g in why.like(m, graph["function"], graph["location"], top)]
-    explanation = why.explain_graph(graph, keys or [], sets, top)
+    explanation = why.explain_graph(graph, observed.get("keys") or [], sets, top, observed)
     hint = gap_hint(graph, shipped)
     if explanation is not None and hint.startswith("this call of"):
         hint = (f"this call of {graph['function']} compiled fresh although the workload makes one like it; "

@@ -154,7 +154,7 @@ def misses(package: str, result: dict[str, Any], manifests: Sequence[Any] = (),
                 "since they were built"
             )
             explanation = None if g["kind"] == "backward" else why_module.explain_graph(
-                g, w.get("keys") or [], manifests, top)
+                g, w.get("keys") or [], manifests, top, w)
             if g["kind"] == "backward" and g["compile_id"] in explained:
                 why = "compiled with its forward graph, for the reason given there"
             if explanation is not None:

@@ -52,12 +52,16 @@ def meaning(field: str) -> str:
 
 
 def explain(here: Iterable[dict[str, Any]], shipped: Iterable[dict[str, Any]], compile_id: str | None,
-            shipped_ids: Iterable[str | None], top: str | None) -> dict[str, Any] | None:
+            shipped_ids: Iterable[str | None], top: str | None, *, files: Iterable[str] | None = None,
+            graphs: Iterable[Any] = (), failures: Iterable[dict[str, Any]] = (),
+            unloadable: Iterable[dict[str, Any]] = ()) -> dict[str, Any] | None:
     """Why the graph compiled as ``compile_id`` here missed the shipped graphs ``shipped_ids``.
 
     None when either side recorded nothing to compare. Else ``{"cache", "key_same", "fields":
     [{field, shipped, here, means}], "sources": [{function, file, change, shipped_line, here_line}],
-    "compared_with": shipped compile id}``."""
+    "compared_with": shipped compile id, "unused": why torch did not use an entry under the same
+    key, or None}``. ``files``: the shipped set's logical paths; ``graphs``: its workloads' graphs;
+    ``failures`` and ``unloadable``: what this process's observer recorded (child/lookups.py)."""
     mine = [e for e in here if e.get("compile_id") == compile_id]
     ids = set(shipped_ids)
     theirs = [e for e in shipped if e.get("compile_id") in ids]
@@ -71,14 +75,45 @@ def explain(here: Iterable[dict[str, Any]], shipped: Iterable[dict[str, Any]], c
     me = mine_c[0]
     best = min(theirs_c, key=lambda e: len(differing(e["fields"], me["fields"])))
     fields = differing(best["fields"], me["fields"])
+    key_same = bool(me.get("key")) and me.get("key") == best.get("key")
     return {
         "cache": cache,
-        "key_same": bool(me.get("key")) and me.get("key") == best.get("key"),
+        "key_same": key_same,
         "compared_with": best.get("compile_id"),
         "fields": [{"field": f, "shipped": best["fields"].get(f), "here": me["fields"].get(f), "means": meaning(f)}
                    for f in fields],
         "sources": changed_sources(best.get("sources") or {}, me.get("sources") or {}, top),
+        "unused": unused(cache, best, compile_id, files, graphs, failures, unloadable) if key_same else None,
     }
+
+
+def unused(cache: str, shipped: dict[str, Any], compile_id: str | None, files: Iterable[str] | None,
+           graphs: Iterable[Any], failures: Iterable[dict[str, Any]],
+           unloadable: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Why torch did not use the shipped entry whose key this process computed, most certain first:
+    ``{"kind": "not_shipped", "nothing_compiled"}`` (the build saved no entry under the key),
+    ``{"kind": "guard", "guards": [{expr, here, shipped}]}``, ``{"kind": "load", file, fx_key, part,
+    error}``, ``{"kind": "absent"}`` (shipped, but not in this process's cache dir) or
+    ``{"kind": "unknown"}``."""
+    key = shipped.get("key") or ""
+    if files is not None and key:
+        prefix = f"inductor/aotautograd/{key}/" if cache == "aot" else f"inductor/fxgraph/{key[1:3]}/{key}/"
+        if not any(name.startswith(prefix) for name in files):
+            built = [g for g in graphs if getattr(g, "compile_id", None) == shipped.get("compile_id")
+                     and getattr(g, "kind", "forward") == "forward"]
+            return {"kind": "not_shipped",
+                    "nothing_compiled": bool(built) and all(not (g.fx_hits or g.fx_misses) for g in built)}
+    failed = [g for g in failures if g.get("compile_id") == compile_id]
+    if failed:
+        saved = {g.get("expr"): g.get("values") for g in shipped.get("guards") or [] if isinstance(g, dict)}
+        return {"kind": "guard", "guards": [{"expr": g.get("expr"), "here": g.get("values"),
+                                             "shipped": saved.get(g.get("expr"))} for g in failed]}
+    for problem in unloadable:
+        if problem.get("compile_id") == compile_id and (problem.get("key") in (None, key) or cache != "aot"):
+            if problem.get("absent"):
+                return {"kind": "absent"}
+            return {"kind": "load", **{k: problem.get(k) for k in ("file", "fx_key", "part", "error")}}
+    return {"kind": "unknown"}
 
 
 def differing(shipped: dict[str, str], here: dict[str, str]) -> list[str]:
@@ -117,14 +152,18 @@ def like(manifest: Any, function: str | None, location: str | None, top: str) ->
 
 
 def explain_graph(graph: dict[str, Any], keys: list[dict[str, Any]], manifests: Iterable[Any],
-                  top: str) -> dict[str, Any] | None:
+                  top: str, observed: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """Why ``graph`` (verify's or snoop's record) missed, against the first artifact set that
-    holds graphs of its function."""
+    holds graphs of its function. ``observed``: the workload's record (its ``guard_failures`` and
+    ``unloadable``)."""
+    observed = observed or {}
     for manifest in manifests:
         found = like(manifest, graph.get("function"), graph.get("location"), top)
         if found:
             return explain(keys, unpack_keys(manifest.keys), graph.get("compile_id"),
-                           [g.compile_id for g in found], top)
+                           [g.compile_id for g in found], top, files=getattr(manifest, "files", None),
+                           graphs=found, failures=observed.get("guard_failures") or (),
+                           unloadable=observed.get("unloadable") or ())
     return None
 
 
@@ -150,8 +189,7 @@ def package_path(filename: str, top: str | None) -> str:
 def summary(why: dict[str, Any], limit: int = 6) -> list[str]:
     """The explanation as lines, most telling first."""
     if why["key_same"]:
-        return ["torch's key is the shipped entry's: the entry was there, but torch did not use it "
-                "(its guards failed or its files could not be loaded here)"]
+        return unused_lines(why.get("unused") or {"kind": "unknown"})
     lines = []
     for change in why["sources"]:
         if change["change"] == "changed":
@@ -167,3 +205,42 @@ def summary(why: dict[str, Any], limit: int = 6) -> list[str]:
     if not lines:
         lines.append("no field of the key differs: the key was computed for another graph of this function")
     return lines
+
+
+def unused_lines(unused: dict[str, Any]) -> list[str]:
+    """Why torch did not use the shipped entry under this process's key, as lines."""
+    kind = unused.get("kind")
+    if kind == "not_shipped":
+        if unused.get("nothing_compiled"):
+            return ["torch's key is the shipped entry's, but the build saved no entry under it: the graph has no "
+                    "operation for Inductor to compile (its outputs are its inputs or views of them, as after a "
+                    "graph break at loss.backward()), and torch caches no such graph; rebuild with this "
+                    "hatch-precompile, whose builds save one"]
+        return ["torch's key is the shipped entry's, but the build saved no entry under it: torch saves a "
+                "training graph's entry when its backward compiles, and the workload never ran this graph's "
+                "backward (call backward() on what it returns in the workload), or torch bypassed its cache "
+                "at build (`hatch-precompile report` lists bypasses)"]
+    if kind == "guard":
+        lines = []
+        for guard in unused.get("guards") or []:
+            here, shipped = guard.get("here") or {}, guard.get("shipped")
+            lines.append(f"torch's key is the shipped entry's, but its guard failed here: {guard.get('expr')} -- "
+                         f"here {_values(here)}, at build "
+                         + (_values(shipped) if shipped is not None else "(values not recorded)"))
+        return lines
+    if kind == "load":
+        what = (f"the FX graph entry {unused['fx_key']} its {unused.get('part') or 'forward'} graph names"
+                if unused.get("fx_key") else "its file")
+        where = f" ({unused['file']})" if unused.get("file") else ""
+        return [f"torch's key is the shipped entry's, but {what}{where} could not be loaded here: "
+                f"{unused.get('error')}"]
+    if kind == "absent":
+        return ["torch's key is the shipped entry's, but there was no entry under it in this process's cache dir: "
+                "load() did not install it (its status says why)"]
+    return ["torch's key is the shipped entry's and the entry loads here, yet torch did not use it; no guard "
+            "failure was recorded (TORCH_LOGS=+torch._functorch._aot_autograd.autograd_cache shows torch's own "
+            "reasons)"]
+
+
+def _values(values: dict[str, Any]) -> str:
+    return ", ".join(f"{name} = {value}" for name, value in values.items()) or "no values"

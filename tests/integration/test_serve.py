@@ -241,3 +241,43 @@ def test_a_build_whose_package_folds_a_module_tensor_into_its_code_fails_naming_
     assert said == ("step 'serve': the AOTInductor package holds these module tensors in its code, not as constants "
                     "the caller binds: argument 0's 0.bias, argument 0's 1.bias, argument 0's 1.weight, argument 0's "
                     "2.bias. A caller's other values would not be seen, so it is not shipped")
+
+
+TRAIN_WITH_BACKWARD_INSIDE = r'''
+import copy, json, pathlib
+import torch
+from torch._inductor.runtime.cache_dir_utils import cache_dir
+from serve_pkg.model import bert_loss, compiled_training_step, make_bert, requests
+model = make_bert(seed=5, dropout=0.0).train()  # another init and other tokens than the build's, its shapes
+eager = copy.deepcopy(model)
+ids, mask = requests(4, 24, seed=2)
+labels = torch.tensor([2, 0, 1, 1])
+shipped = len(list(pathlib.Path(cache_dir()).rglob("*.so")))  # load() installed them at import
+loss = compiled_training_step()(model, ids, mask, labels)
+want = bert_loss(eager, ids, mask, labels)
+want.backward()
+from torch._dynamo.utils import counters, get_compilation_metrics
+print(json.dumps({
+    "aot": dict(counters["aot_autograd"]), "fx": {k: v for k, v in counters["inductor"].items() if "cache" in k},
+    "graphs": sorted(m.co_name for m in get_compilation_metrics() if m.co_name and m.graph_op_count),
+    "kernels built": len(list(pathlib.Path(cache_dir()).rglob("*.so"))) - shipped,
+    "loss": abs(loss.item() - want.item()),
+    "grads close": all(torch.allclose(p.grad, q.grad, rtol=1e-3, atol=1e-4)
+                       for p, q in zip(model.parameters(), eager.parameters()) if q.grad is not None)}))
+'''
+
+
+def test_a_training_step_with_backward_inside_is_served_every_graph(serve_site, tmp_path):
+    """transformers' BERT trained by a torch.compile'd step that calls loss.backward() inside, as
+    most users' first compile does: Dynamo breaks the graph at backward(), and both graphs, the
+    one after the break (nothing to compute: ``return loss.detach()``) included, come from the
+    shipped caches; nothing compiles, and the loss and gradients are eager's."""
+    (tmp_path / "cache").mkdir()
+    proc = run([sys.executable, "-c", TRAIN_WITH_BACKWARD_INSIDE], cwd=tmp_path, env={
+        "PYTHONPATH": str(serve_site), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache"), "HOME": str(tmp_path)})
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    first, after_the_break = out["graphs"]
+    assert first == "bert_training_step" and after_the_break.startswith("torch_dynamo_resume_in_bert_training_step")
+    assert out["aot"].get("autograd_cache_hit") == 2 and not out["aot"].get("autograd_cache_miss"), out
+    assert not out["fx"].get("fxgraph_cache_miss") and out["kernels built"] == 0, out
+    assert out["loss"] < 1e-5 and out["grads close"], out

@@ -152,11 +152,34 @@ def _dynamo_utils(module):
         module.get_chromium_event_logger = _renamed(module.get_chromium_event_logger)
     if "compile-state" in BROKEN:
         module.get_metrics_context = _renamed(module.get_metrics_context)
+    if "count-calls" in BROKEN:
+        module.count_calls = _NoSignature(module.count_calls)
 
 
 def _autograd_cache(module):
     if "aot-key" in BROKEN:
         module.autograd_cache_key = _NoSignature(module.autograd_cache_key)
+    if "cache-entries" in BROKEN:  # another shape torch's own callers take (a Path, not a str)
+        import pathlib
+
+        original = module.AOTAutogradCache._get_tmp_dir
+        module.AOTAutogradCache._get_tmp_dir = staticmethod(lambda: pathlib.Path(original()))
+
+
+def _symbolic_shapes(module):
+    for name, method in (("guard-eval", "evaluate_guards_expression"), ("guard-expr", "produce_guards_expression")):
+        if name in BROKEN:  # another signature than child/lookups.py reads; torch's calls still work
+            original = getattr(module.ShapeEnv, method)
+
+            def other_signature(self, *args, _original=original, **kwargs):
+                return _original(self, *args, **kwargs)
+
+            setattr(module.ShapeEnv, method, other_signature)
+
+
+def _compile_fx(module):
+    if "inductor-compile" in BROKEN:
+        module._compile_fx_inner = _NoSignature(module._compile_fx_inner)
 
 
 def _torch_logging(module):
@@ -285,6 +308,8 @@ PATCHES = {
     "torch.backends.cpu": _backends_cpu,
     "triton.backends.nvidia.driver": _triton_driver,
     "torch._functorch._aot_autograd.autograd_cache": _autograd_cache,
+    "torch._inductor.compile_fx": _compile_fx,
+    "torch.fx.experimental.symbolic_shapes": _symbolic_shapes,
 }
 
 
@@ -293,6 +318,7 @@ PATCHES = {
 BREAKERS = frozenset({
     "write", "precompile-header", "torch-key", "triton-key", "event-logger", "compile-state", "system", "check-build", "probe-load", "autotune-recheck",
     "hash-details", "inductor-config", "compile-command", "dynamo-compile", "key-details", "fx-key", "aot-key",
+    "inductor-compile", "count-calls", "guard-eval", "guard-expr", "cache-entries",
     "verify-setting", "precompile-logger", "logs", "metrics", "counters", "guard-failures", "compile-times",
     "megacache", "cpu-capability", "cpp-compiler", "cache-dir", "aoti-compile", "aoti-loader",
     "keep-constants", "pytree", "module-internals", "joint-export", "triton-c-module", "triton-c-module-file",

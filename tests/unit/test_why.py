@@ -75,6 +75,61 @@ def test_explain_says_when_the_key_is_the_shipped_one_and_when_nothing_can_be_co
     assert found["cache"] == "fx" and [f["field"] for f in found["fields"]] == ["default_dtype"]
 
 
+def test_a_shipped_key_torch_did_not_use_says_why_a_guard_a_file_or_no_entry_at_build():
+    from hatch_precompile.protocol.workloads import Graph
+
+    built = entry("0/0", key="a1")
+    built["guards"] = [{"expr": "L['t0'] <= 16", "values": {"t0": 8}}]
+    aot = "inductor/aotautograd/a1/entry"
+
+    def unused(**kwargs):
+        found = why.explain([entry("2/0", key="a1")], [built], "2/0", ["0/0"], "pkg", **kwargs)
+        assert found["key_same"]
+        return found["unused"], why.summary(found)
+
+    # No entry under the key in the set: the build saved none. A graph Inductor had nothing to compile in...
+    nothing = [Graph(compile_id="0/0", aot_misses=1, fx_hits=0, fx_misses=0)]
+    kind, lines = unused(files=["inductor/fxgraph/b2/fb2x/entry"], graphs=nothing)
+    assert kind == {"kind": "not_shipped", "nothing_compiled": True}
+    assert "the build saved no entry under it: the graph has no operation for Inductor" in lines[0]
+    # ... or one that it compiled (its backward never ran in the workload).
+    kind, lines = unused(files=[], graphs=[Graph(compile_id="0/0", aot_misses=1, fx_misses=1)])
+    assert kind == {"kind": "not_shipped", "nothing_compiled": False} and "never ran this graph's backward" in lines[0]
+    # Shipped; its guard failed here: the expression, this process's values and the build's.
+    failed = [{"compile_id": "2/0", "expr": "L['t0'] <= 16", "values": {"t0": 32}}]
+    kind, lines = unused(files=[aot], failures=failed + [{"compile_id": "9/0", "expr": "x", "values": {}}])
+    assert kind["kind"] == "guard" and lines == [
+        "torch's key is the shipped entry's, but its guard failed here: L['t0'] <= 16 -- here t0 = 32, at build t0 = 8"]
+    # Shipped; a file, or an FX graph entry it names, could not be loaded: which, and the error.
+    bad = [{"compile_id": "2/0", "key": "a1", "file": "/c/aotautograd/a1/entry", "error": "EOFError: Ran out of input"}]
+    kind, lines = unused(files=[aot], unloadable=bad)
+    assert lines == ["torch's key is the shipped entry's, but its file (/c/aotautograd/a1/entry) could not be loaded "
+                     "here: EOFError: Ran out of input"]
+    fx = [{"compile_id": "2/0", "key": "a1", "fx_key": "fq7", "part": "bw", "error": "no FX graph entry under its key"}]
+    kind, lines = unused(files=[aot], unloadable=fx)
+    assert lines == ["torch's key is the shipped entry's, but the FX graph entry fq7 its bw graph names could not be "
+                     "loaded here: no FX graph entry under its key"]
+    kind, lines = unused(files=[aot], unloadable=[{"compile_id": "2/0", "key": "a1", "absent": True}])
+    assert kind == {"kind": "absent"} and "no entry under it in this process's cache dir" in lines[0]
+    kind, lines = unused(files=[aot])
+    assert kind == {"kind": "unknown"} and "no guard failure was recorded" in lines[0]
+
+
+def test_an_entry_that_cannot_be_loaded_is_named_with_the_error(tmp_path, monkeypatch):
+    import uuid
+
+    from hatch_precompile.child import lookups
+
+    cache, key = tmp_path / "cache", f"a{uuid.uuid4().hex}"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache))
+    assert lookups.unloadable(key) == {"absent": True}
+    (cache / "aotautograd" / key).mkdir(parents=True)
+    (cache / "aotautograd" / key / "entry").write_bytes(b"not a pickle")
+    found = lookups.unloadable(key)
+    assert found["file"] == str(cache / "aotautograd" / key / "entry")
+    assert found["error"].startswith("UnpicklingError")
+
+
 @pytest.mark.parametrize("text, parsed", [
     ("deterministic", {"deterministic": True}),
     ("default-dtype=float64", {"default_dtype": "float64"}),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -27,6 +28,20 @@ def make_bert(seed: int = 0, dropout: float | None = None) -> Any:
 def bert_loss(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """The fine-tuning loss of a padded batch: ``bert_loss_step`` runs its backward."""
     return model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+
+
+def bert_training_step(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                       labels: torch.Tensor) -> torch.Tensor:
+    """A training step as most first ``torch.compile`` calls are: ``backward()`` inside, where Dynamo
+    breaks the graph; the graph after it (``return loss.detach()``) has nothing to compute."""
+    loss = bert_loss(model, input_ids, attention_mask, labels)
+    loss.backward()
+    return loss.detach()
+
+
+@functools.lru_cache(maxsize=None)
+def compiled_training_step() -> Any:
+    return torch.compile(bert_training_step)
 
 
 def classify(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
