@@ -37,11 +37,12 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from hatch_precompile.build import reads, step_check
+from hatch_precompile.build import reads, step_check, torch_export
 from hatch_precompile.child import package_proof
 from hatch_precompile.protocol import CACHE_DIR_VAR, step_files
 from hatch_precompile.protocol.steps import CONTRACT_FORMAT, EXPORTED
-from hatch_precompile.run import contract, exported, touchpoints, variables
+from hatch_precompile.run import contract, exported, variables
+from hatch_precompile.run.torch_internals import aoti, patching, settings
 
 _flags: list[tuple[str, ...]] = []  # arch flags of the compiles while one is recorded
 _recording = [False]
@@ -67,7 +68,7 @@ def save(name: str, fn: Callable, args: tuple, shapes: Any, check: str, out: Pat
         program = torch.export.export(wrapper, inputs, dynamic_shapes=None if shapes is None else {"inputs": shapes},
                                       strict=False)
     if training:
-        program = touchpoints.joint_program(torch, program)
+        program = torch_export.joint_program(torch, program)
     with tempfile.TemporaryDirectory(prefix="hatch-precompile-export-") as tmp:
         package_path = os.path.join(tmp, "step.pt2")
         flags = _compile(torch, program, package_path, tmp)
@@ -113,7 +114,7 @@ def _lifted(torch: Any, program: Any) -> dict[str, Any]:
 
 def flat_tensors(torch: Any, inputs: tuple) -> list[Any]:
     """The flat tensors a package takes for ``inputs`` (its other leaves were fixed at export)."""
-    leaves, _ = touchpoints.pytree(torch).tree_flatten((inputs, {}))
+    leaves, _ = aoti.pytree(torch).tree_flatten((inputs, {}))
     return [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
 
 
@@ -128,11 +129,11 @@ def available(torch: Any, training: bool = False) -> str | None:
         return f"torch {torch.__version__} has no torch._inductor.aoti_compile_and_package"
     if not hasattr(config.aot_inductor, "package_constants_in_so"):
         return f"torch {torch.__version__}'s AOTInductor cannot leave the weights out of a package"
-    if not touchpoints.keeps_tensor_constants(torch):
+    if not aoti.keeps_tensor_constants(torch):
         return (f"torch {torch.__version__}'s Inductor cannot keep small tensors out of the code it generates (no "
                 "always_keep_tensor_constants or joint_graph_constant_folding): a caller's other weights would not be "
                 "seen")
-    if training and not touchpoints.has_joint_export(torch):
+    if training and not torch_export.has_joint_export(torch):
         return (f"torch {torch.__version__} cannot export a step's backward "
                 "(no torch.export.experimental._export_forward_backward)")
     return None
@@ -189,13 +190,13 @@ def input_shapes(name: str, fn: Callable, args: tuple, dynamic_shapes: Any) -> A
 def _compile(torch: Any, program: Any, package_path: str, tmp: str) -> list[tuple[str, ...]]:
     """AOTInductor's package of ``program`` at ``package_path``, compiled in a private cache dir;
     the arch flags its compiles used."""
-    touchpoints.wrap("compile-command", before=_record_flags)
+    patching.wrap("compile-command", before=_record_flags)
     _flags.clear()
     _recording[0] = True
     try:
         with _cache_dir(os.path.join(tmp, "inductor-cache")):
-            touchpoints.aoti_compile(torch, program, package_path, {"aot_inductor.package_constants_in_so": False,
-                                                                      **touchpoints.KEEP_CONSTANTS})
+            torch_export.aoti_compile(torch, program, package_path, {"aot_inductor.package_constants_in_so": False,
+                                                                       **aoti.KEEP_CONSTANTS})
     finally:
         _recording[0] = False
     return list(dict.fromkeys(_flags))
@@ -225,7 +226,7 @@ def _spec(torch: Any, name: str, program: Any, args: tuple, positions: list[int]
           proof: package_proof.Proof, flags: list[tuple[str, ...]],
           read: dict[int, list]) -> tuple[dict[str, Any], bytes | None]:
     """The export's contract (run/exported.py reads it) and the constants shipped beside it."""
-    pytree = touchpoints.pytree(torch)
+    pytree = aoti.pytree(torch)
     leaves, in_spec = pytree.tree_flatten((inputs, {}))
     placeholders = _user_input_values(program)
     ranges: dict[str, list] = {}
@@ -388,7 +389,7 @@ def _features(flags: list[tuple[str, ...]]) -> list[str]:
     from hatch_precompile.build import isa
 
     try:
-        compiler = touchpoints.cpp_compiler()
+        compiler = settings.cpp_compiler()
         return isa.features(compiler, set(flags) if flags else {("-march=native",)})
     except Exception:
         return ["?unknown"]  # no CPU has it: load_step refuses the package rather than trust it
@@ -422,7 +423,7 @@ def _resized(torch: Any, args: tuple, spec: dict[str, Any]) -> tuple | None:
     """Copies of ``args`` with every dim that may vary at another size in its range (sliced, or
     grown by repeating its first entries), or None where no dim varies."""
     sizes: dict[str, tuple[int, int]] = {}
-    pytree = touchpoints.pytree(torch)
+    pytree = aoti.pytree(torch)
     positions = {int(k) for k in spec["modules"]}
     inputs = tuple(a for i, a in enumerate(args) if i not in positions)
     leaves, tree = pytree.tree_flatten((inputs, {}))
