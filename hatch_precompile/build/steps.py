@@ -253,7 +253,7 @@ def _loader_crash(found: Any, name: str, args: tuple) -> str | None:
 
     import torch
 
-    from hatch_precompile.build import export
+    from hatch_precompile.build import export_contract
     from hatch_precompile.child import package_proof
 
     files = step_files(name)
@@ -262,11 +262,11 @@ def _loader_crash(found: Any, name: str, args: tuple) -> str | None:
         if record.get("route") != EXPORTED:
             return None
         positions = [int(k) for k in record["export"]["modules"]]
-        constants = export.module_tensors(args, positions)
+        constants = export_contract.module_tensors(args, positions)
         if files["constants"] in found.manifest.files:
             constants.update(torch.load(io.BytesIO(found.read(files["constants"])), weights_only=True))
         inputs = tuple(a for i, a in enumerate(args) if i not in positions)
-        package_proof.prove(found.read(files["pt2"]), constants, export.flat_tensors(torch, inputs),
+        package_proof.prove(found.read(files["pt2"]), constants, export_contract.flat_tensors(torch, inputs),
                             variables.proof_timeout())
     except package_proof.LoaderCrashed as exc:
         return str(exc)
