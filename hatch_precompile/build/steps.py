@@ -11,8 +11,12 @@
 
 Either way the captured step is run on changed weights and inputs and compared with ``fn`` before
 it is stored; a difference fails the workload (StepMismatch). A capture torch refuses fails it too
-(StepCaptureError), naming the step, the route and torch's reason, unless the workload asked for
-``on_failure="warn"``: then the step is not shipped, and ``load_step`` runs its fallback.
+(StepCaptureError), naming the step, the route and torch's reason; a loss fails it only where
+neither of its routes ships it (the exported one, then ``torch.compiler.precompile``), naming
+both. Unless the workload asked for ``on_failure="warn"``: then the step is not shipped, and
+``load_step`` runs its fallback. A torch that lacks a route (NotAvailable: too old, or its loader
+crashed in the package's prover) never fails the workload: the build says so, and the next route
+or the fallback serves.
 
 Outside a build this does nothing (a workload runs by hand as it is). Under ``hatch-precompile
 verify`` it runs the shipped step the way users get it and compares it with ``fn``. Runs in the
@@ -55,8 +59,11 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
     backward are exported as one graph (AOTInductor) that ``load_step(..., backward=True)`` runs
     with the caller's tensors, no compiler in the process; ``dynamic_shapes`` works as for
     inference. Where torch cannot export it the build says why, and the step with its backward
-    is captured by ``torch.compiler.precompile`` (torch 2.14+); where that fails too, it falls back
-    to ``torch.compile(fn)`` and ``backward()``. Called under ``torch.no_grad()`` with every module in
+    is captured by ``torch.compiler.precompile`` (torch 2.14+). Where the workload's code or a
+    mismatch keeps both routes from shipping it, the build fails naming the step and both routes
+    (StepCaptureError, or StepMismatch); with ``on_failure="warn"``, or where this torch simply
+    lacks the routes, the build says why and ``load_step`` falls back to ``torch.compile(fn)`` and
+    ``backward()``. Called under ``torch.no_grad()`` with every module in
     ``eval()``, it is exported
     (AOTInductor) and ``dynamic_shapes`` (torch.export's form: one entry per argument of ``fn``,
     None for a module) says which dims may vary and how far; else it is captured with
@@ -110,18 +117,22 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
     except NotAvailable as exc:
         if backward and _has_precompile(torch):
             note(f"step {name!r} not exported: {exc}; capturing it with torch.compiler.precompile instead")
-            return _save_loss_precompiled(name, fn, args, check, out)
+            return _save_loss_precompiled(name, fn, args, check, out, on_failure, f"not available: {exc}")
         note(f"step {name!r} not captured: {exc}; load_step() falls back to torch.compile"
              + (" and backward()" if backward else ""))
     except Exception as exc:
         reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
         if backward:  # a training step keeps its other routes: precompile (2.14+), then the shipped caches
             where = _user_frame(exc)
+            failed = f"torch {torch.__version__} could not export it{f' at {where}' if where else ''}: {reason}"
+            if not _has_precompile(torch) and on_failure == "error":
+                raise StepCaptureError(_neither(name, failed, f"torch {torch.__version__} has no "
+                                                "torch.compiler.precompile (2.14+)")) from exc
             next_route = ("capturing it with torch.compiler.precompile instead" if _has_precompile(torch)
                           else f"load_step() runs {_FALLBACK}")
-            note(f"step {name!r} (aotinductor route, forward and backward): torch {torch.__version__} could not "
-                 f"export it{f' at {where}' if where else ''}: {reason}; {next_route}")
-            return _save_loss_precompiled(name, fn, args, check, out) if _has_precompile(torch) else None
+            note(f"step {name!r} (aotinductor route, forward and backward): {failed}; {next_route}")
+            return _save_loss_precompiled(name, fn, args, check, out, on_failure, failed) if _has_precompile(
+                torch) else None
         elif on_failure == "error":
             raise StepCaptureError(
                 f"step {name!r} ({route} route): torch {torch.__version__} could not capture it: {reason}. "
@@ -138,19 +149,35 @@ def _has_precompile(torch: Any) -> bool:
     return getattr(torch.compiler, "precompile", None) is not None
 
 
-def _save_loss_precompiled(name: str, fn: Callable, args: tuple, check: str, out: Path) -> Path | None:
-    """A loss step torch could not export: the loss and its backward() as one step, captured by
-    torch.compiler.precompile; where that fails too, None (the fallback runs from the caches)."""
+def _save_loss_precompiled(name: str, fn: Callable, args: tuple, check: str, out: Path, on_failure: str,
+                           failed: str) -> Path | None:
+    """A loss step torch could not export (``failed``: why): the loss and its backward() as one step,
+    captured by torch.compiler.precompile. Where that fails too: with ``on_failure="error"``,
+    StepCaptureError or StepMismatch naming both routes; else None (the fallback runs from the
+    caches)."""
     import torch
 
     try:
         return _save_precompiled(name, with_backward(fn), args, check, out)
+    except NotAvailable as exc:
+        note(f"step {name!r} (precompile route) not captured: {exc}; load_step() runs {_FALLBACK}")
+        return None
     except Exception as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         what = str(exc) if isinstance(exc, StepMismatch) else (
             f"torch {torch.__version__} could not capture it either: {type(exc).__name__}: {first_line}")
+        if on_failure == "error":
+            error = StepMismatch if isinstance(exc, StepMismatch) else StepCaptureError
+            raise error(_neither(name, failed, what)) from exc
         note(f"step {name!r} (precompile route): {what}; load_step() runs {_FALLBACK}")
         return None
+
+
+def _neither(name: str, exported: str, precompiled: str) -> str:
+    """Why neither route ships loss step ``name``, and what to do."""
+    return (f"step {name!r} (a loss, backward=True) can be shipped by neither route: aotinductor route (forward and "
+            f"backward): {exported}; precompile route: {precompiled}. Fix what torch names above, or pass "
+            f"on_failure=\"warn\" to ship the package without it: load_step() then runs {_FALLBACK}")
 
 
 def _user_frame(exc: BaseException) -> str | None:
