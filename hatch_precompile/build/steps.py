@@ -19,8 +19,8 @@ crashed in the package's prover) never fails the workload: the build says so, an
 or the fallback serves.
 
 Outside a build this does nothing (a workload runs by hand as it is). Under ``hatch-precompile
-verify`` it runs the shipped step the way users get it and compares it with ``fn``. Runs in the
-child process only; never on ``import pkg``.
+verify`` it runs the shipped step the way users get it and compares it with ``fn``
+(build/step_verify.py). Runs in the child process only; never on ``import pkg``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
+from hatch_precompile.build import step_verify
 from hatch_precompile.build.step_check import NotAvailable, StepMismatch, check_against_reference, note, with_backward
 from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol import NO_STEPS_VAR, ON_FAILURE, STEP_CHECKS, check_artifact_name, step_files
@@ -43,8 +44,6 @@ class StepCaptureError(PrecompileError, RuntimeError):
     """At build: torch could not capture the step by its route; the message says why and what to do."""
 
 
-# What the workload ran under `hatch-precompile verify`: one record per step (tools/verify_child.py).
-verified: list[dict[str, Any]] = []
 # The names save_step was called with in this process, stored or not (the build says why not).
 saved: set[str] = set()
 
@@ -81,7 +80,7 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
     if on_failure not in ON_FAILURE:
         raise ValueError(f"save_step({name!r}, ...): on_failure={on_failure!r} must be one of {', '.join(ON_FAILURE)}")
     if variables.steps_verify():
-        _verify(name, fn, args, check, backward)
+        step_verify.verify(name, fn, args, check, backward)
         return None
     directory = variables.steps_dir()
     if not directory:
@@ -244,59 +243,3 @@ def never_saved(package: str | None) -> list[str]:
                        "which the workload never called either, so it compiles at each user's first call (call "
                        "the step or its .fallback in the workload to ship its graphs warm)"))
     return said
-
-
-def _verify(name: str, fn: Callable, args: tuple, check: str, backward: bool = False) -> None:
-    """Under verify: the shipped step, loaded as users get it, against ``fn`` on changed arguments.
-    A step the set does not ship is left alone: the workload's own calls show what it compiles."""
-    from hatch_precompile.run import artifacts
-
-    package = variables.package() or ""
-    try:
-        found = artifacts.find(package)
-    except artifacts.Skip:
-        found = None
-    shipped = found is not None and name in found.manifest.steps
-    record: dict[str, Any] = {"name": name, "route": None, "reason": None, "problems": [], "shipped": shipped}
-    crash = _loader_crash(found, name, args) if shipped else None
-    if crash:  # proven at build, yet it takes a process down here: the user's would go with it
-        record["problems"].append(f"step {name!r}: {crash}; load_step() opens it only where a build proved it")
-    elif shipped:
-        step = run_steps.load_step(package, name, fn, backward=backward)
-        reference = with_backward(fn) if backward else fn  # what the step leaves: the loss, gradients in .grad
-        try:
-            check_against_reference(name, reference, args, step, check)
-        except StepMismatch as exc:
-            record["problems"].append(str(exc))
-        record["route"], record["reason"] = step.route, step.reason
-    verified.append(record)
-    return None
-
-
-def _loader_crash(found: Any, name: str, args: tuple) -> str | None:
-    """How torch's loader crashed on the shipped exported step in a process of its own, or None
-    (not exported, proven here, or refused: load_step says why it refuses)."""
-    import io
-
-    import torch
-
-    from hatch_precompile.build import export_contract
-    from hatch_precompile.child import package_proof
-
-    files = step_files(name)
-    try:
-        record = json.loads(found.read(files["json"]))
-        if record.get("route") != EXPORTED:
-            return None
-        positions = [int(k) for k in record["export"]["modules"]]
-        constants = export_contract.module_tensors(args, positions)
-        if files["constants"] in found.manifest.files:
-            constants.update(torch.load(io.BytesIO(found.read(files["constants"])), weights_only=True))
-        inputs = tuple(a for i, a in enumerate(args) if i not in positions)
-        package_proof.prove(found.read(files["pt2"]), constants, export_contract.flat_tensors(torch, inputs),
-                            variables.proof_timeout())
-    except package_proof.LoaderCrashed as exc:
-        return str(exc)
-    except Exception:  # the contract, the files or the loader's refusal: load_step reports those
-        return None
-    return None

@@ -56,13 +56,13 @@ def main(argv: list[str]) -> int:
     if failed is not None:
         work.write_result(out, ChildResult("failed", failure=failed, workloads=workloads))
         return EXIT_WORKLOAD_FAILED
-    from hatch_precompile.build import steps
+    from hatch_precompile.build import step_verify
 
     work.write_result(out, ChildResult("ok", workloads=workloads, data={
         "load": {"loaded": status.loaded, "reason": status.reason, "installed": status.installed,
                  "present": status.present},
         "kernels_installed": kernels_installed,
-        "steps": steps.verified,  # what each save_step() of the workloads found (build/steps.py)
+        "steps": step_verify.verified,  # what each save_step() of the workloads found (build/step_verify.py)
     }))
     return EXIT_OK
 
