@@ -175,7 +175,7 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                broken="the training step is not exported, and the build says why (load_step runs its fallback)"),
     Touchpoint("pytree", "torch.utils._pytree", "tree_flatten, tree_unflatten, treespec_dumps, treespec_loads",
                "call", "build and load_step: an exported step's inputs and outputs, flattened as the package "
-               "takes them (build/export.py, run/exported.py)",
+               "takes them (build/export_contract.py, build/export_proof.py, run/exported.py)",
                broken="load_step: the step runs its fallback, with the reason in `step.reason`"),
     Touchpoint("module-internals", "torch.nn.Module", "_modules, _parameters, _buffers, _forward_pre_hooks, "
                "_forward_hooks, _backward_pre_hooks, _backward_hooks", "read",
