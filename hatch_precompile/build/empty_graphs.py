@@ -22,7 +22,7 @@ import logging
 import weakref
 from typing import Any
 
-from hatch_precompile.run import touchpoints
+from hatch_precompile.run.torch_internals import patching
 
 log = logging.getLogger("hatch_precompile.build")
 
@@ -35,8 +35,8 @@ class EmptyGraphs:
         self.compiled = 0  # graphs compiled that Inductor would have returned as they were
 
     def install(self) -> None:
-        touchpoints.wrap("inductor-compile", before=self._before_compile)
-        touchpoints.wrap("count-calls", instead=self._count)
+        patching.wrap("inductor-compile", before=self._before_compile)
+        patching.wrap("count-calls", instead=self._count)
 
     def _before_compile(self, arguments: dict[str, Any]) -> None:
         graph = getattr(arguments.get("gm"), "graph", None)
@@ -49,4 +49,4 @@ class EmptyGraphs:
             self.marked.discard(graph)  # asked once, by Inductor, before it compiles the graph
             self.compiled += 1
             return 1
-        return touchpoints.PASS
+        return patching.PASS

@@ -27,7 +27,7 @@ import shlex
 import subprocess
 from typing import Any
 
-from hatch_precompile.run import touchpoints
+from hatch_precompile.run.torch_internals import patching
 
 NATIVE = re.compile(r"(?<!\S)-m(arch|cpu|tune)=native(?!\S)")
 # Every CPU of the architecture has these: what a feature macro is measured against.
@@ -87,7 +87,7 @@ class CompileFlags:
         self.flag_sets: set[tuple[str, ...]] = set()
 
     def install(self) -> None:
-        touchpoints.wrap("compile-command", before=self._before_compile)
+        patching.wrap("compile-command", before=self._before_compile)
 
     @property
     def applied(self) -> bool:

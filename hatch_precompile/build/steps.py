@@ -11,12 +11,16 @@
 
 Either way the captured step is run on changed weights and inputs and compared with ``fn`` before
 it is stored; a difference fails the workload (StepMismatch). A capture torch refuses fails it too
-(StepCaptureError), naming the step, the route and torch's reason, unless the workload asked for
-``on_failure="warn"``: then the step is not shipped, and ``load_step`` runs its fallback.
+(StepCaptureError), naming the step, the route and torch's reason; a loss fails it only where
+neither of its routes ships it (the exported one, then ``torch.compiler.precompile``), naming
+both. Unless the workload asked for ``on_failure="warn"``: then the step is not shipped, and
+``load_step`` runs its fallback. A torch that lacks a route (NotAvailable: too old, or its loader
+crashed in the package's prover) never fails the workload: the build says so, and the next route
+or the fallback serves.
 
 Outside a build this does nothing (a workload runs by hand as it is). Under ``hatch-precompile
-verify`` it runs the shipped step the way users get it and compares it with ``fn``. Runs in the
-child process only; never on ``import pkg``.
+verify`` it runs the shipped step the way users get it and compares it with ``fn``
+(build/step_verify.py). Runs in the child process only; never on ``import pkg``.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
+from hatch_precompile.build import step_verify
 from hatch_precompile.build.step_check import NotAvailable, StepMismatch, check_against_reference, note, with_backward
 from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol import NO_STEPS_VAR, ON_FAILURE, STEP_CHECKS, check_artifact_name, step_files
@@ -39,8 +44,6 @@ class StepCaptureError(PrecompileError, RuntimeError):
     """At build: torch could not capture the step by its route; the message says why and what to do."""
 
 
-# What the workload ran under `hatch-precompile verify`: one record per step (tools/verify_child.py).
-verified: list[dict[str, Any]] = []
 # The names save_step was called with in this process, stored or not (the build says why not).
 saved: set[str] = set()
 
@@ -55,8 +58,11 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
     backward are exported as one graph (AOTInductor) that ``load_step(..., backward=True)`` runs
     with the caller's tensors, no compiler in the process; ``dynamic_shapes`` works as for
     inference. Where torch cannot export it the build says why, and the step with its backward
-    is captured by ``torch.compiler.precompile`` (torch 2.14+); where that fails too, it falls back
-    to ``torch.compile(fn)`` and ``backward()``. Called under ``torch.no_grad()`` with every module in
+    is captured by ``torch.compiler.precompile`` (torch 2.14+). Where the workload's code or a
+    mismatch keeps both routes from shipping it, the build fails naming the step and both routes
+    (StepCaptureError, or StepMismatch); with ``on_failure="warn"``, or where this torch simply
+    lacks the routes, the build says why and ``load_step`` falls back to ``torch.compile(fn)`` and
+    ``backward()``. Called under ``torch.no_grad()`` with every module in
     ``eval()``, it is exported
     (AOTInductor) and ``dynamic_shapes`` (torch.export's form: one entry per argument of ``fn``,
     None for a module) says which dims may vary and how far; else it is captured with
@@ -74,7 +80,7 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
     if on_failure not in ON_FAILURE:
         raise ValueError(f"save_step({name!r}, ...): on_failure={on_failure!r} must be one of {', '.join(ON_FAILURE)}")
     if variables.steps_verify():
-        _verify(name, fn, args, check, backward)
+        step_verify.verify(name, fn, args, check, backward)
         return None
     directory = variables.steps_dir()
     if not directory:
@@ -110,18 +116,22 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
     except NotAvailable as exc:
         if backward and _has_precompile(torch):
             note(f"step {name!r} not exported: {exc}; capturing it with torch.compiler.precompile instead")
-            return _save_loss_precompiled(name, fn, args, check, out)
+            return _save_loss_precompiled(name, fn, args, check, out, on_failure, f"not available: {exc}")
         note(f"step {name!r} not captured: {exc}; load_step() falls back to torch.compile"
              + (" and backward()" if backward else ""))
     except Exception as exc:
         reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
         if backward:  # a training step keeps its other routes: precompile (2.14+), then the shipped caches
             where = _user_frame(exc)
+            failed = f"torch {torch.__version__} could not export it{f' at {where}' if where else ''}: {reason}"
+            if not _has_precompile(torch) and on_failure == "error":
+                raise StepCaptureError(_neither(name, failed, f"torch {torch.__version__} has no "
+                                                "torch.compiler.precompile (2.14+)")) from exc
             next_route = ("capturing it with torch.compiler.precompile instead" if _has_precompile(torch)
                           else f"load_step() runs {_FALLBACK}")
-            note(f"step {name!r} (aotinductor route, forward and backward): torch {torch.__version__} could not "
-                 f"export it{f' at {where}' if where else ''}: {reason}; {next_route}")
-            return _save_loss_precompiled(name, fn, args, check, out) if _has_precompile(torch) else None
+            note(f"step {name!r} (aotinductor route, forward and backward): {failed}; {next_route}")
+            return _save_loss_precompiled(name, fn, args, check, out, on_failure, failed) if _has_precompile(
+                torch) else None
         elif on_failure == "error":
             raise StepCaptureError(
                 f"step {name!r} ({route} route): torch {torch.__version__} could not capture it: {reason}. "
@@ -138,19 +148,35 @@ def _has_precompile(torch: Any) -> bool:
     return getattr(torch.compiler, "precompile", None) is not None
 
 
-def _save_loss_precompiled(name: str, fn: Callable, args: tuple, check: str, out: Path) -> Path | None:
-    """A loss step torch could not export: the loss and its backward() as one step, captured by
-    torch.compiler.precompile; where that fails too, None (the fallback runs from the caches)."""
+def _save_loss_precompiled(name: str, fn: Callable, args: tuple, check: str, out: Path, on_failure: str,
+                           failed: str) -> Path | None:
+    """A loss step torch could not export (``failed``: why): the loss and its backward() as one step,
+    captured by torch.compiler.precompile. Where that fails too: with ``on_failure="error"``,
+    StepCaptureError or StepMismatch naming both routes; else None (the fallback runs from the
+    caches)."""
     import torch
 
     try:
         return _save_precompiled(name, with_backward(fn), args, check, out)
+    except NotAvailable as exc:
+        note(f"step {name!r} (precompile route) not captured: {exc}; load_step() runs {_FALLBACK}")
+        return None
     except Exception as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         what = str(exc) if isinstance(exc, StepMismatch) else (
             f"torch {torch.__version__} could not capture it either: {type(exc).__name__}: {first_line}")
+        if on_failure == "error":
+            error = StepMismatch if isinstance(exc, StepMismatch) else StepCaptureError
+            raise error(_neither(name, failed, what)) from exc
         note(f"step {name!r} (precompile route): {what}; load_step() runs {_FALLBACK}")
         return None
+
+
+def _neither(name: str, exported: str, precompiled: str) -> str:
+    """Why neither route ships loss step ``name``, and what to do."""
+    return (f"step {name!r} (a loss, backward=True) can be shipped by neither route: aotinductor route (forward and "
+            f"backward): {exported}; precompile route: {precompiled}. Fix what torch names above, or pass "
+            f"on_failure=\"warn\" to ship the package without it: load_step() then runs {_FALLBACK}")
 
 
 def _user_frame(exc: BaseException) -> str | None:
@@ -217,59 +243,3 @@ def never_saved(package: str | None) -> list[str]:
                        "which the workload never called either, so it compiles at each user's first call (call "
                        "the step or its .fallback in the workload to ship its graphs warm)"))
     return said
-
-
-def _verify(name: str, fn: Callable, args: tuple, check: str, backward: bool = False) -> None:
-    """Under verify: the shipped step, loaded as users get it, against ``fn`` on changed arguments.
-    A step the set does not ship is left alone: the workload's own calls show what it compiles."""
-    from hatch_precompile.run import artifacts
-
-    package = variables.package() or ""
-    try:
-        found = artifacts.find(package)
-    except artifacts.Skip:
-        found = None
-    shipped = found is not None and name in found.manifest.steps
-    record: dict[str, Any] = {"name": name, "route": None, "reason": None, "problems": [], "shipped": shipped}
-    crash = _loader_crash(found, name, args) if shipped else None
-    if crash:  # proven at build, yet it takes a process down here: the user's would go with it
-        record["problems"].append(f"step {name!r}: {crash}; load_step() opens it only where a build proved it")
-    elif shipped:
-        step = run_steps.load_step(package, name, fn, backward=backward)
-        reference = with_backward(fn) if backward else fn  # what the step leaves: the loss, gradients in .grad
-        try:
-            check_against_reference(name, reference, args, step, check)
-        except StepMismatch as exc:
-            record["problems"].append(str(exc))
-        record["route"], record["reason"] = step.route, step.reason
-    verified.append(record)
-    return None
-
-
-def _loader_crash(found: Any, name: str, args: tuple) -> str | None:
-    """How torch's loader crashed on the shipped exported step in a process of its own, or None
-    (not exported, proven here, or refused: load_step says why it refuses)."""
-    import io
-
-    import torch
-
-    from hatch_precompile.build import export
-    from hatch_precompile.child import package_proof
-
-    files = step_files(name)
-    try:
-        record = json.loads(found.read(files["json"]))
-        if record.get("route") != EXPORTED:
-            return None
-        positions = [int(k) for k in record["export"]["modules"]]
-        constants = export.module_tensors(args, positions)
-        if files["constants"] in found.manifest.files:
-            constants.update(torch.load(io.BytesIO(found.read(files["constants"])), weights_only=True))
-        inputs = tuple(a for i, a in enumerate(args) if i not in positions)
-        package_proof.prove(found.read(files["pt2"]), constants, export.flat_tensors(torch, inputs),
-                            variables.proof_timeout())
-    except package_proof.LoaderCrashed as exc:
-        return str(exc)
-    except Exception:  # the contract, the files or the loader's refusal: load_step reports those
-        return None
-    return None

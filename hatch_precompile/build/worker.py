@@ -24,6 +24,7 @@ from hatch_precompile.protocol import (
     BUILDING_VAR,
     C_MODULES_DIR,
     CACHE_DIR_VAR,
+    DYNAMIC_THREADS_VAR,
     EXIT_OK,
     EXIT_WORKLOAD_FAILED,
     MEGACACHE_FILE,
@@ -40,8 +41,6 @@ from hatch_precompile.protocol import (
 # docs/reference/torch-versions.md: every minor release from OLDEST_TORCH to NEWEST_TESTED, end to end.
 OLDEST_TORCH = (2, 7)
 NEWEST_TESTED = (2, 15)
-# Kernels that read the thread count when they run, not the build machine's (run/key_agreement.py).
-DYNAMIC_THREADS_VAR = "TORCHINDUCTOR_CPP_DYNAMIC_THREADS"
 
 
 def main(argv: list[str]) -> int:

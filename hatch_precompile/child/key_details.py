@@ -22,7 +22,7 @@ import logging
 import re
 from typing import Any
 
-from hatch_precompile.run import touchpoints
+from hatch_precompile.run.torch_internals import patching
 
 log = logging.getLogger("hatch_precompile.observe")
 
@@ -41,9 +41,9 @@ class KeyRecorder:
     def __init__(self) -> None:
         self._made: list[dict[str, Any]] = []  # {"details": obj, "compile_id", "key"}
         self._taken = 0
-        touchpoints.wrap("key-details", after=self._details)
-        touchpoints.wrap("fx-key", after=self._key("fx"))
-        touchpoints.wrap("aot-key", after=self._key("aot"))
+        patching.wrap("key-details", after=self._details)
+        patching.wrap("fx-key", after=self._key("fx"))
+        patching.wrap("aot-key", after=self._key("aot"))
 
     def _details(self, arguments: dict[str, Any], _: Any) -> None:
         details = arguments["self"]

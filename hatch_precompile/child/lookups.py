@@ -26,7 +26,7 @@ import pickle
 from typing import Any
 
 from hatch_precompile.child import key_details
-from hatch_precompile.run import touchpoints
+from hatch_precompile.run.torch_internals import patching, settings
 
 log = logging.getLogger("hatch_precompile.observe")
 
@@ -39,8 +39,8 @@ class Lookups:
     def __init__(self) -> None:
         self.failed: list[dict[str, Any]] = []  # {"compile_id", "expr", "values"}
         self.saved: list[dict[str, Any]] = []
-        touchpoints.wrap("guard-eval", after=self._evaluated)
-        touchpoints.wrap("guard-expr", after=self._produced)
+        patching.wrap("guard-eval", after=self._evaluated)
+        patching.wrap("guard-expr", after=self._produced)
 
     def _evaluated(self, arguments: dict[str, Any], result: Any) -> None:
         code, args = arguments.get("code"), arguments.get("args")
@@ -98,7 +98,7 @@ def unloadable(key: str) -> dict[str, Any] | None:
     entry it names that is missing or cannot be loaded; ``{"absent": True}`` where there is no
     entry under the key; None where everything loads (or the layout is not what we expect)."""
     try:
-        aot_dir, fx_dir = touchpoints.cache_entry_dirs()
+        aot_dir, fx_dir = settings.cache_entry_dirs()
     except Exception:  # torch's layout moved: nothing to say
         log.debug("observer: torch's cache directories unknown", exc_info=True)
         return None

@@ -19,7 +19,7 @@ import time
 from typing import Any, Callable
 
 from hatch_precompile.child import key_details, lookups
-from hatch_precompile.run import touchpoints
+from hatch_precompile.run.torch_internals import patching
 
 log = logging.getLogger("hatch_precompile.observe")
 
@@ -142,7 +142,7 @@ def record_kernel_commands() -> dict[str, tuple[str, str]]:
         ):
             recorded[result[0]] = (extension, extra)
 
-    touchpoints.wrap("write", after=note)
+    patching.wrap("write", after=note)
     return recorded
 
 
@@ -267,7 +267,7 @@ class Signatures:
 
     def __init__(self) -> None:
         self.by_id: dict[str, dict[str, Any]] = {}
-        touchpoints.wrap("dynamo-compile", before=self._note)
+        patching.wrap("dynamo-compile", before=self._note)
 
     def _note(self, arguments: dict[str, Any]) -> None:
         import torch

@@ -113,7 +113,8 @@ def main(argv: list[str]) -> int:
     directory = Path(argv[0])
     import torch
 
-    from hatch_precompile.run import exported, touchpoints
+    from hatch_precompile.run import exported
+    from hatch_precompile.run.torch_internals import aoti
 
     given = torch.load(directory / IO_FILE, weights_only=True)
     try:
@@ -125,7 +126,7 @@ def main(argv: list[str]) -> int:
     tensors = [*given["constants"].values(), *given["inputs"]]
     ran = all(f in given["constants"] for f in fqns)  # else the build names what the package lacks
     if ran:
-        touchpoints.aoti_bind(loader, {f: given["constants"][f] for f in fqns})
+        aoti.aoti_bind(loader, {f: given["constants"][f] for f in fqns})
         loader.run(given["inputs"])
         if any(t.is_cuda for t in tensors):
             torch.cuda.synchronize()

@@ -50,6 +50,7 @@ __all__ = [
     "PROOF_TIMEOUT_VAR",
     "PACKAGE_VAR",
     "CACHE_DIR_VAR",
+    "DYNAMIC_THREADS_VAR",
     "BUILDER_ONLY_VARS",
     "EXIT_OK",
     "EXIT_FOUND",
@@ -96,7 +97,7 @@ GLOBAL_SWITCH = "PRECOMPILE"  # and PRECOMPILE_<NAME> per package (package_switc
 PREFERENCES_VAR = "HATCH_PRECOMPILE_PREFERENCES"
 TARGET_VAR = "HATCH_PRECOMPILE_TARGET"
 HEARTBEAT_VAR = "HATCH_PRECOMPILE_HEARTBEAT"
-NO_PATCHES_VAR = "HATCH_PRECOMPILE_NO_PATCHES"  # torch untouched: run/touchpoints.py
+NO_PATCHES_VAR = "HATCH_PRECOMPILE_NO_PATCHES"  # torch untouched: run/torch_internals/
 NO_SPEEDUPS_VAR = "HATCH_PRECOMPILE_NO_SPEEDUPS"  # its older name
 DEBUG_VAR = "HATCH_PRECOMPILE_DEBUG"  # hatch_precompile's log, debug level, on stderr (a touchpoint that failed)
 BUILDING_VAR = "HATCH_PRECOMPILE_BUILDING"  # set in a build's child: load() stays off there
@@ -107,6 +108,9 @@ NO_STEPS_VAR = "HATCH_PRECOMPILE_NO_STEPS"  # a build ships no step: save_step()
 PROOF_TIMEOUT_VAR = "HATCH_PRECOMPILE_PROOF_TIMEOUT"  # seconds a step's package may take to open and run in its proof
 PACKAGE_VAR = "HATCH_PRECOMPILE_PACKAGE"  # in a child: the package whose artifacts it builds or checks
 CACHE_DIR_VAR = "TORCHINDUCTOR_CACHE_DIR"  # torch's
+# Torch's: kernels that read the thread count when they run, not the build machine's (set in a
+# build's child, build/worker.py; a user's own setting is said at load, run/key_agreement.py).
+DYNAMIC_THREADS_VAR = "TORCHINDUCTOR_CPP_DYNAMIC_THREADS"
 # Set on build machines, not on users': each changes a torch default that is part of every cache
 # key, so a build (and `verify`) runs without them. CI=true (every CI service sets it) turns on
 # functorch's error_on_custom_op_aliasing from torch 2.11 on: built with it, every graph misses.

@@ -69,10 +69,10 @@ def _settings(module: Any) -> list:
                    if k != "training" and isinstance(v, VALUES + (tuple,)) and not k.startswith("__"))
     config = getattr(module, "config", None)
     to_dict = getattr(config, "to_dict", None)
-    from hatch_precompile.run import touchpoints
+    from hatch_precompile.run.torch_internals import module_state
 
     hooks = [[getattr(h, "__qualname__", type(h).__name__) for h in registered.values()]
-             for registered in touchpoints.module_hooks(module).values()]
+             for registered in module_state.module_hooks(module).values()]
     return [plain, to_dict() if callable(to_dict) else None, hooks]
 
 
@@ -233,11 +233,11 @@ def reads_problem(resolved: list[tuple[Any, str, str, tuple[str, ...], str]], po
 
 def hooks(module: Any) -> list[list[Any]]:
     """Each submodule's hooks that run in a call, by path: [path, kind, [hook names]]."""
-    from hatch_precompile.run import touchpoints
+    from hatch_precompile.run.torch_internals import module_state
 
     found = []
     for path, sub in module.named_modules(remove_duplicate=False):
-        for kind, registered in touchpoints.module_hooks(sub).items():
+        for kind, registered in module_state.module_hooks(sub).items():
             if registered:
                 found.append([path, kind, [getattr(h, "__qualname__", type(h).__name__) for h in registered.values()]])
     return found
@@ -245,9 +245,9 @@ def hooks(module: Any) -> list[list[Any]]:
 
 def hook_dicts(modules: list[Any]) -> list[dict[int, Any]]:
     """Where ``modules`` keep their hooks (read once, at the full check)."""
-    from hatch_precompile.run import touchpoints
+    from hatch_precompile.run.torch_internals import module_state
 
-    return [d for m in modules for d in touchpoints.module_hook_dicts(m)]
+    return [d for m in modules for d in module_state.module_hook_dicts(m)]
 
 
 def hook_keys(dicts: list[dict[int, Any]]) -> tuple[int, ...]:

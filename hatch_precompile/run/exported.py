@@ -28,7 +28,8 @@ from typing import Any
 from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol.steps import EXPORTED, INPUTS, LOADER, MODES, MODULE, PLANNED, SETTINGS
 from hatch_precompile.run import contract as contracts
-from hatch_precompile.run import machine, touchpoints
+from hatch_precompile.run import machine
+from hatch_precompile.run.torch_internals import aoti, module_state
 
 ROUTE = EXPORTED
 
@@ -44,12 +45,12 @@ class Refused(PrecompileError):
 
 def loader_problem(torch: Any) -> str | None:
     """Why this torch has no C++ loader the route can use, or None."""
-    loader = touchpoints.aoti_loader(torch)
+    loader = aoti.aoti_loader(torch)
     if loader is None:
         return f"torch {torch.__version__} has no AOTInductor C++ loader (torch._C._aoti.AOTIModelPackageLoader)"
     if not hasattr(loader, "load_constants") or not hasattr(loader, "get_constant_fqns"):
         return f"torch {torch.__version__}'s AOTInductor loader cannot take the caller's weights (no load_constants)"
-    if not touchpoints.aoti_binds_in_place(loader):
+    if not aoti.aoti_binds_in_place(loader):
         return (f"torch {torch.__version__}'s AOTInductor loader cannot use the caller's weights in place (its "
                 "load_constants has no user_managed): an in-place update would not be seen")
     return None
@@ -81,7 +82,7 @@ class ExportedStep:
             raise Refused(f"the package asks for the constants {sorted(needed ^ set(spec['constants']))[:5]} "
                           "otherwise than its contract")
         self._shipped = _shipped_constants(torch, shipped) if shipped else {}
-        self._pytree = touchpoints.pytree(torch)
+        self._pytree = aoti.pytree(torch)
         self._in_spec = _spec(self._pytree, spec["call_spec"][0])
         self._out_spec = _spec(self._pytree, spec["call_spec"][1])
         self._modules = {int(k): v for k, v in spec["modules"].items()}
@@ -161,7 +162,7 @@ class ExportedStep:
                 raise Refused(f"no tensor for the constant {fqn}", MODULE)
             constants[fqn] = found
         try:
-            touchpoints.aoti_bind(self._loader, constants)
+            aoti.aoti_bind(self._loader, constants)
         except Exception as exc:
             self._bound.clear()
             first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
@@ -228,7 +229,7 @@ class _Bound:
             try:
                 hooks = contracts.hooks(obj)
                 dicts = contracts.hook_dicts(list(obj.modules()))
-                slots = touchpoints.module_slots(obj)
+                slots = module_state.module_slots(obj)
             except Exception as exc:  # torch's module internals are not as expected: run the fallback
                 raise Refused(f"argument {position}'s hooks or submodules cannot be read: {exc!r}") from None
             if hooks != recorded["hooks"]:
@@ -350,7 +351,7 @@ def open_package(torch: Any, package: bytes) -> Any:
     try:
         with open(path, "xb") as handle:
             handle.write(package)
-        return touchpoints.aoti_open(torch, path)
+        return aoti.aoti_open(torch, path)
     except Exception as exc:
         raise Refused(f"the AOTInductor loader refused the package: {exc}") from None
     finally:

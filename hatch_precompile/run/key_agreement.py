@@ -17,7 +17,7 @@ them differ between machines without changing what the shipped graphs compute:
   computed with the build's value, and relocate.py renames the kernels for this compiler's command
   line. The kernels that do compile here (a miss) are compiled by this process's compiler.
 
-Both go through run/touchpoints.py, at import of their torch module, once, failing safe: if
+Both go through run/torch_internals/, at import of their torch module, once, failing safe: if
 torch's internals are not what we expect, the graphs miss and compile as usual.
 """
 
@@ -29,10 +29,10 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from hatch_precompile.protocol import Manifest
-from hatch_precompile.run import envkey, touchpoints
+from hatch_precompile.protocol import DYNAMIC_THREADS_VAR, Manifest
+from hatch_precompile.run import envkey
+from hatch_precompile.run.torch_internals import patching, prefetch, settings
 
-DYNAMIC_THREADS_VAR = "TORCHINDUCTOR_CPP_DYNAMIC_THREADS"
 _built_compiler: dict[str, Any] = {}
 
 
@@ -47,7 +47,7 @@ def apply(manifest: Manifest, note_later: Callable[[str], None]) -> list[str]:
                 notes.append(f"{DYNAMIC_THREADS_VAR}={os.environ[DYNAMIC_THREADS_VAR]} here, and the graphs "
                              "were compiled with dynamic threads: they will compile again")
             continue
-        touchpoints.set_config("inductor-config", name, value)
+        settings.set_config("inductor-config", name, value)
     built = manifest.compiler or {}
     if built.get("config") is not None:
         notes.extend(_compiler_notes(built, note_later))
@@ -67,9 +67,9 @@ def _compiler_notes(built: dict[str, Any], note_later: Callable[[str], None]) ->
                 f"{built.get('command')}): {what} again"]
     _built_compiler.setdefault("config", built["config"])
     _built_compiler.setdefault("family", built["family"])
-    touchpoints.at_first_compile(lambda: _say_if_unavailable(built, note_later))
+    prefetch.at_first_compile(lambda: _say_if_unavailable(built, note_later))
     # After torch made the key's details: a hook that raises leaves them as torch made them.
-    touchpoints.wrap("hash-details", after=lambda arguments, _: agree_compiler(arguments["self"].inductor_config))
+    patching.wrap("hash-details", after=lambda arguments, _: agree_compiler(arguments["self"].inductor_config))
     return []
 
 
@@ -101,7 +101,7 @@ def _family_of_resolved(command: str) -> str:
 def stands_in() -> bool:
     """Whether the compiler Inductor resolved in this process is of the build's family."""
     try:
-        command = touchpoints.cpp_compiler()  # raises when no compiler works: then nothing stands in
+        command = settings.cpp_compiler()  # raises when no compiler works: then nothing stands in
     except Exception:
         return False
     return isinstance(command, str) and _family_of_resolved(command) == _built_compiler.get("family")

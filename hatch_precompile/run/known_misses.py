@@ -17,8 +17,10 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from hatch_precompile.protocol import CACHE_DIR_VAR, DYNAMIC_THREADS_VAR
+
 # Read by torch, but not into the key, or made to agree by load() itself (run/key_agreement.py).
-_NOT_IN_KEY = ("TORCHINDUCTOR_CACHE_DIR", "TORCHINDUCTOR_CPP_DYNAMIC_THREADS")
+_NOT_IN_KEY = (CACHE_DIR_VAR, DYNAMIC_THREADS_VAR)
 _PREFIXES = ("TORCHINDUCTOR_", "TORCHDYNAMO_", "TORCH_COMPILE_")
 ALIASING_VAR = "TORCHINDUCTOR_ERROR_ON_CUSTOM_OP_ALIASING"
 

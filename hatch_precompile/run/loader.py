@@ -15,7 +15,8 @@ import warnings
 from pathlib import Path
 
 from hatch_precompile.protocol import CACHE_DIR_VAR
-from hatch_precompile.run import artifacts, envkey, gate, install, key_agreement, known_misses, touchpoints, variables
+from hatch_precompile.run import artifacts, envkey, gate, install, key_agreement, known_misses, variables
+from hatch_precompile.run.torch_internals import import_hook, registry
 
 log = logging.getLogger("hatch_precompile")
 
@@ -118,7 +119,7 @@ def _load(package: str) -> LoadResult:
         known_misses.contradictions(found.manifest.visible, str(found.manifest.env.get("torch") or "")))
     for note in notes:  # what this process will compile anyway, said before it happens
         _warn_once(f"hatch-precompile: {package}'s precompiled caches are installed, but {note}", 4)
-    touchpoints.after_import(touchpoints.CODECACHE, _follow_cache_dir)
+    import_hook.after_import(registry.CODECACHE, _follow_cache_dir)
     if found.manifest.env.get("gpu"):
         from hatch_precompile.run import triton_modules, tuned_configs
 

@@ -32,12 +32,12 @@ imports it in processes that never compile (a CLI's ``--help``), which then paid
 some 0.2 s of CPU, and waited at exit for torch's prefetch thread.
 Where CUDA shows no GPU, torch before 2.15 leaves Triton's key out of the graphs' keys: its own
 ``CacheBase.get_system`` is run with two stand-ins for it, and when both answers are equal that
-answer is used and Triton is never hashed (touchpoints.answer_without). Where the key is used
+answer is used and Triton is never hashed (prefetch.answer_without). Where the key is used
 (torch 2.15, or a GPU), the value torch computed is remembered in the per-user cache under a
 fingerprint of every file in Triton's dir (``TritonKeyMemo``), and later processes set it into
 torch's cache (2.13+) instead of hashing 400 MB again.
 
-Each hooks into a touchpoint of run/touchpoints.py, when the Inductor module is first imported,
+Each hooks into a touchpoint of run/torch_internals/, when the Inductor module is first imported,
 so that `import package` does not pay for importing Inductor; if torch's internals are not what
 we expect, nothing is hooked and torch behaves as usual (only slower).
 """
@@ -57,7 +57,8 @@ from pathlib import Path
 from typing import Any
 
 from hatch_precompile.protocol import Manifest
-from hatch_precompile.run import envkey, touchpoints, usercache
+from hatch_precompile.run import envkey, usercache
+from hatch_precompile.run.torch_internals import patching, prefetch, settings
 
 _pending = threading.local()
 # Probes loaded sets vouch for: flags (as a set of words) -> the build compilers' --version lines.
@@ -72,24 +73,24 @@ def apply(manifest: Manifest | None = None, cpu: frozenset[str] | None = None) -
         for flags, features in manifest.probes.items():
             if all(f.lower() in cpu for f in features):
                 _vouched.setdefault(frozenset(flags.split()), set()).add(str((manifest.compiler or {}).get("version")))
-    touchpoints.wrap("write", after=_note_built_kernel)
-    touchpoints.wrap("precompile-header", instead=_skip_header_when_built)
+    patching.wrap("write", after=_note_built_kernel)
+    patching.wrap("precompile-header", instead=_skip_header_when_built)
     # Inductor hashes torch's whole source tree (torch_key, 0.3-0.7 s here), and where Triton is
     # installed (a CUDA build, on a GPU or not) Triton's too, before the first cache lookup: both
     # start in the background (hashlib drops the GIL) at the first compile, computed by torch as
     # always (item 4).
-    touchpoints.at_first_compile(functools.partial(touchpoints.prefetch, "torch-key"))
+    prefetch.at_first_compile(functools.partial(prefetch.prefetch, "torch-key"))
     # Remembered only where a set was loaded: not for each build env's short-lived Triton.
-    triton = functools.partial(touchpoints.at_first_compile, functools.partial(
-        touchpoints.prefetch, "triton-key", memo=TritonKeyMemo() if manifest is not None else None))
+    triton = functools.partial(prefetch.at_first_compile, functools.partial(
+        prefetch.prefetch, "triton-key", memo=TritonKeyMemo() if manifest is not None else None))
     if manifest is not None and _shows_no_gpu(manifest):
         # Then torch before 2.15 leaves Triton's key out of every graph's key (its C++ kernels
         # do not use Triton), yet computes it first (0.4 s of hashing a CUDA build's libtriton).
-        touchpoints.answer_without("system", "triton_key", otherwise=triton)
+        prefetch.answer_without("system", "triton_key", otherwise=triton)
     else:
         triton()
-    touchpoints.wrap("check-build", instead=_vouched_probe, after=_note_probe)
-    touchpoints.wrap("probe-load", instead=_remembered_probe, after=_remember_probe)
+    patching.wrap("check-build", instead=_vouched_probe, after=_note_probe)
+    patching.wrap("probe-load", instead=_remembered_probe, after=_remember_probe)
 
 
 class TritonKeyMemo:
@@ -156,11 +157,11 @@ def _skip_header_when_built(arguments: dict[str, Any]) -> Any:
     if getattr(_pending, "binary_exists", False):
         _pending.binary_exists = False
         return None  # no `-include <pch>`: nothing will be compiled with it
-    return touchpoints.PASS
+    return patching.PASS
 
 
 def _vouched_probe(arguments: dict[str, Any]) -> Any:
-    return True if vouches(arguments["self"].build_arch_flags()) else touchpoints.PASS
+    return True if vouches(arguments["self"].build_arch_flags()) else patching.PASS
 
 
 def _note_probe(arguments: dict[str, Any], passed: Any) -> None:
@@ -175,7 +176,7 @@ def vouches(arch_flags: Any) -> bool:
     builders = _vouched.get(words)
     if not words or not builders:
         return False
-    compiler = touchpoints.cpp_compiler()
+    compiler = settings.cpp_compiler()
     if envkey.compiler_version(compiler) in builders:
         return True  # the build's own compiler compiled these flags
     return _accepts(compiler, tuple(sorted(words)))
@@ -199,7 +200,7 @@ def _probe_library(arguments: dict[str, Any]) -> Any:
 def _remembered_probe(arguments: dict[str, Any]) -> Any:
     library = _probe_library(arguments)
     marker = _probe_marker(library) if isinstance(library, str) else None
-    return True if marker is not None and marker.is_file() else touchpoints.PASS
+    return True if marker is not None and marker.is_file() else patching.PASS
 
 
 def _remember_probe(arguments: dict[str, Any], ok: Any) -> None:

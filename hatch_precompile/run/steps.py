@@ -260,10 +260,10 @@ class Step:
                 return None
         import torch
 
-        from hatch_precompile.run import touchpoints
+        from hatch_precompile.run.torch_internals import settings
 
         try:
-            with touchpoints.quiet_logger("precompile-logger", _not_the_exec_warning):
+            with settings.quiet_logger("precompile-logger", _not_the_exec_warning):
                 return torch.compiler.precompile.load(files["py"].decode(), files["cache"])
         except Exception as exc:
             self._contract = None

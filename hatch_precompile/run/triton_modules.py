@@ -28,7 +28,7 @@ from types import ModuleType
 from typing import Any
 
 from hatch_precompile.protocol import C_MODULES_DIR
-from hatch_precompile.run import touchpoints
+from hatch_precompile.run.torch_internals import patching
 
 # Triton 3.6 names the module's source by its text, 3.8 by its file: one touchpoint each.
 _TOUCHPOINTS = ("triton-c-module", "triton-c-module-file")
@@ -50,7 +50,7 @@ def record(out: Path) -> None:
             shutil.copyfile(built, target)
 
     for name in _TOUCHPOINTS:
-        touchpoints.wrap(name, after=keep)
+        patching.wrap(name, after=keep)
 
 
 def serve(found: Any) -> None:
@@ -63,14 +63,14 @@ def serve(found: Any) -> None:
     def shipped_module(arguments: dict[str, Any]) -> Any:
         request = _request(arguments)
         if request is None or logical_path(*request) not in shipped:
-            return touchpoints.PASS
+            return patching.PASS
         path = logical_path(*request)
         if path not in loaded:
             loaded[path] = load_extension(request[0], found.read(path))  # raises: Triton builds it
         return loaded[path]
 
     for name in _TOUCHPOINTS:
-        touchpoints.wrap(name, instead=shipped_module)
+        patching.wrap(name, instead=shipped_module)
 
 
 def load_extension(name: str, data: bytes) -> ModuleType:

@@ -6,7 +6,7 @@ its source had at build time. On a hit, Inductor looks for the kernel's tuned co
 multi-config kernel would be benchmarked again in the first process (Mega-Cache has the same
 miss). The ``.best_config`` files are shipped in this cache dir's layout (``<cache>/<xx>/``);
 pointing the kernel at that dir, where its own source is written at the hit, makes the tuned
-config found. Hooked in through run/touchpoints.py, failing safe: if torch's internals differ,
+config found. Hooked in through run/torch_internals/, failing safe: if torch's internals differ,
 the kernel is tuned again.
 """
 
@@ -15,11 +15,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from hatch_precompile.run import touchpoints
+from hatch_precompile.run.torch_internals import patching, settings
 
 
 def apply() -> None:
-    touchpoints.wrap("autotune-recheck", before=_in_cache_dir)
+    patching.wrap("autotune-recheck", before=_in_cache_dir)
 
 
 def in_cache_dir(filename: Any, cache_dir: str) -> Any:
@@ -32,4 +32,4 @@ def in_cache_dir(filename: Any, cache_dir: str) -> Any:
 
 def _in_cache_dir(arguments: dict[str, Any]) -> None:
     autotuner = arguments["self"]
-    autotuner.filename = in_cache_dir(autotuner.filename, touchpoints.inductor_cache_dir())
+    autotuner.filename = in_cache_dir(autotuner.filename, settings.inductor_cache_dir())

@@ -56,13 +56,13 @@ def main(argv: list[str]) -> int:
     if failed is not None:
         work.write_result(out, ChildResult("failed", failure=failed, workloads=workloads))
         return EXIT_WORKLOAD_FAILED
-    from hatch_precompile.build import steps
+    from hatch_precompile.build import step_verify
 
     work.write_result(out, ChildResult("ok", workloads=workloads, data={
         "load": {"loaded": status.loaded, "reason": status.reason, "installed": status.installed,
                  "present": status.present},
         "kernels_installed": kernels_installed,
-        "steps": steps.verified,  # what each save_step() of the workloads found (build/steps.py)
+        "steps": step_verify.verified,  # what each save_step() of the workloads found (build/step_verify.py)
     }))
     return EXIT_OK
 
@@ -81,7 +81,7 @@ def apply_setting(torch: Any, setting: dict[str, Any]) -> None:
     if "matmul_precision" in setting:
         torch.set_float32_matmul_precision(setting["matmul_precision"])
     if "config" in setting:
-        from hatch_precompile.run import touchpoints
+        from hatch_precompile.run.torch_internals import settings
 
         module, name, raw = setting["config"]
         try:
@@ -90,7 +90,7 @@ def apply_setting(torch: Any, setting: dict[str, Any]) -> None:
             value = raw  # a plain word: a string setting
         config = "torch._inductor.config" if module == "inductor" else "torch._functorch.config"
         try:
-            touchpoints.set_config_now("verify-setting", config, name, value)
+            settings.set_config_now("verify-setting", config, name, value)
         except AttributeError:
             raise ValueError(f"{module}.{name}: torch {torch.__version__} has no such setting") from None
         except Exception as exc:  # a config that takes no settings: say which, and why

@@ -225,8 +225,9 @@ def profile(frame, event, arg):
     if event == "call" and frame.f_code.co_name == "triton_key" and "/triton/" in frame.f_code.co_filename:
         seen.append(1)
 sys.setprofile(profile); threading.setprofile(profile)
-from hatch_precompile.run import speedups, touchpoints
-touchpoints.prefetch("triton-key", memo=speedups.TritonKeyMemo())
+from hatch_precompile.run import speedups
+from hatch_precompile.run.torch_internals import prefetch
+prefetch.prefetch("triton-key", memo=speedups.TritonKeyMemo())
 from torch._inductor import codecache
 key = codecache.triton_key()
 sys.setprofile(None); threading.setprofile(None)

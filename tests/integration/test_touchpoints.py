@@ -129,8 +129,8 @@ def test_verify_settings_torch_does_not_take_are_named(tmp_path):
 
 
 def test_a_logger_that_takes_no_filter_leaves_the_records_as_torch_makes_them(tmp_path):
-    code = ("import logging, torch\nfrom hatch_precompile.run import touchpoints\n"
-            "with touchpoints.quiet_logger('precompile-logger', lambda record: False):\n    print('ran')\n")
+    code = ("import logging, torch\nfrom hatch_precompile.run.torch_internals import settings\n"
+            "with settings.quiet_logger('precompile-logger', lambda record: False):\n    print('ran')\n")
     assert run([sys.executable, "-c", code], env=misbehaving("precompile-logger"), cwd=tmp_path).stdout.split()[-1] == "ran"
 
 

@@ -3,7 +3,7 @@
 Any Python started with this dir on PYTHONPATH and ``MISBEHAVE=name,...`` gets, right after the
 torch module in question is imported, each named touchpoint replaced by something with another
 signature, another shape, or that raises (see tests/integration/test_touchpoints.py). The names are those of
-hatch_precompile.run.touchpoints.REGISTRY, one breaker each (``BREAKERS``). Torch's own bound
+hatch_precompile.run.torch_internals.registry.REGISTRY, one breaker each (``BREAKERS``). Torch's own bound
 references are left alone, so torch works; only what hatch-precompile reads or wraps breaks.
 """
 

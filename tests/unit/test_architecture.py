@@ -1,6 +1,8 @@
 """The rules of docs/architecture.md, checked over hatch_precompile's source with ``ast``: the layering,
-no private name of another module, no import cycle (lazy imports included), and torch's private
-modules and attributes only where pyproject's banned-api rule lets them be.
+no private name of another module, no import cycle (lazy imports included), torch's private
+modules and attributes only where pyproject's banned-api rule lets them be, hatchling known only to
+the hatch adapter, ``run/`` standard library only at import, and our variables read only in
+``run/variables.py``.
 
 Each failure names ``file:line``, the rule, and what broke it."""
 
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -24,11 +27,12 @@ PACKAGE = "hatch_precompile"
 # names resolve on first use) is in no layer: importing it is what importing any module does first.
 LAYERS = ("__main__", "tools", "build", "child", "run", "protocol", "errors")
 
-# The files that may touch torch's private modules and private attributes: the touchpoints' owner
-# and what runs in a build's, verify's or snoop's child (and, outside the package, what measures
+# The files that may touch torch's private modules and private attributes: the touchpoints' owners
+# (run/torch_internals/, and build/torch_export.py for what only a build calls) and what runs in a build's, verify's or snoop's child (and, outside the package, what measures
 # torch from outside). pyproject.toml's per-file-ignores for TID251 must name exactly these.
 TORCH_INTERNALS_ALLOWED = (
-    "hatch_precompile/run/touchpoints.py",
+    "hatch_precompile/run/torch_internals/*.py",
+    "hatch_precompile/build/torch_export.py",
     "hatch_precompile/child/*.py",
     "hatch_precompile/build/worker.py",
     "hatch_precompile/build/export.py",
@@ -355,7 +359,7 @@ def test_only_the_designs_files_are_exempt_from_the_banned_api_rule():
         uses = [f"{name} at {where}" for name, places in torch_private_modules().items() for where in places
                 if fnmatch.fnmatch(where.partition(":")[0], path)]
         found.append(f"pyproject.toml:{line}: torch internals: {path} is exempt from TID251, but it is neither "
-                     f"run/touchpoints.py nor a child's (docs/architecture.md); it uses {', '.join(uses) or 'none'}")
+                     f"run/torch_internals/ nor a child's (docs/architecture.md); it uses {', '.join(uses) or 'none'}")
     missing = sorted(set(TORCH_INTERNALS_ALLOWED) - exempt)
     assert not found and not missing, "\n".join(found + [f"pyproject.toml: {path} is not exempt from TID251 "
                                                          "though the design allows it" for path in missing])
@@ -372,7 +376,7 @@ def torch_private_modules_by_name(root: Path = ROOT) -> list[str]:
             name = named_import(node)
             if name and name.split(".")[0] == "torch" and any(map(private, name.split("."))):
                 found.append(f"{rel(module, root)}:{node.lineno}: torch internals: {ast.unparse(node)} names a private "
-                             "torch module; go through run/touchpoints.py")
+                             "torch module; go through run/torch_internals/")
     return found
 
 
@@ -403,10 +407,10 @@ def torch_private_attribute_uses(root: Path = ROOT) -> list[str]:
         for node in ast.walk(tree(module, root)):
             if isinstance(node, ast.Attribute) and node.attr in names and not own_state(node):
                 found.append(f"{rel(module, root)}:{node.lineno}: torch internals: {ast.unparse(node)} is a private "
-                             "attribute of torch.nn.Module; go through run/touchpoints.py")
+                             "attribute of torch.nn.Module; go through run/torch_internals/")
             elif isinstance(node, ast.Constant) and node.value in names:
                 found.append(f"{rel(module, root)}:{node.lineno}: torch internals: {node.value!r} names a private "
-                             "attribute of torch.nn.Module; go through run/touchpoints.py")
+                             "attribute of torch.nn.Module; go through run/torch_internals/")
     return sorted(found, key=by_place)
 
 
@@ -419,6 +423,131 @@ def test_the_private_attribute_check_knows_torchs_module_state():
     assert {"_modules", "_parameters", "_buffers", "_forward_hooks"} <= module_private_attributes()
 
 
+# --- hatchling, run/'s imports, our variables ------------------------------------------------------
+
+def holds(found: list[str]) -> None:
+    """The rule holds: else each place that breaks it, one a line."""
+    assert not found, "\n".join(found)
+
+
+# Only the hatch adapter knows hatchling: the code below it is backend-neutral (scikit-build-core's
+# hatch/ is the model), so `warm`, `bake` and verify run it without hatchling installed.
+HATCHLING_ALLOWED = ("hatch_precompile/build/hooks.py", "hatch_precompile/build/plugin.py")
+
+
+def hatchling_imports(root: Path = ROOT) -> list[str]:
+    """Every import of hatchling, lazy ones included, outside the hatch adapter."""
+    found = []
+    for module in modules(root):
+        for imp in imports(module, root):
+            if imp.target.split(".")[0] == "hatchling" and imp.path not in HATCHLING_ALLOWED:
+                found.append(f"{imp.path}:{imp.line}: hatchling: imports {imp.target}; only "
+                             f"{' and '.join(HATCHLING_ALLOWED)} know hatchling")
+    return found
+
+
+def test_only_the_hatch_adapter_imports_hatchling():
+    holds(hatchling_imports())
+
+
+# What run/ may import when it is imported (every `import pkg` pays for it): the standard library,
+# the contract, the errors and run/ itself. torch and triton are imported inside functions, when
+# there is something to load.
+RUN_IMPORTS_ALLOWED = ("hatch_precompile.protocol", "hatch_precompile.errors", "hatch_precompile.run")
+
+
+def import_time_nodes(node: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of ``node`` that run when its module is imported: not a function's body, nor an
+    ``if TYPE_CHECKING:`` block."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+            continue
+        yield child
+        yield from import_time_nodes(child)
+
+
+def run_import_time_imports(root: Path = ROOT) -> list[str]:
+    found = []
+    for module in modules(root):
+        if layer(module) != "run":
+            continue
+        lines = {node.lineno for node in import_time_nodes(tree(module, root)) if isinstance(node, (ast.Import, ast.ImportFrom))}
+        for imp in imports(module, root):
+            if imp.line not in lines or imp.target.split(".")[0] in sys.stdlib_module_names | {"__future__"}:
+                continue
+            if not any(imp.target == ok or imp.target.startswith(ok + ".") for ok in RUN_IMPORTS_ALLOWED):
+                found.append(f"{imp.path}:{imp.line}: run/ imports: {imp.target} at import time; run/ imports only "
+                             f"the standard library, {', '.join(RUN_IMPORTS_ALLOWED)} when imported (torch and "
+                             "triton inside the functions that need them)")
+    return found
+
+
+def test_run_imports_only_the_standard_library_and_the_contract_at_import_time():
+    holds(run_import_time_imports())
+
+
+VARIABLE_PREFIXES = ("HATCH_PRECOMPILE", "PRECOMPILE")  # ours: HATCH_PRECOMPILE_*, PRECOMPILE, PRECOMPILE_<NAME>
+VARIABLES_READER = "hatch_precompile/run/variables.py"
+
+
+def variable_constants(root: Path = ROOT) -> dict[str, str]:
+    """The module-level constants naming one of our variables (``PACKAGE_VAR = "HATCH_PRECOMPILE_PACKAGE"``)."""
+    found = {}
+    for module in modules(root):
+        for node in tree(module, root).body:
+            if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+                    and isinstance(node.value.value, str) and node.value.value.startswith(VARIABLE_PREFIXES)):
+                found.update({target.id: node.value.value for target in node.targets if isinstance(target, ast.Name)})
+    return found
+
+
+def variable_reads(root: Path = ROOT) -> list[str]:
+    """Each read of one of our variables (``os.environ.get``/``[...]``/``in os.environ``,
+    ``os.getenv``, or the same on an ``environ``/``env`` mapping), by a literal name, an f-string
+    starting with one, or a constant naming one, outside run/variables.py. Writes (a child's
+    environment set up) are not reads."""
+    constants = variable_constants(root)
+
+    def ours(node: ast.expr) -> bool:
+        if isinstance(node, ast.Constant):
+            return isinstance(node.value, str) and node.value.startswith(VARIABLE_PREFIXES)
+        if isinstance(node, ast.JoinedStr):
+            return bool(node.values) and ours(node.values[0])
+        return (isinstance(node, ast.Name) and node.id in constants
+                or isinstance(node, ast.Attribute) and node.attr in constants)
+
+    def environment(node: ast.expr) -> bool:
+        return ast.unparse(node).split(".")[-1] in {"environ", "env", "environment"}
+
+    found = []
+    for module in modules(root):
+        if rel(module, root) == VARIABLES_READER:
+            continue
+        for node in ast.walk(tree(module, root)):
+            read = None
+            if isinstance(node, ast.Call) and node.args and ours(node.args[0]):
+                func = node.func
+                if (isinstance(func, ast.Attribute) and func.attr in {"get", "pop"} and environment(func.value)
+                        or ast.unparse(func) in {"os.getenv", "getenv"}):
+                    read = node
+            elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and environment(node.value) \
+                    and ours(node.slice):
+                read = node
+            elif (isinstance(node, ast.Compare) and ours(node.left) and any(isinstance(op, (ast.In, ast.NotIn))
+                  for op in node.ops) and any(environment(c) for c in node.comparators)):
+                read = node
+            if read is not None:
+                found.append(f"{rel(module, root)}:{node.lineno}: variables: {ast.unparse(read)} reads one of our "
+                             f"variables; read it through {VARIABLES_READER}")
+    return sorted(found, key=by_place)
+
+
+def test_our_variables_are_read_only_in_run_variables():
+    holds(variable_reads())
+
+
 # --- each check finds what it is for ---------------------------------------------------------------
 
 
@@ -428,12 +557,22 @@ def test_each_check_reports_a_broken_rule_with_its_place(tmp_path):
         "__init__.py": "",
         "errors.py": "",
         "protocol/__init__.py": "",
-        "protocol/names.py": "import importlib\n\nimportlib.import_module('hatch_precompile.run.gate')\n",
+        "protocol/names.py": ("import importlib\n\nimportlib.import_module('hatch_precompile.run.gate')\n"
+                              "NO_STEPS_VAR = 'HATCH_PRECOMPILE_NO_STEPS'\n"),
         "run/__init__.py": "",
         "run/gate.py": "_secret = 1\n\ndef f():\n    from hatch_precompile.run import loader\n",
         "run/loader.py": ("from hatch_precompile.run import gate\nfrom hatch_precompile.run.gate import _secret\n"
                           "import torch.utils._pytree\n\ndef g(m):\n    return gate._secret, m._buffers, self_ok()\n"
                           "\n\ndef h():\n    import sys\n    return sys.modules.get('torch._inductor.config')\n"),
+        "run/variables.py": "import os\n\nos.environ.get('HATCH_PRECOMPILE_DEBUG')\n",
+        "run/lazy.py": ("import json\nimport torch\nfrom hatch_precompile import errors\n\n\ndef f():\n"
+                        "    import triton\n"),
+        "build/__init__.py": "",
+        "build/hooks.py": "from hatchling.plugin import hookimpl\n",
+        "build/capture.py": ("import os\n\nfrom hatch_precompile.protocol import names\n\n\ndef f(env):\n"
+                             "    from hatchling.builders import wheel\n"
+                             "    return os.getenv('PRECOMPILE'), env[names.NO_STEPS_VAR], os.environ.get(f'PRECOMPILE_{f}')\n"
+                             "\n\ndef g():\n    os.environ[NO_STEPS_VAR] = '1'\n"),
     }
     for name, text in files.items():
         (tmp_path / PACKAGE / name).parent.mkdir(parents=True, exist_ok=True)
@@ -448,7 +587,22 @@ def test_each_check_reports_a_broken_rule_with_its_place(tmp_path):
     assert sorted(torch_private_modules(tmp_path)) == ["torch._inductor", "torch.utils._pytree"]
     assert torch_private_modules_by_name(tmp_path) == [
         "hatch_precompile/run/loader.py:11: torch internals: sys.modules.get('torch._inductor.config') names a "
-        "private torch module; go through run/touchpoints.py"]
+        "private torch module; go through run/torch_internals/"]
     assert torch_private_attribute_uses(tmp_path) == [
         "hatch_precompile/run/loader.py:6: torch internals: m._buffers is a private attribute of torch.nn.Module; "
-        "go through run/touchpoints.py"]
+        "go through run/torch_internals/"]
+    assert hatchling_imports(tmp_path) == [
+        "hatch_precompile/build/capture.py:7: hatchling: imports hatchling.builders; only "
+        "hatch_precompile/build/hooks.py and hatch_precompile/build/plugin.py know hatchling"]
+    assert run_import_time_imports(tmp_path) == [
+        "hatch_precompile/run/lazy.py:2: run/ imports: torch at import time; run/ imports only the standard library, "
+        f"{', '.join(RUN_IMPORTS_ALLOWED)} when imported (torch and triton inside the functions that need them)",
+        "hatch_precompile/run/loader.py:3: run/ imports: torch.utils._pytree at import time; run/ imports only the "
+        f"standard library, {', '.join(RUN_IMPORTS_ALLOWED)} when imported (torch and triton inside the functions "
+        "that need them)"]
+    reads = "read it through hatch_precompile/run/variables.py"
+    assert variable_reads(tmp_path) == [
+        f"hatch_precompile/build/capture.py:8: variables: os.getenv('PRECOMPILE') reads one of our variables; {reads}",
+        f"hatch_precompile/build/capture.py:8: variables: env[names.NO_STEPS_VAR] reads one of our variables; {reads}",
+        f"hatch_precompile/build/capture.py:8: variables: os.environ.get(f'PRECOMPILE_{{f}}') reads one of our "
+        f"variables; {reads}"]

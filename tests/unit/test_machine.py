@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hatch_precompile.build import elf, isa
-from hatch_precompile.protocol import Manifest
+from hatch_precompile.protocol import DYNAMIC_THREADS_VAR, Manifest
 from hatch_precompile.run import envkey, key_agreement, machine, relocate, speedups
 from unit.test_install import assert_skipped, ship
 
@@ -269,12 +269,12 @@ def test_a_sets_dynamic_threads_reach_this_process_unless_the_user_chose(monkeyp
 
     manifest = Manifest("p", {}, {}, settings={"cpp.dynamic_threads": True})
     monkeypatch.setattr(config.cpp, "dynamic_threads", False)
-    monkeypatch.delenv(key_agreement.DYNAMIC_THREADS_VAR, raising=False)
+    monkeypatch.delenv(DYNAMIC_THREADS_VAR, raising=False)
     later: list[str] = []
     assert key_agreement.apply(manifest, later.append) == []
     assert config.cpp.dynamic_threads is True
     monkeypatch.setattr(config.cpp, "dynamic_threads", False)
-    monkeypatch.setenv(key_agreement.DYNAMIC_THREADS_VAR, "0")
+    monkeypatch.setenv(DYNAMIC_THREADS_VAR, "0")
     (note,) = key_agreement.apply(manifest, later.append)
     assert later == [] and note.startswith("TORCHINDUCTOR_CPP_DYNAMIC_THREADS=0 here") and config.cpp.dynamic_threads is False
 

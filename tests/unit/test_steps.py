@@ -331,12 +331,87 @@ def branching_loss(m, x, y):
 
 def test_a_training_step_torch_cannot_export_is_not_shipped_and_the_build_says_where(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv(STEPS_DIR_VAR, str(tmp_path / "steps"))
+    monkeypatch.delattr(torch.compiler, "precompile", raising=False)
     m, (x, y) = model(), batch()
-    assert capture.save_step("train", branching_loss, m, x, y, backward=True) is None
+    assert capture.save_step("train", branching_loss, m, x, y, backward=True, on_failure="warn") is None
     said = capsys.readouterr().out
     assert f"step 'train' (aotinductor route, forward and backward): torch {torch.__version__} could not export it " \
            f"at {__file__}:" in said
     assert "load_step() runs torch.compile and backward()" in said
+    assert not (tmp_path / "steps").exists()
+
+
+def plain_loss(m, x, y):
+    return nn.functional.cross_entropy(m(x), y)
+
+
+def loss_routes(monkeypatch, tmp_path, export_error: Exception, precompile_error: Exception | None) -> None:
+    """The loss step's two routes, made to fail as told (no compile: the unit tier stays fast)."""
+    from hatch_precompile.build import export
+
+    def save(*args, **kwargs):
+        raise export_error
+
+    monkeypatch.setattr(export, "save", save)
+    if precompile_error is None:
+        monkeypatch.delattr(torch.compiler, "precompile", raising=False)
+    else:
+        def precompile(*args, **kwargs):
+            raise precompile_error
+
+        monkeypatch.setattr(torch.compiler, "precompile", precompile, raising=False)
+    monkeypatch.setenv(STEPS_DIR_VAR, str(tmp_path / "steps"))
+
+
+def test_a_loss_neither_route_ships_fails_the_build_naming_both_routes(monkeypatch, tmp_path):
+    """on_failure="error": a package author's CI fails the day its loss stops exporting and
+    torch.compiler.precompile cannot capture it either."""
+    loss_routes(monkeypatch, tmp_path, RuntimeError("data-dependent branch"), RuntimeError("cannot guard on u0"))
+    m, (x, y) = model(), batch()
+    with pytest.raises(capture.StepCaptureError, match=r"step 'train' \(a loss, backward=True\) can be shipped by neither "
+                       r"route: aotinductor route \(forward and backward\): torch \S+ could not export it at \S+: RuntimeError: "
+                       r"data-dependent branch; precompile route: torch \S+ could not capture it either: RuntimeError: "
+                       r"cannot guard on u0\. .*on_failure=\"warn\""):
+        capture.save_step("train", plain_loss, m, x, y, backward=True)
+    mismatch = step_check.StepMismatch("step 'train': the captured step computes something else")
+    loss_routes(monkeypatch, tmp_path, RuntimeError("data-dependent branch"), mismatch)
+    with pytest.raises(step_check.StepMismatch, match=r"neither route: aotinductor route .* precompile route: step "
+                       r"'train': the captured step computes something else"):
+        capture.save_step("train", plain_loss, m, x, y, backward=True)
+    loss_routes(monkeypatch, tmp_path, RuntimeError("data-dependent branch"), None)  # a torch before 2.14
+    with pytest.raises(capture.StepCaptureError, match=r"precompile route: torch \S+ has no torch.compiler.precompile"):
+        capture.save_step("train", plain_loss, m, x, y, backward=True)
+    assert not (tmp_path / "steps").exists()
+
+
+def test_a_loss_neither_route_ships_with_on_failure_warn_is_noted(monkeypatch, tmp_path, capsys):
+    loss_routes(monkeypatch, tmp_path, RuntimeError("data-dependent branch"), RuntimeError("cannot guard on u0"))
+    m, (x, y) = model(), batch()
+    assert capture.save_step("train", plain_loss, m, x, y, backward=True, on_failure="warn") is None
+    said = capsys.readouterr().out
+    assert "precompile: warning: step 'train' (aotinductor route, forward and backward): torch " in said
+    assert "capturing it with torch.compiler.precompile instead" in said
+    assert ("precompile: warning: step 'train' (precompile route): torch " in said
+            and "could not capture it either: RuntimeError: cannot guard on u0; load_step() runs torch.compile and "
+                "backward()" in said)
+
+
+def test_a_torch_that_lacks_the_loss_routes_only_notes_even_with_on_failure_error(monkeypatch, tmp_path, capsys):
+    from hatch_precompile.build import export_proof
+    from hatch_precompile.child import package_proof
+
+    def crashed(*args, **kwargs):  # the loader took its prover down: this torch lacks the route here
+        raise package_proof.LoaderCrashed("crashed (SIGSEGV)", {"torch": torch.__version__, "device": "cpu"}, "")
+
+    monkeypatch.setattr(package_proof, "prove", crashed)
+    with pytest.raises(step_check.NotAvailable, match=r"loader crashed \(SIGSEGV\) opening and running") as crash:
+        export_proof.proven_in_child("train", b"", {}, [])
+    loss_routes(monkeypatch, tmp_path, crash.value, None)
+    m, (x, y) = model(), batch()
+    assert capture.save_step("train", plain_loss, m, x, y, backward=True) is None
+    said = capsys.readouterr().out
+    assert (f"precompile: warning: step 'train' not captured: {crash.value}; load_step() falls back to "
+            "torch.compile and backward()") in said
     assert not (tmp_path / "steps").exists()
 
 

@@ -1,4 +1,4 @@
-"""run/touchpoints.py in this process, on stand-ins for torch's modules: every hook kind, and every
+"""run/torch_internals/ in this process, on stand-ins for torch's modules: every hook kind, and every
 way a touchpoint can fail safe. (The same against a misbehaving torch: test_touchpoints.py.)"""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import pytest
 
 from hatch_precompile.build import isa
 from hatch_precompile.child import key_details
-from hatch_precompile.run import key_agreement, touchpoints, tuned_configs
+from hatch_precompile.run import key_agreement, tuned_configs
+from hatch_precompile.run.torch_internals import patching, prefetch, registry, settings
 
 _names = count()
 
@@ -25,7 +26,7 @@ _registered: list[str] = []
 def point(module: str, qualname: str, kind: str = "wrap", elsewhere: str | None = None) -> str:
     """A touchpoint of a made-up module, registered for the test: its name."""
     name = f"test-{module}-{qualname}-{kind}"
-    touchpoints.REGISTRY[name] = touchpoints.Touchpoint(name, module, qualname, kind, "a test", elsewhere=elsewhere)
+    registry.REGISTRY[name] = registry.Touchpoint(name, module, qualname, kind, "a test", elsewhere=elsewhere)
     _registered.append(name)
     return name
 
@@ -34,7 +35,7 @@ def point(module: str, qualname: str, kind: str = "wrap", elsewhere: str | None 
 def _unregister():
     yield
     while _registered:
-        touchpoints.REGISTRY.pop(_registered.pop(), None)
+        registry.REGISTRY.pop(_registered.pop(), None)
 
 
 @pytest.fixture
@@ -46,8 +47,8 @@ def event_logger(monkeypatch):
     module = types.ModuleType("fake_dynamo_utils")
     module.get_chromium_event_logger = lambda: asked.append(threading.current_thread().name)
     monkeypatch.setitem(sys.modules, module.__name__, module)
-    monkeypatch.setitem(touchpoints.REGISTRY, "event-logger",
-                        dataclasses.replace(touchpoints.REGISTRY["event-logger"], module=module.__name__))
+    monkeypatch.setitem(registry.REGISTRY, "event-logger",
+                        dataclasses.replace(registry.REGISTRY["event-logger"], module=module.__name__))
     return asked
 
 
@@ -77,13 +78,13 @@ def test_every_hook_kind_and_any_signature(fake):
 
     name, module = fake(compile_file=compile_file)
     seen = []
-    touchpoints.wrap(point(name, "compile_file"), before=lambda a: {"cmd_line": a["cmd_line"] + " -O2"},
-                     after=lambda a, result: seen.append((a["cwd"], result)))
+    patching.wrap(point(name, "compile_file"), before=lambda a: {"cmd_line": a["cmd_line"] + " -O2"},
+                  after=lambda a, result: seen.append((a["cwd"], result)))
     assert module.compile_file("g++", verbose=True) == len("g++ -O2")
     assert calls == [("g++ -O2", "/tmp", True)] and seen == [("/tmp", 7)]
-    touchpoints.wrap(point(name, "compile_file"), instead=lambda a: 0 if a["cmd_line"].startswith("skip") else touchpoints.PASS)
+    patching.wrap(point(name, "compile_file"), instead=lambda a: 0 if a["cmd_line"].startswith("skip") else patching.PASS)
     assert module.compile_file("skip me") == 0 and len(calls) == 1  # answered in torch's place
-    assert getattr(module.compile_file, touchpoints.MARK) and module.compile_file.__wrapped__ is compile_file
+    assert getattr(module.compile_file, patching.MARK) and module.compile_file.__wrapped__ is compile_file
 
 
 def test_a_raising_hook_is_as_if_it_had_not_run(fake):
@@ -91,7 +92,7 @@ def test_a_raising_hook_is_as_if_it_had_not_run(fake):
         raise RuntimeError("a hook with a bug")
 
     name, module = fake(write=lambda content, extension="py": (content, extension))
-    touchpoints.wrap(point(name, "write"), before=boom, instead=boom, after=boom)
+    patching.wrap(point(name, "write"), before=boom, instead=boom, after=boom)
     assert module.write("x", extension="cpp") == ("x", "cpp")
 
 
@@ -104,7 +105,7 @@ def test_a_signature_that_cannot_be_read_passes_through_untouched(fake):
 
     name, module = fake(write=NoSignature())
     arguments = []
-    touchpoints.wrap(point(name, "write"), after=lambda a, _: arguments.append(a))
+    patching.wrap(point(name, "write"), after=lambda a, _: arguments.append(a))
     assert module.write(1, b=2) == ((1,), {"b": 2}) and arguments == [{}]
 
 
@@ -118,23 +119,23 @@ def test_methods_static_methods_and_missing_attributes(fake):
             return "-mavx2"
 
     name, module = fake(VecISA=VecISA)
-    touchpoints.wrap(point(name, "VecISA.check_build"), instead=lambda a: True if a["code"] == "vouched" else touchpoints.PASS)
-    touchpoints.wrap(point(name, "VecISA.flags"), after=lambda a, r: None)
+    patching.wrap(point(name, "VecISA.check_build"), instead=lambda a: True if a["code"] == "vouched" else patching.PASS)
+    patching.wrap(point(name, "VecISA.flags"), after=lambda a, r: None)
     assert VecISA().check_build("vouched") is True and VecISA().check_build("x") == "built x"
     assert VecISA.flags() == "-mavx2"
-    touchpoints.wrap(point(name, "VecISA.no_such_method"), after=lambda a, r: None)  # another torch: left alone
-    touchpoints.wrap(point(name, "NoSuchClass.method"), after=lambda a, r: None)
-    touchpoints.set_config(point(name, "cpp.dynamic_threads", "setting"), "cpp.dynamic_threads", True)  # no `cpp` here: nothing set
-    touchpoints.prefetch(point(name, "torch_key", "prefetch"))
+    patching.wrap(point(name, "VecISA.no_such_method"), after=lambda a, r: None)  # another torch: left alone
+    patching.wrap(point(name, "NoSuchClass.method"), after=lambda a, r: None)
+    settings.set_config(point(name, "cpp.dynamic_threads", "setting"), "cpp.dynamic_threads", True)  # no `cpp` here: nothing set
+    prefetch.prefetch(point(name, "torch_key", "prefetch"))
     assert not hasattr(module, "cpp")
 
 
 def test_wrapped_once_whoever_asks_and_hooks_added_later_are_seen(fake):
     name, module = fake(write=lambda content: content)
     first, second = [], []
-    touchpoints.wrap(point(name, "write"), after=lambda a, r: first.append(r))
+    patching.wrap(point(name, "write"), after=lambda a, r: first.append(r))
     wrapper = module.write
-    touchpoints.wrap(point(name, "write"), after=lambda a, r: second.append(r))
+    patching.wrap(point(name, "write"), after=lambda a, r: second.append(r))
     assert module.write is wrapper
     module.write("x")
     assert first == second == ["x"]
@@ -145,8 +146,8 @@ def test_the_switch_leaves_torch_code_untouched_and_still_applies_settings(fake,
     original = module.write
     for variable in ("HATCH_PRECOMPILE_NO_PATCHES", "HATCH_PRECOMPILE_NO_SPEEDUPS"):
         monkeypatch.setenv(variable, "1")
-        touchpoints.wrap(point(name, "write"), after=lambda a, r: None)
-        touchpoints.set_config(point(name, "cpp.dynamic_threads", "setting"), "cpp.dynamic_threads", True)
+        patching.wrap(point(name, "write"), after=lambda a, r: None)
+        settings.set_config(point(name, "cpp.dynamic_threads", "setting"), "cpp.dynamic_threads", True)
         # The setting is torch's own knob, not a patch: without it every shipped graph misses.
         assert module.write is original and module.cpp.dynamic_threads is True
         module.cpp.dynamic_threads = False
@@ -158,7 +159,7 @@ def test_a_module_not_yet_imported_is_patched_right_after_its_import(tmp_path, m
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "late_torch_module", raising=False)
     seen = []
-    touchpoints.wrap(point("late_torch_module", "write"), after=lambda a, r: seen.append(r))
+    patching.wrap(point("late_torch_module", "write"), after=lambda a, r: seen.append(r))
     import late_torch_module
 
     assert late_torch_module.write("x") == "x" and seen == ["x"]
@@ -172,7 +173,7 @@ def test_the_compile_command_hook_passes_a_command_it_cannot_read_through(fake):
     name, module = fake(run_compile_cmd=lambda cmd_line, cwd: seen.append(cmd_line))
     flags = isa.CompileFlags(portable=True)
     hook = flags._before_compile
-    touchpoints.wrap(point(name, "run_compile_cmd"), before=hook)
+    patching.wrap(point(name, "run_compile_cmd"), before=hook)
     module.run_compile_cmd("g++ -march=native -mavx2 -o o.so", "/tmp")
     assert seen == ["g++  -mavx2 -o o.so"] and flags.target == "portable"
     module.run_compile_cmd(["g++", "-march=native"], "/tmp")  # another shape: run as torch made it
@@ -187,8 +188,8 @@ def test_the_key_hook_leaves_a_key_it_cannot_read_as_torch_made_it(fake, monkeyp
     name, _ = fake(FxGraphHashDetails=FxGraphHashDetails)
     monkeypatch.setattr(key_agreement, "_built_compiler", {"config": [None, "g++"], "family": "gcc"})
     monkeypatch.setattr(key_agreement, "stands_in", lambda: True)
-    touchpoints.wrap(point(name, "FxGraphHashDetails.__init__"),
-                     after=lambda arguments, _: key_agreement.agree_compiler(arguments["self"].inductor_config))
+    patching.wrap(point(name, "FxGraphHashDetails.__init__"),
+                  after=lambda arguments, _: key_agreement.agree_compiler(arguments["self"].inductor_config))
     assert FxGraphHashDetails("not a dict").inductor_config == "not a dict"
     assert FxGraphHashDetails({"cpp.cxx": (None, "g++-12")}).inductor_config == {"cpp.cxx": (None, "g++")}
 
@@ -215,8 +216,8 @@ def test_the_key_recorder_records_what_it_can_read_and_skips_the_rest(fake, monk
     codecache, module = fake(FxGraphHashDetails=FxGraphHashDetails, compiled_fx_graph_hash=compiled_fx_graph_hash)
     autograd, _ = fake(autograd_cache_key=autograd_cache_key)
     for name, module_name in (("key-details", codecache), ("fx-key", codecache), ("aot-key", autograd)):
-        monkeypatch.setitem(touchpoints.REGISTRY, name,
-                            dataclasses.replace(touchpoints.REGISTRY[name], module=module_name))
+        monkeypatch.setitem(registry.REGISTRY, name,
+                            dataclasses.replace(registry.REGISTRY[name], module=module_name))
     recorder = key_details.KeyRecorder()
     module.compiled_fx_graph_hash(FxGraphHashDetails(default_dtype="torch.float32", inductor_config={"a": 1},
                                                      example_inputs=[3]))
@@ -241,7 +242,7 @@ def test_tuned_configs_are_looked_up_in_this_cache_dir_or_left_alone(fake):
             return "checked"
 
     name, _ = fake(CachingAutotuner=CachingAutotuner)
-    touchpoints.wrap(point(name, "CachingAutotuner.recheck_autotune_cache"), before=tuned_configs._in_cache_dir)
+    patching.wrap(point(name, "CachingAutotuner.recheck_autotune_cache"), before=tuned_configs._in_cache_dir)
     assert CachingAutotuner().recheck_autotune_cache() == "checked"
 
 
@@ -259,10 +260,10 @@ def test_the_keys_are_hashed_from_the_first_compile_not_at_import(fake, monkeypa
     codecache, _ = fake(torch_key=torch_key)
     convert_frame, module = fake(_compile=lambda code, *rest: f"graph of {code}")
     for name, where in (("torch-key", codecache), ("triton-key", codecache), ("dynamo-compile", convert_frame)):
-        monkeypatch.setitem(touchpoints.REGISTRY, name,
-                            dataclasses.replace(touchpoints.REGISTRY[name], module=where, elsewhere=None))
-    monkeypatch.setattr(touchpoints, "_hooks", {})
-    monkeypatch.setattr(touchpoints, "_first_compile", [])
+        monkeypatch.setitem(registry.REGISTRY, name,
+                            dataclasses.replace(registry.REGISTRY[name], module=where, elsewhere=None))
+    monkeypatch.setattr(patching, "_hooks", {})
+    monkeypatch.setattr(prefetch, "_first_compile", [])
     speedups.apply()
     assert started == []  # Inductor imported, nothing compiled: nothing hashed
     assert module._compile("f") == "graph of f" and started == ["torch-key"]
@@ -276,16 +277,16 @@ def test_the_compilers_version_is_asked_at_the_first_compile_and_a_failing_start
     from hatch_precompile.run import envkey
 
     convert_frame, module = fake(_compile=lambda code, *rest: f"graph of {code}")
-    monkeypatch.setitem(touchpoints.REGISTRY, "dynamo-compile",
-                        dataclasses.replace(touchpoints.REGISTRY["dynamo-compile"], module=convert_frame))
-    monkeypatch.setattr(touchpoints, "_hooks", {})
-    monkeypatch.setattr(touchpoints, "_first_compile", [])
+    monkeypatch.setitem(registry.REGISTRY, "dynamo-compile",
+                        dataclasses.replace(registry.REGISTRY["dynamo-compile"], module=convert_frame))
+    monkeypatch.setattr(patching, "_hooks", {})
+    monkeypatch.setattr(prefetch, "_first_compile", [])
     monkeypatch.setattr(key_agreement, "_built_compiler", {})
     asked, notes = [], []
     monkeypatch.setattr(envkey, "cxx_command", lambda: "g++")
     monkeypatch.setattr(envkey, "compiler", lambda: asked.append("--version") or {
         "command": "g++", "version": "unavailable (exit 1)", "family": "gcc"})
-    touchpoints.at_first_compile(lambda: 1 / 0)
+    prefetch.at_first_compile(lambda: 1 / 0)
     manifest = Manifest("p", {}, {}, compiler={"family": "gcc", "command": "g++", "config": "g++"})
     assert key_agreement.apply(manifest, notes.append) == [] and asked == []
     assert module._compile("f") == "graph of f"
@@ -306,7 +307,7 @@ def test_prefetch_uses_torchs_own_or_a_thread(fake):
 
     torch_key.prefetch = lambda: prefetched.append("torch's prefetch")
     name, _ = fake(torch_key=torch_key)
-    touchpoints.prefetch(point(name, "torch_key", "prefetch"))
+    prefetch.prefetch(point(name, "torch_key", "prefetch"))
     assert prefetched == ["torch's prefetch"]  # 2.13+: torch starts it
 
     # An older torch: no .prefetch. A thread computes it once, and a caller waits for that result
@@ -320,7 +321,7 @@ def test_prefetch_uses_torchs_own_or_a_thread(fake):
 
     slow_key.set = "torch's setter"
     name, module = fake(torch_key=slow_key)
-    touchpoints.prefetch(point(name, "torch_key", "prefetch"))
+    prefetch.prefetch(point(name, "torch_key", "prefetch"))
     assert module.torch_key is not slow_key and module.torch_key.set == "torch's setter"
     threading.Timer(0.2, release.set).start()
     assert module.torch_key() == b"key" and calls == ["hatch-precompile torch_key"]
@@ -330,16 +331,16 @@ def test_prefetch_uses_torchs_own_or_a_thread(fake):
         raise RuntimeError("no triton")
 
     name, module = fake(triton_key=broken)
-    touchpoints.prefetch(point(name, "triton_key", "prefetch"))
+    prefetch.prefetch(point(name, "triton_key", "prefetch"))
     with pytest.raises(RuntimeError, match="no triton"):
         module.triton_key()
     # Absent where asked (torch before 2.13 has no codecache.triton_key): the other home is used.
     other, home = fake(triton_key=lambda: "triton's key")
     name, _ = fake(other=None)
-    touchpoints.prefetch(point(name, "triton_key", "prefetch", elsewhere=other))
-    assert home.triton_key() == "triton's key" and getattr(home.triton_key, touchpoints.MARK)
+    prefetch.prefetch(point(name, "triton_key", "prefetch", elsewhere=other))
+    assert home.triton_key() == "triton's key" and getattr(home.triton_key, patching.MARK)
     name, _ = fake(other=None)
-    touchpoints.prefetch(point(name, "triton_key", "prefetch"))  # absent, and nowhere else: nothing
+    prefetch.prefetch(point(name, "triton_key", "prefetch"))  # absent, and nowhere else: nothing
 
 
 def test_nothing_is_hashed_in_the_background_before_dynamos_event_logger_is_made(fake, event_logger, monkeypatch):
@@ -356,11 +357,11 @@ def test_nothing_is_hashed_in_the_background_before_dynamos_event_logger_is_made
         return b"key"
 
     name, module = fake(torch_key=torch_key)
-    touchpoints.prefetch(point(name, "torch_key", "prefetch"))
+    prefetch.prefetch(point(name, "torch_key", "prefetch"))
     assert module.torch_key() == b"key" and found == [[here]]
     own = types.SimpleNamespace(prefetch=lambda: found.append(list(event_logger)))  # torch's own (2.13+)
     name, _ = fake(torch_key=own)
-    touchpoints.prefetch(point(name, "torch_key", "prefetch"))
+    prefetch.prefetch(point(name, "torch_key", "prefetch"))
     assert found[-1] == [here, here]
 
     def unmade():
@@ -368,9 +369,9 @@ def test_nothing_is_hashed_in_the_background_before_dynamos_event_logger_is_made
 
     monkeypatch.setattr(sys.modules["fake_dynamo_utils"], "get_chromium_event_logger", unmade)
     name, module = fake(torch_key=torch_key)
-    touchpoints.prefetch(point(name, "torch_key", "prefetch"))
+    prefetch.prefetch(point(name, "torch_key", "prefetch"))
     name, _ = fake(torch_key=own)
-    touchpoints.prefetch(point(name, "torch_key", "prefetch"))
+    prefetch.prefetch(point(name, "torch_key", "prefetch"))
     assert module.torch_key is torch_key and len(found) == 2  # torch hashes it when it needs it
 
 
@@ -381,8 +382,8 @@ def test_a_key_hashed_in_the_background_shares_the_event_logger_dynamos_compile_
 
     from torch._dynamo import utils
 
-    monkeypatch.setitem(touchpoints.REGISTRY, "event-logger",  # torch's own, not the fixture's
-                        dataclasses.replace(touchpoints.REGISTRY["event-logger"], module=touchpoints.DYNAMO_UTILS))
+    monkeypatch.setitem(registry.REGISTRY, "event-logger",  # torch's own, not the fixture's
+                        dataclasses.replace(registry.REGISTRY["event-logger"], module=registry.DYNAMO_UTILS))
     monkeypatch.setattr(utils, "CHROMIUM_EVENT_LOG", None)
     release, used = threading.Event(), []
 
@@ -393,7 +394,7 @@ def test_a_key_hashed_in_the_background_shares_the_event_logger_dynamos_compile_
         return b"key"
 
     name, module = fake(torch_key=torch_key)
-    touchpoints.prefetch(point(name, "torch_key", "prefetch"))
+    prefetch.prefetch(point(name, "torch_key", "prefetch"))
     made = utils.CHROMIUM_EVENT_LOG
     assert made is not None  # before the thread hashed anything
     with utils.dynamo_timed("dynamo"):  # Dynamo's compile, its event open
@@ -444,7 +445,7 @@ def test_a_system_answer_that_leaves_tritons_key_out_never_computes_it(fake, mon
     expected = module.CacheBase.get_system.__wrapped__()  # torch's answer, computed as torch does
     calls.clear()
     otherwise = []
-    touchpoints.answer_without(point(name, "CacheBase.get_system", "answer"), "triton_key", otherwise=lambda: otherwise.append(1))
+    prefetch.answer_without(point(name, "CacheBase.get_system", "answer"), "triton_key", otherwise=lambda: otherwise.append(1))
     assert module.CacheBase.get_system() == expected and module.CacheBase().get_system() == expected
     assert module.CacheBase.get_system() is module.CacheBase.get_system()  # one answer, as a cache gives
     assert calls == [] and otherwise == []
@@ -454,7 +455,7 @@ def test_a_system_answer_that_leaves_tritons_key_out_never_computes_it(fake, mon
 def test_a_system_answer_that_uses_tritons_key_is_left_to_torch(fake, monkeypatch, fetch):
     name, module, calls = system_module(fake, monkeypatch, fetch, gpu=True)
     original, otherwise = module.CacheBase.get_system, []
-    touchpoints.answer_without(point(name, "CacheBase.get_system", "answer"), "triton_key", otherwise=lambda: otherwise.append(1))
+    prefetch.answer_without(point(name, "CacheBase.get_system", "answer"), "triton_key", otherwise=lambda: otherwise.append(1))
     assert module.CacheBase.get_system is original and otherwise == [1]
     assert module.CacheBase.get_system()["version"]["triton"] == "triton's real key" and calls == ["hashed"]
 
@@ -467,7 +468,7 @@ def test_a_system_answer_not_as_expected_is_left_to_torch(fake, monkeypatch):
         module.CacheBase.get_system = staticmethod(functools.cache(lambda device=None: {"hash": "x"}))
 
     def answered(module):
-        touchpoints.answer_without(point(module.__name__, "CacheBase.get_system", "answer"), "triton_key", otherwise=lambda: None)
+        prefetch.answer_without(point(module.__name__, "CacheBase.get_system", "answer"), "triton_key", otherwise=lambda: None)
 
     def gone(module):
         del module.CacheBase
@@ -480,7 +481,7 @@ def test_a_system_answer_not_as_expected_is_left_to_torch(fake, monkeypatch):
             change(module)
         before, otherwise = getattr(module, "CacheBase", None), []
         before = before and before.get_system
-        touchpoints.answer_without(point(name, "CacheBase.get_system", "answer"), "triton_key", otherwise=lambda: otherwise.append(1))
+        prefetch.answer_without(point(name, "CacheBase.get_system", "answer"), "triton_key", otherwise=lambda: otherwise.append(1))
         assert getattr(getattr(module, "CacheBase", None), "get_system", None) is before, case
         assert otherwise == [1] and calls == [], case  # torch computes it, when it is asked
 
@@ -489,7 +490,7 @@ def test_the_switch_leaves_the_system_answer_to_torch(fake, monkeypatch):
     name, module, calls = system_module(fake, monkeypatch)
     monkeypatch.setenv("HATCH_PRECOMPILE_NO_PATCHES", "1")
     original, otherwise = module.CacheBase.get_system, []
-    touchpoints.answer_without(point(name, "CacheBase.get_system", "answer"), "triton_key", otherwise=lambda: otherwise.append(1))
+    prefetch.answer_without(point(name, "CacheBase.get_system", "answer"), "triton_key", otherwise=lambda: otherwise.append(1))
     assert module.CacheBase.get_system is original and otherwise == []  # prefetching is a patch too
 
 
@@ -528,13 +529,13 @@ def prefetchable(calls):
 def test_prefetch_with_a_memo_sets_torchs_cache_or_remembers_what_torch_computed(fake):
     calls = []
     name, module = fake(triton_key=prefetchable(calls))
-    touchpoints.prefetch(point(name, "triton_key", "prefetch"), memo=ListMemo("remembered key"))
+    prefetch.prefetch(point(name, "triton_key", "prefetch"), memo=ListMemo("remembered key"))
     assert module.triton_key() == "remembered key" and calls == []  # set through torch's own .set
 
     for memo in (ListMemo(), ListMemo(broken=True)):  # nothing remembered, or the memo unreadable
         calls = []
         name, module = fake(triton_key=prefetchable(calls))
-        touchpoints.prefetch(point(name, "triton_key", "prefetch"), memo=memo)
+        prefetch.prefetch(point(name, "triton_key", "prefetch"), memo=memo)
         assert module.triton_key() == "computed key" and module.triton_key() == "computed key"
         assert calls == ["hashed"] and memo.put_values == ["computed key"]  # remembered before the caller goes on
 
@@ -548,7 +549,7 @@ def test_prefetch_with_a_memo_sets_torchs_cache_or_remembers_what_torch_computed
     older.prefetch = lambda: calls.append("torch's prefetch")
     name, module = fake(triton_key=older)
     memo = ListMemo("remembered key")
-    touchpoints.prefetch(point(name, "triton_key", "prefetch"), memo=memo)
+    prefetch.prefetch(point(name, "triton_key", "prefetch"), memo=memo)
     assert calls == ["torch's prefetch"] and module.triton_key() == "computed key" and memo.put_values == []
 
 
@@ -594,17 +595,17 @@ def test_the_registry_the_breakers_and_the_docs_name_the_same_touchpoints():
     spec = importlib.util.spec_from_file_location("misbehave_breakers", here / "misbehave" / "sitecustomize.py")
     breakers = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(breakers)  # MISBEHAVE is unset here: it breaks nothing
-    assert set(touchpoints.REGISTRY) == set(breakers.BREAKERS)
+    assert set(registry.REGISTRY) == set(breakers.BREAKERS)
     docs = (here.parent / "docs" / "reference" / "touchpoints.md").read_text()
-    assert touchpoints.documentation() in docs, "regenerate: python -c \"from hatch_precompile.run import " \
-        "touchpoints; print(touchpoints.documentation())\""
+    assert registry.documentation() in docs, "regenerate: python -c \"from hatch_precompile.run.torch_internals " \
+        "import registry; print(registry.documentation())\""
 
 
 def test_an_unregistered_touchpoint_is_a_bug_not_a_silent_no_op():
     with pytest.raises(KeyError):
-        touchpoints.wrap("no-such-touchpoint", after=lambda a, r: None)
+        patching.wrap("no-such-touchpoint", after=lambda a, r: None)
     with pytest.raises(ValueError, match="touchpoint 'torch-key' is a prefetch, not a wrap"):
-        touchpoints.wrap("torch-key", after=lambda a, r: None)
+        patching.wrap("torch-key", after=lambda a, r: None)
 
 
 def closing_torchs_compile_event(how: str) -> None:
@@ -641,9 +642,9 @@ def test_a_hook_that_changes_torchs_compile_bookkeeping_is_undone_and_never_call
     x = torch.linspace(0, 1, 5)
     try:
         with caplog.at_level("DEBUG", logger="hatch_precompile"):
-            touchpoints.wrap(point(name, "backend"), before=misbehaving)
+            patching.wrap(point(name, "backend"), before=misbehaving)
             first = torch.compile(lambda x: x.sin() + 1, backend=module.backend)(x)
-            touchpoints.wrap(point(name, "backend"), before=misbehaving)
+            patching.wrap(point(name, "backend"), before=misbehaving)
             second = torch.compile(lambda x: x.cos() * 2, backend=module.backend)(x)
     finally:
         torch._dynamo.reset()
@@ -656,13 +657,13 @@ def test_a_first_compile_start_that_changes_torchs_bookkeeping_is_undone(fake, m
     from torch._dynamo import utils
 
     convert_frame, module = fake(_compile=lambda code: utils.get_chromium_event_logger().get_outermost_event())
-    monkeypatch.setitem(touchpoints.REGISTRY, "dynamo-compile",
-                        dataclasses.replace(touchpoints.REGISTRY["dynamo-compile"], module=convert_frame))
-    monkeypatch.setattr(touchpoints, "_hooks", {})
-    monkeypatch.setattr(touchpoints, "_first_compile", [])
+    monkeypatch.setitem(registry.REGISTRY, "dynamo-compile",
+                        dataclasses.replace(registry.REGISTRY["dynamo-compile"], module=convert_frame))
+    monkeypatch.setattr(patching, "_hooks", {})
+    monkeypatch.setattr(prefetch, "_first_compile", [])
     started = []
-    touchpoints.at_first_compile(lambda: closing_torchs_compile_event("replaces the logger"))
-    touchpoints.at_first_compile(lambda: started.append("the next start"))
+    prefetch.at_first_compile(lambda: closing_torchs_compile_event("replaces the logger"))
+    prefetch.at_first_compile(lambda: started.append("the next start"))
     with caplog.at_level("DEBUG", logger="hatch_precompile"), utils.dynamo_timed("dynamo"):
         assert module._compile("f") == "dynamo"  # the open event, in the logger that holds it
     assert started == ["the next start"]
@@ -679,7 +680,7 @@ def test_hooks_run_unchecked_where_torchs_bookkeeping_cannot_be_read(fake, monke
     monkeypatch.setattr(utils, "get_metrics_context", unreadable)
     name, module = fake(write=lambda content: content)
     seen = []
-    touchpoints.wrap(point(name, "write"), after=lambda a, r: seen.append(r))
+    patching.wrap(point(name, "write"), after=lambda a, r: seen.append(r))
     assert module.write("x") == "x" and module.write("y") == "y" and seen == ["x", "y"]
 
 
@@ -690,7 +691,7 @@ def test_a_failing_hook_is_logged_with_its_touchpoint(fake, caplog):
         raise RuntimeError("a hook with a bug")
 
     with caplog.at_level("DEBUG", logger="hatch_precompile"):
-        touchpoints.wrap(point(name, "write"), after=broken)
+        patching.wrap(point(name, "write"), after=broken)
         assert module.write("x") == "x"
     assert any("an after hook failed" in r.getMessage() and r.exc_info for r in caplog.records)
 
@@ -716,7 +717,7 @@ def test_tritons_c_helpers_are_kept_at_build_and_served_from_the_set_without_a_c
 
     driver, _ = fake(compile_module_from_src=compile_module_from_src, compile_module_from_file=compile_module_from_file)
     for name in ("triton-c-module", "triton-c-module-file"):
-        monkeypatch.setitem(touchpoints.REGISTRY, name, dataclasses.replace(touchpoints.REGISTRY[name], module=driver))
+        monkeypatch.setitem(registry.REGISTRY, name, dataclasses.replace(registry.REGISTRY[name], module=driver))
     out = tmp_path / "c_modules"
     triton_modules.record(out)
     sys.modules[driver].compile_module_from_src("int x;", "_bisect")
@@ -726,7 +727,7 @@ def test_tritons_c_helpers_are_kept_at_build_and_served_from_the_set_without_a_c
     # A user's process, from a set that ships it (read back checked, as ArtifactSet.read does).
     user_driver, _ = fake(compile_module_from_src=compile_module_from_src, compile_module_from_file=compile_module_from_file)
     for name in ("triton-c-module", "triton-c-module-file"):
-        monkeypatch.setitem(touchpoints.REGISTRY, name, dataclasses.replace(touchpoints.REGISTRY[name], module=user_driver))
+        monkeypatch.setitem(registry.REGISTRY, name, dataclasses.replace(registry.REGISTRY[name], module=user_driver))
     data = kept.read_bytes()
     files = {triton_modules.logical_path("_bisect", "int x;"): sha256(data)}
     found = types.SimpleNamespace(manifest=types.SimpleNamespace(files=files), read=lambda path: data)

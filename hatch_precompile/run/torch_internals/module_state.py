@@ -1,0 +1,41 @@
+"""An ``nn.Module``'s private state, read: its hooks by kind, and every submodule, parameter and
+buffer in its place (run/exported.py, run/contract.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hatch_precompile.run.torch_internals.registry import lookup
+
+_HOOKS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
+
+
+def module_hooks(module: Any) -> dict[str, dict[int, Any]]:
+    """A module's own hooks, by kind (handle id: hook); raises where they are not as expected."""
+    return {kind.strip("_"): dict(registered.items()) for kind, registered in zip(_HOOKS, module_hook_dicts(module))}
+
+
+def module_hook_dicts(module: Any) -> list[dict[int, Any]]:
+    """The dicts a module keeps its hooks in, by kind as ``_HOOKS`` lists them."""
+    lookup("module-internals", "read")
+    found = []
+    for kind in _HOOKS:
+        registered = vars(module).get(kind)
+        if not isinstance(registered, dict):
+            raise TypeError(f"torch.nn.Module.{kind} is a {type(registered).__name__}, not a dict")
+        found.append(registered)
+    return found
+
+
+def module_slots(module: Any) -> list[tuple[Any, str, Any]]:
+    """(container, name, value) of every submodule, parameter and buffer below ``module``: a call
+    that finds each value in its place skips the full check; raises where they are not dicts."""
+    lookup("module-internals", "read")
+    slots: list[tuple[Any, str, Any]] = []
+    for owner in module.modules():
+        for kind in ("_modules", "_parameters", "_buffers"):
+            container = vars(owner).get(kind)
+            if not isinstance(container, dict):
+                raise TypeError(f"torch.nn.Module.{kind} is a {type(container).__name__}, not a dict")
+            slots.extend((container, name, value) for name, value in container.items())
+    return slots

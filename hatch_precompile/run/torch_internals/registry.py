@@ -1,0 +1,202 @@
+"""The registry of every touch of torch's internals: each touchpoint's torch module and name, its kind,
+who uses it and why, and what happens when it is not what we expect; and the reference table made
+from it (docs/reference/touchpoints.md).
+
+A touchpoint is something of torch's that is not public API: a function or method that is wrapped,
+a cached computation started early, a setting that is set, a logger that is filtered, a private
+function that is called, or a value the build's observers read. Each has a name in ``REGISTRY``,
+and the features go through this package's functions by that name (``lookup``); nothing else
+replaces anything of torch's. tests/misbehave/sitecustomize.py breaks each one by name (a test
+keeps the registry, the breakers and the table equal).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hatch_precompile.run import variables
+
+variables.debug_log()  # HATCH_PRECOMPILE_DEBUG: what failed here, on stderr
+
+CODECACHE = "torch._inductor.codecache"
+VEC_ISA = "torch._inductor.cpu_vec_isa"
+TRITON_HEURISTICS = "torch._inductor.runtime.triton_heuristics"
+CONFIG = "torch._inductor.config"
+CPP_BUILDER = "torch._inductor.cpp_builder"
+CONVERT_FRAME = "torch._dynamo.convert_frame"
+TRITON_COMPAT = "torch._inductor.runtime.triton_compat"
+TRITON_DRIVER = "triton.backends.nvidia.driver"  # Triton's, not torch's: its CUDA driver's helpers
+AUTOGRAD_CACHE = "torch._functorch._aot_autograd.autograd_cache"
+DYNAMO_UTILS = "torch._dynamo.utils"
+SYMBOLIC_SHAPES = "torch.fx.experimental.symbolic_shapes"
+
+
+@dataclasses.dataclass(frozen=True)
+class Touchpoint:
+    name: str
+    module: str  # the torch module
+    qualname: str  # what of it: a function, a method, a setting, a logger
+    kind: str  # wrap, prefetch, answer, setting, logging, call, read
+    users: str  # who uses it, and why
+    broken: str = "left as torch has it"  # what happens when it is not what we expect
+    elsewhere: str | None = None  # where an older torch has it (a prefetch's fallback module)
+
+
+REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
+    Touchpoint("write", CODECACHE, "write", "wrap", "build: each kernel's command line (child/observe.py); load: "
+               "which kernels are built (run/speedups.py)",
+               broken="hooks read the arguments by name (none when the signature cannot be read): no relocation (the build says how many kernels are not relocatable), no shortcut"),
+    Touchpoint("precompile-header", CODECACHE, "_precompile_header", "wrap",
+               "load: skip the header for a kernel already built (run/speedups.py)",
+               broken="passed through: the header is built"),
+    Touchpoint("torch-key", CODECACHE, "torch_key", "prefetch", "load: hash torch's sources in the background "
+               "from the first compile on (run/speedups.py)",
+               broken="not started: torch hashes when it needs the key"),
+    Touchpoint("triton-key", CODECACHE, "triton_key", "prefetch", "load: hash Triton's in the background, or set "
+               "the key this machine computed before (2.13+; before, `runtime.triton_compat.triton_key`)",
+               elsewhere=TRITON_COMPAT,
+               broken="not started, or the memo unread: computed as torch does"),
+    Touchpoint("event-logger", DYNAMO_UTILS, "get_chromium_event_logger", "call", "load: Dynamo's compile-event "
+               "logger, made in the calling thread before a key is hashed in the background (torch makes it at "
+               "first use, without a lock, and the hash times itself with it)",
+               broken="nothing hashed in the background: torch hashes the keys when it needs them"),
+    Touchpoint("compile-state", DYNAMO_UTILS, "CHROMIUM_EVENT_LOG, get_metrics_context, MetricsContext._level", "read",
+               "load, build, verify, snoop: after each hook on a compile path (and each first-compile start), "
+               "Dynamo's event logger, its open events and its metrics context are as the hook found them; where "
+               "not, they are put back where they can be, and the hook is not called again in the process",
+               broken="not checked: the hooks run as before"),
+    Touchpoint("system", CODECACHE, "CacheBase.get_system", "answer", "load, without a GPU: answered without "
+               "Triton's key where torch leaves it out of the graphs' keys (run/speedups.py)",
+               broken="not functools' cache of a function of no arguments, an error, or answers that differ: left to torch, Triton's key prefetched"),
+    Touchpoint("check-build", VEC_ISA, "VecISA.check_build", "wrap", "load: answer the ISA probes a shipped set "
+               "proved (run/speedups.py)",
+               broken="probed as usual"),
+    Touchpoint("probe-load", VEC_ISA, "VecISA._probe_load", "wrap", "load: remember the probes that passed "
+               "(run/speedups.py)",
+               broken="only a result of `True` is remembered; otherwise probed as usual"),
+    Touchpoint("autotune-recheck", TRITON_HEURISTICS, "CachingAutotuner.recheck_autotune_cache", "wrap",
+               "load, on a GPU: find the shipped tuned configs (run/tuned_configs.py)",
+               broken="the kernel is tuned again"),
+    Touchpoint("triton-c-module", TRITON_DRIVER, "compile_module_from_src", "wrap",
+               "build, on a GPU: keep the C helper modules Triton built (cuda_utils); load: serve the shipped ones "
+               "instead of building them with the C compiler in each fresh cache (run/triton_modules.py; Triton 3.6)",
+               broken="Triton builds them as usual"),
+    Touchpoint("triton-c-module-file", TRITON_DRIVER, "compile_module_from_file", "wrap",
+               "the same, where Triton names the source by its file (Triton 3.8)",
+               broken="Triton builds them as usual"),
+    Touchpoint("hash-details", CODECACHE, "FxGraphHashDetails.__init__", "wrap", "load: a stand-in compiler's key "
+               "(run/key_agreement.py)",
+               broken="the key as torch made it: the graphs compile again"),
+    Touchpoint("inductor-config", CONFIG, "cpp.dynamic_threads", "setting", "load: the set's settings "
+               "(run/key_agreement.py); applied under HATCH_PRECOMPILE_NO_PATCHES too",
+               broken="a setting it does not take is left alone (logged): the graphs compile again"),
+    Touchpoint("compile-command", CPP_BUILDER, "run_compile_cmd", "wrap", "build: portable kernels and their flags "
+               "(build/isa.py, build/export.py)",
+               broken="the command runs as torch made it; the set is recorded `native`"),
+    Touchpoint("dynamo-compile", CONVERT_FRAME, "_compile", "wrap", "load: the first compile starts the "
+               "torch-key and triton-key prefetches (run/speedups.py) and asks the compiler's --version "
+               "(run/key_agreement.py); build, verify, snoop: each graph's call "
+               "(child/observe.py)",
+               broken="no call signatures recorded (snoop's gaps say less); the keys are hashed when "
+               "torch needs them, not before; a compiler that does not work is not said ahead"),
+    Touchpoint("key-details", CODECACHE, "FxGraphHashDetails.__init__", "wrap", "build, verify, snoop: what each key "
+               "is made of, AOTAutograd's subclass included (child/key_details.py)",
+               broken="no key details recorded (`why` says less)"),
+    Touchpoint("fx-key", CODECACHE, "compiled_fx_graph_hash", "wrap", "build, verify, snoop: the FX graph key "
+               "(child/key_details.py)",
+               broken="the key left unknown"),
+    Touchpoint("aot-key", AUTOGRAD_CACHE, "autograd_cache_key", "wrap", "build, verify, snoop: the AOTAutograd key "
+               "(child/key_details.py)",
+               broken="the key left unknown"),
+    Touchpoint("inductor-compile", "torch._inductor.compile_fx", "_compile_fx_inner", "wrap", "build: notes each "
+               "graph without a call that Inductor is asked to compile (build/empty_graphs.py)",
+               broken="such graphs are left to torch: returned uncompiled, with no cache entry to ship"),
+    Touchpoint("count-calls", DYNAMO_UTILS, "count_calls", "wrap", "build: answers 1 call for a graph noted by "
+               "`inductor-compile`, so that Inductor compiles and keys it and AOTAutograd saves its entry "
+               "(build/empty_graphs.py)",
+               broken="such graphs are left to torch: returned uncompiled, with no cache entry to ship"),
+    Touchpoint("guard-eval", SYMBOLIC_SHAPES, "ShapeEnv.evaluate_guards_expression", "wrap", "verify, snoop: "
+               "each cache entry's guard expression that failed, with this process's values (child/lookups.py)",
+               broken="no guard failure recorded: `why` says the entry was there but cannot say which guard failed"),
+    Touchpoint("guard-expr", SYMBOLIC_SHAPES, "ShapeEnv.produce_guards_expression", "wrap", "build: each cache "
+               "entry's guard expression with the build's values, shipped for `why` (child/lookups.py)",
+               broken="no build values beside a failed guard"),
+    Touchpoint("cache-entries", AUTOGRAD_CACHE, "AOTAutogradCache._get_tmp_dir, FxGraphCache._get_tmp_dir", "call",
+               "verify, snoop: a missed key's entry files read back as torch reads them, to name the one that "
+               "cannot be loaded and the error (child/lookups.py)",
+               broken="no file named: `why` says the entry was there but not which file failed"),
+    Touchpoint("verify-setting", "torch._inductor.config, torch._functorch.config", "<setting>", "setting",
+               "verify's `--setting inductor.NAME=VALUE` / `functorch.NAME=VALUE` (tools/verify_child.py)",
+               broken="verify's `--setting` fails with the setting named"),
+    Touchpoint("precompile-logger", "torch._precompile", "logger", "logging", "load_step: torch's warning that the "
+               "code it runs is untrusted, for a step whose sha256 the manifest vouches for (run/steps.py)",
+               broken="its records pass as torch makes them"),
+    Touchpoint("logs", "torch._logging", "set_logs", "logging", "build, snoop: graph breaks and float64 nodes from "
+               "torch's logs, kept from printing (child/observe.py)",
+               broken="no graph breaks or float64 recorded"),
+    Touchpoint("metrics", DYNAMO_UTILS, "get_compilation_metrics", "read", "build, verify, snoop: each graph "
+               "compiled, its seconds and source location (child/observe.py)",
+               broken="no graphs listed; every field is read with a default"),
+    Touchpoint("counters", DYNAMO_UTILS, "counters", "read", "build, verify, snoop: cache hits and misses "
+               "(child/observe.py)",
+               broken="empty: `verify` says it cannot tell and exits 1"),
+    Touchpoint("guard-failures", DYNAMO_UTILS, "guard_failures", "read", "build, verify, snoop: recompiles and "
+               "why (child/observe.py)",
+               broken="no recompiles recorded"),
+    Touchpoint("compile-times", DYNAMO_UTILS, "compile_times", "read", "build: compile time by phase "
+               "(build/worker.py)",
+               broken="no phases in `report`"),
+    Touchpoint("megacache", "torch.compiler", "save_cache_artifacts", "read", "build: the Mega-Cache bytes "
+               "(build/worker.py)",
+               broken="no `megacache.bin` (the cache dir is what makes the warm start)"),
+    Touchpoint("cpu-capability", "torch.backends.cpu", "get_cpu_capability", "read", "build and load: the "
+               "environment key (run/envkey.py)",
+               broken="build: a plain wheel, said in one line; load: skipped with the error"),
+    Touchpoint("cpp-compiler", CPP_BUILDER, "get_cpp_compiler", "call", "load and build: the compiler Inductor "
+               "resolved (run/key_agreement.py, run/speedups.py, build/worker.py)",
+               broken="no compiler recorded, no stand-in; probes as usual; an exported step's CPU features unknown: refused"),
+    Touchpoint("cache-dir", "torch._inductor.runtime.cache_dir_utils", "cache_dir", "call", "load, on a GPU: the "
+               "cache dir the tuned configs go to (run/tuned_configs.py)",
+               broken="tuned configs looked up where torch looks"),
+    Touchpoint("aoti-compile", "torch._inductor", "aoti_compile_and_package", "call", "build: an exported step's "
+               "package (build/export.py)",
+               broken="the step fails the build by name (or is not shipped, with on_failure='warn')"),
+    Touchpoint("aoti-loader", "torch._C._aoti", "AOTIModelPackageLoader", "call", "load_step: run an exported "
+               "step, with the caller's weights bound in place (run/exported.py)",
+               broken="the step runs its fallback, with the loader's reason in `step.reason`"),
+    Touchpoint("keep-constants", CONFIG, "always_keep_tensor_constants, joint_graph_constant_folding", "setting",
+               "build: every tensor of an "
+               "exported step's modules stays a constant the caller binds, none folded into the code "
+               "(build/export.py)",
+               broken="the step is not exported, and the build says why (load_step runs its fallback)"),
+    Touchpoint("joint-export", "torch.export.experimental", "_export_forward_backward", "call", "build: a "
+               "training step's exported program made into one graph of the loss and every gradient "
+               "(build/export.py)",
+               broken="the training step is not exported, and the build says why (load_step runs its fallback)"),
+    Touchpoint("pytree", "torch.utils._pytree", "tree_flatten, tree_unflatten, treespec_dumps, treespec_loads",
+               "call", "build and load_step: an exported step's inputs and outputs, flattened as the package "
+               "takes them (build/export_contract.py, build/export_proof.py, run/exported.py)",
+               broken="load_step: the step runs its fallback, with the reason in `step.reason`"),
+    Touchpoint("module-internals", "torch.nn.Module", "_modules, _parameters, _buffers, _forward_pre_hooks, "
+               "_forward_hooks, _backward_pre_hooks, _backward_hooks", "read",
+               "load_step: an exported step's module, by identity (what was replaced) and its hooks "
+               "(run/exported.py, run/contract.py)",
+               broken="load_step: the call runs the fallback, with the reason in `step.reason`"),
+)}
+
+
+def documentation() -> str:
+    """docs/reference/touchpoints.md's table, from the registry."""
+    rows = ["| touchpoint | torch's | kind | who uses it, and why | when it is not what we expect |",
+            "|---|---|---|---|---|"]
+    for t in REGISTRY.values():
+        rows.append(f"| `{t.name}` | `{t.module}` `{t.qualname}` | {t.kind} | {t.users} | {t.broken} |")
+    return "\n".join(rows) + "\n"
+
+
+def lookup(name: str, kind: str | tuple[str, ...]) -> Touchpoint:
+    """The touchpoint ``name``; raises where it is not registered, or is not of ``kind``."""
+    point = REGISTRY[name]  # KeyError: every touchpoint is registered
+    if point.kind not in ((kind,) if isinstance(kind, str) else kind):
+        raise ValueError(f"touchpoint {name!r} is a {point.kind}, not a {kind}")
+    return point
