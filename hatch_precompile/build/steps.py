@@ -11,12 +11,15 @@
 
 Either way the captured step is run on changed weights and inputs and compared with ``fn`` before
 it is stored; a difference fails the workload (StepMismatch). A capture torch refuses fails it too
-(StepCaptureError), naming the step, the route and torch's reason; a loss fails it only where
-neither of its routes ships it (the exported one, then ``torch.compiler.precompile``), naming
-both. Unless the workload asked for ``on_failure="warn"``: then the step is not shipped, and
-``load_step`` runs its fallback. A torch that lacks a route (NotAvailable: too old, or its loader
-crashed in the package's prover) never fails the workload: the build says so, and the next route
-or the fallback serves.
+(StepCaptureError), naming the step, the route and torch's reason. Unless the workload asked for
+``on_failure="warn"``: then the step is not shipped, and ``load_step`` runs its fallback. A loss
+(``backward=True``) is the exception for a capture torch refuses: which torch exports a loss's
+backward moves from release to release (torch 2.8 refuses the sample's dynamic batch in the
+joint graph, 2.13 takes it), so a refusal on both of its routes is said and the fallback serves,
+warm, rather than failing a user's install; a loss either route captures wrongly fails it
+(StepMismatch, naming both routes). A torch that lacks a route (NotAvailable: too old, or its
+loader crashed in the package's prover) never fails the workload: the build says so, and the
+next route or the fallback serves.
 
 Outside a build this does nothing (a workload runs by hand as it is). Under ``hatch-precompile
 verify`` it runs the shipped step the way users get it and compares it with ``fn``
@@ -58,11 +61,11 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
     backward are exported as one graph (AOTInductor) that ``load_step(..., backward=True)`` runs
     with the caller's tensors, no compiler in the process; ``dynamic_shapes`` works as for
     inference. Where torch cannot export it the build says why, and the step with its backward
-    is captured by ``torch.compiler.precompile`` (torch 2.14+). Where the workload's code or a
-    mismatch keeps both routes from shipping it, the build fails naming the step and both routes
-    (StepCaptureError, or StepMismatch); with ``on_failure="warn"``, or where this torch simply
-    lacks the routes, the build says why and ``load_step`` falls back to ``torch.compile(fn)`` and
-    ``backward()``. Called under ``torch.no_grad()`` with every module in
+    is captured by ``torch.compiler.precompile`` (torch 2.14+). Where that captures something else
+    than ``fn``, the build fails naming the step and both routes (StepMismatch; with
+    ``on_failure="warn"`` it says so instead); where torch cannot capture it by either route, the
+    build says why and ``load_step`` falls back to ``torch.compile(fn)`` and ``backward()``, warm
+    where the workload called the fallback. Called under ``torch.no_grad()`` with every module in
     ``eval()``, it is exported
     (AOTInductor) and ``dynamic_shapes`` (torch.export's form: one entry per argument of ``fn``,
     None for a module) says which dims may vary and how far; else it is captured with
@@ -124,9 +127,6 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
         if backward:  # a training step keeps its other routes: precompile (2.14+), then the shipped caches
             where = _user_frame(exc)
             failed = f"torch {torch.__version__} could not export it{f' at {where}' if where else ''}: {reason}"
-            if not _has_precompile(torch) and on_failure == "error":
-                raise StepCaptureError(_neither(name, failed, f"torch {torch.__version__} has no "
-                                                "torch.compiler.precompile (2.14+)")) from exc
             next_route = ("capturing it with torch.compiler.precompile instead" if _has_precompile(torch)
                           else f"load_step() runs {_FALLBACK}")
             note(f"step {name!r} (aotinductor route, forward and backward): {failed}; {next_route}")
@@ -151,9 +151,10 @@ def _has_precompile(torch: Any) -> bool:
 def _save_loss_precompiled(name: str, fn: Callable, args: tuple, check: str, out: Path, on_failure: str,
                            failed: str) -> Path | None:
     """A loss step torch could not export (``failed``: why): the loss and its backward() as one step,
-    captured by torch.compiler.precompile. Where that fails too: with ``on_failure="error"``,
-    StepCaptureError or StepMismatch naming both routes; else None (the fallback runs from the
-    caches)."""
+    captured by torch.compiler.precompile. Where that captures something else than ``fn``: with
+    ``on_failure="error"``, StepMismatch naming both routes. Where torch cannot capture it either:
+    None, said (the fallback runs from the caches) -- which torch exports a loss's backward, and how,
+    moves from release to release, and a user's install must not fail on one that cannot."""
     import torch
 
     try:
@@ -165,15 +166,14 @@ def _save_loss_precompiled(name: str, fn: Callable, args: tuple, check: str, out
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         what = str(exc) if isinstance(exc, StepMismatch) else (
             f"torch {torch.__version__} could not capture it either: {type(exc).__name__}: {first_line}")
-        if on_failure == "error":
-            error = StepMismatch if isinstance(exc, StepMismatch) else StepCaptureError
-            raise error(_neither(name, failed, what)) from exc
+        if on_failure == "error" and isinstance(exc, StepMismatch):
+            raise StepMismatch(_neither(name, failed, what)) from exc
         note(f"step {name!r} (precompile route): {what}; load_step() runs {_FALLBACK}")
         return None
 
 
 def _neither(name: str, exported: str, precompiled: str) -> str:
-    """Why neither route ships loss step ``name``, and what to do."""
+    """Why neither route ships loss step ``name`` (the second computed something else), and what to do."""
     return (f"step {name!r} (a loss, backward=True) can be shipped by neither route: aotinductor route (forward and "
             f"backward): {exported}; precompile route: {precompiled}. Fix what torch names above, or pass "
             f"on_failure=\"warn\" to ship the package without it: load_step() then runs {_FALLBACK}")

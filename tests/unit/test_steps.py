@@ -363,24 +363,25 @@ def loss_routes(monkeypatch, tmp_path, export_error: Exception, precompile_error
     monkeypatch.setenv(STEPS_DIR_VAR, str(tmp_path / "steps"))
 
 
-def test_a_loss_neither_route_ships_fails_the_build_naming_both_routes(monkeypatch, tmp_path):
-    """on_failure="error": a package author's CI fails the day its loss stops exporting and
-    torch.compiler.precompile cannot capture it either."""
-    loss_routes(monkeypatch, tmp_path, RuntimeError("data-dependent branch"), RuntimeError("cannot guard on u0"))
-    m, (x, y) = model(), batch()
-    with pytest.raises(capture.StepCaptureError, match=r"step 'train' \(a loss, backward=True\) can be shipped by neither "
-                       r"route: aotinductor route \(forward and backward\): torch \S+ could not export it at \S+: RuntimeError: "
-                       r"data-dependent branch; precompile route: torch \S+ could not capture it either: RuntimeError: "
-                       r"cannot guard on u0\. .*on_failure=\"warn\""):
-        capture.save_step("train", plain_loss, m, x, y, backward=True)
+def test_a_loss_either_route_captures_wrongly_fails_the_build_naming_both_routes(monkeypatch, tmp_path, capsys):
+    """on_failure="error": a loss a route captured wrongly fails the build; one torch cannot capture
+    by either route ships its warm fallback (torch 2.8.0 refuses sample_pkg's dynamic batch in the
+    joint graph: failing there failed a user's install)."""
     mismatch = step_check.StepMismatch("step 'train': the captured step computes something else")
     loss_routes(monkeypatch, tmp_path, RuntimeError("data-dependent branch"), mismatch)
-    with pytest.raises(step_check.StepMismatch, match=r"neither route: aotinductor route .* precompile route: step "
-                       r"'train': the captured step computes something else"):
+    m, (x, y) = model(), batch()
+    with pytest.raises(step_check.StepMismatch, match=r"step 'train' \(a loss, backward=True\) can be shipped by neither "
+                       r"route: aotinductor route \(forward and backward\): torch \S+ could not export it at \S+: "
+                       r"RuntimeError: data-dependent branch; precompile route: step 'train': the captured step "
+                       r"computes something else\. .*on_failure=\"warn\""):
         capture.save_step("train", plain_loss, m, x, y, backward=True)
-    loss_routes(monkeypatch, tmp_path, RuntimeError("data-dependent branch"), None)  # a torch before 2.14
-    with pytest.raises(capture.StepCaptureError, match=r"precompile route: torch \S+ has no torch.compiler.precompile"):
-        capture.save_step("train", plain_loss, m, x, y, backward=True)
+    loss_routes(monkeypatch, tmp_path, RuntimeError("data-dependent branch"), RuntimeError("cannot guard on u0"))
+    assert capture.save_step("train", plain_loss, m, x, y, backward=True) is None
+    loss_routes(monkeypatch, tmp_path, RuntimeError("SymIntArrayRef expected to contain only concrete integers"), None)
+    assert capture.save_step("train", plain_loss, m, x, y, backward=True) is None  # a torch before 2.14
+    said = capsys.readouterr().out
+    assert "could not capture it either: RuntimeError: cannot guard on u0; load_step() runs torch.compile" in said
+    assert "SymIntArrayRef expected to contain only concrete integers; load_step() runs torch.compile" in said
     assert not (tmp_path / "steps").exists()
 
 
