@@ -104,8 +104,8 @@ print("@@" + json.dumps({
 PROBE = r"""
 import json, os, sys, time
 import torch
-from hatch_precompile.run import envkey, gpu
-t = time.perf_counter(); key = envkey.current(torch); key_seconds = time.perf_counter() - t
+from hatch_precompile.run import environment_key, gpu
+t = time.perf_counter(); key = environment_key.current(torch); key_seconds = time.perf_counter() - t
 initialized_by_key = torch.cuda.is_initialized()
 props = torch.cuda.get_device_properties(0)
 print("@@" + json.dumps({

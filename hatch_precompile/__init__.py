@@ -15,15 +15,15 @@ The package has three sides and one contract between them: ``run/`` (what ``impo
 __version__ = "0.1.0"
 
 _LAZY = {
-    "LoadResult": "run.loader",
-    "PrecompileWarning": "run.loader",
-    "load": "run.loader",
+    "LoadResult": "run.load_caches",
+    "PrecompileWarning": "run.load_caches",
+    "load": "run.load_caches",
     "load_torchscript": "run.torchscript",
     "save_torchscript": "build.torchscript",
-    "load_step": "run.steps",
-    "save_step": "build.steps",
-    "StepMismatch": "build.steps",
-    "StepCaptureError": "build.steps",
+    "load_step": "run.shipped_steps",
+    "save_step": "build.step_capture",
+    "StepMismatch": "build.step_capture",
+    "StepCaptureError": "build.step_capture",
 }
 
 __all__ = ["__version__", *_LAZY]

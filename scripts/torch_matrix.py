@@ -23,7 +23,7 @@ For each torch version (default: every minor release hatch-precompile supports, 
 With ``--exported``, the sample's exported step (its ``classify``, an AOTInductor package) instead,
 across versions: each torch builds the sample's wheel (proving the sample still builds there) and
 keeps that step's package; then every torch loads every package, as load_step would
-(run/exported.py), and runs it against eager ``classify``: which build -> run pairs load and match,
+(run/exported_step.py), and runs it against eager ``classify``: which build -> run pairs load and match,
 and what the loader said where not. Writes ``<out>/exported.json`` and ``<out>/exported.md``.
 
 Writes ``<out>/results.json`` and ``<out>/matrix.md`` (the table the docs show) and prints it.
@@ -303,7 +303,7 @@ PAIR = r"""
 import json, os, sys, time
 step_dir = sys.argv[1]
 import torch
-from hatch_precompile.run import exported
+from hatch_precompile.run import exported_step
 from sample_pkg.model import classify, make_batch, make_model
 record = json.load(open(os.path.join(step_dir, "classify.json")))
 package = open(os.path.join(step_dir, "classify.pt2"), "rb").read()
@@ -313,14 +313,14 @@ model, images = make_model().eval(), make_batch(7, seed=5)[0]
 out = {"torch": torch.__version__, "built": record["torch"]}
 try:
     started = time.perf_counter()
-    step = exported.ExportedStep("classify", record["export"], package, shipped)
+    step = exported_step.ExportedStep("classify", record["export"], package, shipped)
     out["load_seconds"] = time.perf_counter() - started
     with torch.no_grad():
         started = time.perf_counter()
         got = step.call((model, images))
         out["first_call_seconds"] = time.perf_counter() - started
         out["error"] = (got - classify(model, images)).abs().max().item()
-except exported.Refused as exc:
+except exported_step.Refused as exc:
     out["refused"] = str(exc)
 except Exception as exc:
     out["failed"] = repr(exc)[:500]

@@ -1,6 +1,6 @@
 """Run the workloads in a child process and lay out ``_precompiled/`` with its manifest.
 
-No torch here: the child (worker.py) imports it; this process starts the child, shows its
+No torch here: the child (build_child.py) imports it; this process starts the child, shows its
 progress, and copies files. Backend-neutral, so that ``warm`` runs exactly what a build runs.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hatch_precompile import __version__
-from hatch_precompile.child import runner
+from hatch_precompile.child import supervisor
 from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol import (
     C_MODULES_DIR,
@@ -236,11 +236,11 @@ def _run_workloads(
 ) -> ChildResult:
     """The child's result; raises WorkloadFailed if it did not finish them all."""
     timeout, heartbeat = limits
-    job = runner.Job("hatch_precompile.build.worker", spec, "precompile", say, relay=lambda line: say(f"  | {line}"),
+    job = supervisor.Job("hatch_precompile.build.build_child", spec, "precompile", say, relay=lambda line: say(f"  | {line}"),
                      timeout=timeout, heartbeat=variables.heartbeat() if heartbeat is None else heartbeat)
     try:
-        result = runner.run(job, run_dir, python, env)
-    except runner.ChildError as exc:
+        result = supervisor.run(job, run_dir, python, env)
+    except supervisor.ChildError as exc:
         detail = (f"{exc.detail} (the `timeout` option)" if exc.detail.startswith("timed out") else exc.detail)
         raise WorkloadFailed(exc.workload, detail) from None
     if result.status == "failed" and result.failure is not None:

@@ -2,7 +2,7 @@
 
 ``fn(model, x, ...)`` becomes a module whose submodules are ``fn``'s module arguments (``arg0``,
 ...) and whose inputs are the rest; ``torch.export`` traces it (non-strict) with the author's
-``dynamic_shapes``, while build/reads.py records the plain values its Python read of the modules
+``dynamic_shapes``, while build/trace_reads.py records the plain values its Python read of the modules
 and their configs. AOTInductor compiles it into a package that holds no tensor of the modules:
 not as data (``package_constants_in_so = False``), and not in the code either
 (``always_keep_tensor_constants``: Inductor otherwise folds every 0-dim tensor and 1-D tensor of
@@ -26,10 +26,10 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from hatch_precompile.build import export_contract, export_proof, reads, step_check, torch_export
+from hatch_precompile.build import export_contract, export_proof, step_check, torch_export, trace_reads
 from hatch_precompile.protocol import CACHE_DIR_VAR
-from hatch_precompile.protocol.steps import CONTRACT_FORMAT, EXPORTED
-from hatch_precompile.run import exported
+from hatch_precompile.protocol.step_file import CONTRACT_FORMAT, EXPORTED
+from hatch_precompile.run import exported_step
 from hatch_precompile.run.torch_internals import aoti, patching
 
 _flags: list[tuple[str, ...]] = []  # arch flags of the compiles while one is recorded
@@ -52,7 +52,7 @@ def save(name: str, fn: Callable, args: tuple, shapes: Any, check: str, out: Pat
     positions = [i for i, a in enumerate(args) if isinstance(a, torch.nn.Module)]
     inputs = tuple(a for i, a in enumerate(args) if i not in positions)
     wrapper = _Wrapper(fn, args, positions, training)
-    with reads.recording({i: args[i] for i in positions}) as read:
+    with trace_reads.recording({i: args[i] for i in positions}) as read:
         program = torch.export.export(wrapper, inputs, dynamic_shapes=None if shapes is None else {"inputs": shapes},
                                       strict=False)
     if training:
@@ -66,7 +66,7 @@ def save(name: str, fn: Callable, args: tuple, shapes: Any, check: str, out: Pat
     spec, shipped = export_contract.spec(torch, name, program, args, positions, inputs, proof, flags, read)
     if training:
         spec["training"] = export_contract.training_outputs(name, program)
-    step = exported.ExportedStep(name, spec, package, shipped)
+    step = exported_step.ExportedStep(name, spec, package, shipped)
     export_proof.against_fn(name, fn, args, check, step, spec)
     record = {"format": CONTRACT_FORMAT, "route": EXPORTED, "torch": spec["torch"], "export": spec,
               "proofs": [proof.environment]}
@@ -80,7 +80,7 @@ def _lifted(torch: Any, program: Any) -> dict[str, Any]:
 
 def available(torch: Any, training: bool = False) -> str | None:
     """Why this torch cannot export a step for the route (a training step: with its backward), or None."""
-    problem = exported.loader_problem(torch)
+    problem = exported_step.loader_problem(torch)
     if problem:
         return problem
     try:

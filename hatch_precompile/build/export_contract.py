@@ -1,5 +1,5 @@
-"""An exported step's contract, made at build from its program: what ``run/exported.py`` checks at
-every call and ``run/contract.py`` at load.
+"""An exported step's contract, made at build from its program: what ``run/exported_step.py`` checks at
+every call and ``run/call_contract.py`` at load.
 
 The tensors of the step's modules by the names the package gives them (``arg<i>.<name>``), the
 inputs flattened as the package takes them, each input leaf's dims, dtype and device, the ranges
@@ -15,7 +15,7 @@ import io
 from typing import Any
 
 from hatch_precompile.child import package_proof
-from hatch_precompile.run import contract
+from hatch_precompile.run import call_contract
 from hatch_precompile.run.torch_internals import aoti, settings
 
 
@@ -38,7 +38,7 @@ def flat_tensors(torch: Any, inputs: tuple) -> list[Any]:
 def spec(torch: Any, name: str, program: Any, args: tuple, positions: list[int], inputs: tuple,
           proof: package_proof.Proof, flags: list[tuple[str, ...]],
           read: dict[int, list]) -> tuple[dict[str, Any], bytes | None]:
-    """The export's contract (run/exported.py reads it) and the constants shipped beside it."""
+    """The export's contract (run/exported_step.py reads it) and the constants shipped beside it."""
     pytree = aoti.pytree(torch)
     leaves, in_spec = pytree.tree_flatten((inputs, {}))
     placeholders = _user_input_values(program)
@@ -66,10 +66,10 @@ def spec(torch: Any, name: str, program: Any, args: tuple, positions: list[int],
                     **dict(module.named_buffers(remove_duplicate=False))}
         persistent[i] = set(module.state_dict(keep_vars=True))
         modules[str(i)] = {"class": f"{type(module).__module__}.{type(module).__qualname__}",
-                           "structure": contract.structure(module), "reads": read.get(i, []),
-                           "hooks": contract.hooks(module), "tied": _tied(named[i]), "tensors": {},
-                           "train_modes": contract.train_modes(module),
-                           "requires_grad": contract.requiring_grad(module)}
+                           "structure": call_contract.structure(module), "reads": read.get(i, []),
+                           "hooks": call_contract.hooks(module), "tied": _tied(named[i]), "tensors": {},
+                           "train_modes": call_contract.train_modes(module),
+                           "requires_grad": call_contract.requiring_grad(module)}
     _check_covered(name, program, fqns, modules)
     constants: dict[str, list[Any]] = {}
     shipped: dict[str, Any] = {}
@@ -91,7 +91,7 @@ def spec(torch: Any, name: str, program: Any, args: tuple, positions: list[int],
         constants[fqn] = ["shipped"]
         shipped[fqn] = value.detach().clone()
     spec = {
-        "arity": len(args), "modes": contract.modes(), "modules": modules, "leaves": described,
+        "arity": len(args), "modes": call_contract.modes(), "modules": modules, "leaves": described,
         "ranges": ranges, "constants": constants, "call_spec": list(proof.call_spec),
         # "libraries" (what its model library needs of the system) is added by the build's parent
         # (build/capture.py): it reads ELF with pyelftools, which the target environment may lack.

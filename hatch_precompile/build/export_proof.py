@@ -5,7 +5,7 @@ Before the build's process opens the package, a fresh process opens and runs it
 on some CUDA machines), and a package that takes its prover down is not shipped -- the step runs
 its warm fallback, and the build goes on. The proof (torch, device, CUDA) is stored with the step;
 load_step opens a package only where one holds. Then the package is loaded exactly as users load
-it (run/exported.py) and run on changed weights and inputs, and where dims may vary, on other
+it (run/exported_step.py) and run on changed weights and inputs, and where dims may vary, on other
 sizes too, against ``fn``. When the package being built already ships the step from another
 torch (``bake`` under another interpreter), that package is tried here first: if it loads and
 matches, it is shipped again for this torch with the proof, and nothing is compiled.
@@ -22,8 +22,8 @@ from typing import Any, Callable
 from hatch_precompile.build import export_contract, step_check
 from hatch_precompile.child import package_proof
 from hatch_precompile.protocol import step_files
-from hatch_precompile.protocol.steps import CONTRACT_FORMAT, EXPORTED
-from hatch_precompile.run import exported, variables
+from hatch_precompile.protocol.step_file import CONTRACT_FORMAT, EXPORTED
+from hatch_precompile.run import exported_step, variables
 from hatch_precompile.run.torch_internals import aoti
 
 
@@ -36,17 +36,17 @@ def proven_in_child(name: str, package: bytes, constants: dict[str, Any], inputs
     except package_proof.LoaderCrashed as exc:
         raise step_check.NotAvailable(str(exc)) from None
     except package_proof.LoaderRefused as exc:
-        raise exported.Refused(f"the AOTInductor loader refused the package: {exc}") from None
+        raise exported_step.Refused(f"the AOTInductor loader refused the package: {exc}") from None
 
 
-def against_fn(name: str, fn: Callable, args: tuple, check: str, step: exported.ExportedStep, spec: dict[str, Any]) -> None:
+def against_fn(name: str, fn: Callable, args: tuple, check: str, step: exported_step.ExportedStep, spec: dict[str, Any]) -> None:
     """The package, run as users run it, against ``fn``: on changed values, then on other sizes."""
     import torch
 
     def run(*call: Any) -> Any:
         try:
             return step.call(call)
-        except exported.Refused as exc:
+        except exported_step.Refused as exc:
             raise step_check.StepMismatch(f"step {name!r}: the exported step refused its own example: {exc}") from None
 
     changed = step_check.changed_copies(args)  # every weight other than the build's: all are the caller's
@@ -113,7 +113,7 @@ def reuse_shipped(name: str, fn: Callable, args: tuple, check: str, out: Path) -
                 candidates.update(torch.load(io.BytesIO(shipped), weights_only=True, map_location="cpu"))
             inputs = tuple(a for i, a in enumerate(args) if i not in positions)
             proof = proven_in_child(name, package, candidates, export_contract.flat_tensors(torch, inputs))
-            step = exported.ExportedStep(name, record["export"], package, shipped)
+            step = exported_step.ExportedStep(name, record["export"], package, shipped)
             against_fn(name, fn, args, check, step, record["export"])
         except Exception as exc:  # Refused, StepMismatch, a crashed loader, anything else: export it again
             step_check.note(f"step {name!r} built on torch {record.get('torch')} does not serve torch "

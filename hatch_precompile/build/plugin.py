@@ -1,6 +1,6 @@
 """The hatchling build hook ``[tool.hatch.build.hooks.precompile]``: an adapter, nothing more.
 
-It maps hatch's table to Options (options.py), asks the switch (run/gate.py) and the target
+It maps hatch's table to Options (options.py), asks the switch (run/switch.py) and the target
 (target.py), and hands off to capture.py; what comes back goes into the wheel.
 """
 
@@ -63,10 +63,10 @@ class PrecompileBuildHook(BuildHookInterface):
     @cached_property
     def where(self) -> Any:
         """Where the workload runs: the target environment when it has a suitable torch."""
-        from hatch_precompile.build import pins, target
+        from hatch_precompile.build import installer_pins, target
 
         try:
-            return target.choose(self._torch_requirement(), pins=pins.discover())
+            return target.choose(self._torch_requirement(), pins=installer_pins.discover())
         except target.TargetEnvError as exc:
             raise ValueError(f"build hook `{self.PLUGIN_NAME}`: {exc}") from None
 
@@ -98,9 +98,9 @@ class PrecompileBuildHook(BuildHookInterface):
         requirement = self._torch_requirement()
         if not self.where.pins:
             return tools + ([requirement] if requirement else [])
-        from hatch_precompile.build import pins
+        from hatch_precompile.build import installer_pins
 
-        return tools + pins.merged([*self.where.pins, *([requirement] if requirement else [])])
+        return tools + installer_pins.merged([*self.where.pins, *([requirement] if requirement else [])])
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         options = self.options  # a typo fails every target, not just the wheel

@@ -2,7 +2,7 @@
 
 ``load()`` turns hatch's table into Options (options.py), decides the switch (the ``PRECOMPILE``
 variables beat the environment's preferences file, which beats the table's ``enable``:
-run/gate.py) and reads the build's own variables (run/variables.py). Any of them wrong: one
+run/switch.py) and reads the build's own variables (run/variables.py). Any of them wrong: one
 OptionError naming the option, variable or file, before any workload runs. Backend-neutral.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hatch_precompile.build.options import OptionError, Options, parse
-from hatch_precompile.run import gate, variables
+from hatch_precompile.run import switch, variables
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,7 +29,7 @@ def load(table: dict[str, Any], hook: str, project: str, environ: Mapping[str, s
     options = parse(table, hook)
     package = options.import_package
     try:
-        enabled, why = gate.decide(project, options.enable, environ, aliases=[package] if package else [], build=True)
+        enabled, why = switch.decide(project, options.enable, environ, aliases=[package] if package else [], build=True)
         heartbeat = variables.heartbeat(environ)
     except ValueError as exc:  # GateValueError included
         raise OptionError(f"build hook `{hook}`: {exc}") from None

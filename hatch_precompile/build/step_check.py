@@ -1,6 +1,6 @@
 """The build's proof of a captured step: run it and its reference on changed arguments, compare.
 
-Both routes (build/steps.py, build/export_proof.py) store a step only after ``check_against_reference``
+Both routes (build/step_capture.py, build/export_proof.py) store a step only after ``check_against_reference``
 found it computing what ``fn`` computes on copies of the arguments with other weights and inputs
 (``changed_copies``): a value the trace baked in, or a branch the changed values take otherwise,
 shows as a difference (StepMismatch).
@@ -12,7 +12,7 @@ import copy
 from typing import Any, Callable
 
 from hatch_precompile.errors import PrecompileError
-from hatch_precompile.run import contract
+from hatch_precompile.run import call_contract
 
 
 class StepMismatch(PrecompileError, AssertionError):
@@ -183,6 +183,6 @@ def _compare(want: Any, got: Any, where: str) -> list[str]:
         return [p for k in want for p in _compare(want[k], got[k], f"{where}[{k!r}]")]
     if hasattr(want, "to_tuple") and hasattr(got, "to_tuple"):  # transformers' ModelOutput
         return _compare(want.to_tuple(), got.to_tuple(), where)
-    if want is None and got is None or (isinstance(want, contract.VALUES) and want == got):
+    if want is None and got is None or (isinstance(want, call_contract.VALUES) and want == got):
         return []
     return [f"{where} is {type(got).__name__} {str(got)[:80]}, expected {type(want).__name__} {str(want)[:80]}"]

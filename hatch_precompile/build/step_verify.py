@@ -13,9 +13,8 @@ from typing import Any, Callable
 
 from hatch_precompile.build.step_check import StepMismatch, check_against_reference, with_backward
 from hatch_precompile.protocol import step_files
-from hatch_precompile.protocol.steps import EXPORTED
-from hatch_precompile.run import steps as run_steps
-from hatch_precompile.run import variables
+from hatch_precompile.protocol.step_file import EXPORTED
+from hatch_precompile.run import shipped_steps, variables
 
 # What the workload ran under `hatch-precompile verify`: one record per step (tools/verify_child.py).
 verified: list[dict[str, Any]] = []
@@ -37,7 +36,7 @@ def verify(name: str, fn: Callable, args: tuple, check: str, backward: bool = Fa
     if crash:  # proven at build, yet it takes a process down here: the user's would go with it
         record["problems"].append(f"step {name!r}: {crash}; load_step() opens it only where a build proved it")
     elif shipped:
-        step = run_steps.load_step(package, name, fn, backward=backward)
+        step = shipped_steps.load_step(package, name, fn, backward=backward)
         reference = with_backward(fn) if backward else fn  # what the step leaves: the loss, gradients in .grad
         try:
             check_against_reference(name, reference, args, step, check)

@@ -21,7 +21,7 @@ What each frontend shows the backend of the target (measured; see the README):
   or environment dir.
 
 When the installer was told which torch to install (``pip install torch==2.13.0 ./pkg``, a
-requirements or constraints file: pins.py) and the target does not have that torch yet, the
+requirements or constraints file: installer_pins.py) and the target does not have that torch yet, the
 build environment is given the same pins, so that it gets the torch the target will get.
 
 Where no target is found, or it has no suitable torch and nothing is pinned, the build
@@ -41,7 +41,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Mapping
 
-from hatch_precompile.build import pins as pins_module
+from hatch_precompile.build import installer_pins
 from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol import TARGET_VAR
 from hatch_precompile.run import variables
@@ -142,7 +142,7 @@ def interpreter_of(location: str) -> str:
 
 
 def choose(
-    requirement: str | None, environ: Mapping[str, str] | None = None, pins: pins_module.Pins | None = None
+    requirement: str | None, environ: Mapping[str, str] | None = None, pins: installer_pins.Pins | None = None
 ) -> Choice:
     """Decide where the workload runs. ``requirement``: the project's torch requirement, if any;
     ``pins``: the installer's (pins.discover()), if any."""
@@ -244,7 +244,7 @@ _FINDERS: tuple[Callable[[Mapping[str, str]], tuple[str, str] | None], ...] = (
 )
 
 
-def _use(target: Environment, via: str, requirement: str | None, pins: pins_module.Pins | None = None) -> Choice:
+def _use(target: Environment, via: str, requirement: str | None, pins: installer_pins.Pins | None = None) -> Choice:
     where = f"the target environment {target.prefix} ({via})"
     problem = _unsuitable(target, requirement)
     if problem is None and pins and not all(_satisfies(target.torch or "", pin) for pin in pins.requirements):
@@ -258,7 +258,7 @@ def _use(target: Environment, via: str, requirement: str | None, pins: pins_modu
     return _build_env(f"{where} {problem}")
 
 
-def _pinned(pins: pins_module.Pins, why: str) -> Choice:
+def _pinned(pins: installer_pins.Pins, why: str) -> Choice:
     """The build environment, given the torch the installer was told to install into the target."""
     version, directory = _this_process_torch()
     given = f"torch {version} of the build environment ({directory})" if version else "the build environment's torch"

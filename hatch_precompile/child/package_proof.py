@@ -4,7 +4,7 @@ torch's AOTInductor loader can crash the process that opens a package: on an NVI
 torch 2.11 it segfaults on any CUDA package, torch's own ``aoti_load_package`` included. A crash
 can only be survived in another process. So before a build (or bake, warm, verify) opens a package
 in its own process, ``prove`` starts a fresh Python -- spawned, never forked, so no CUDA state is
-inherited -- that opens the package with the C++ loader users get (run/exported.py), binds the
+inherited -- that opens the package with the C++ loader users get (run/exported_step.py), binds the
 given constants, runs it once on the given inputs and reports the package's constants, calling
 convention and the environment it held for. A child that dies on a signal or hangs past
 ``HATCH_PRECOMPILE_PROOF_TIMEOUT`` raises LoaderCrashed; a loader that refuses (a Python error)
@@ -50,7 +50,7 @@ class Proof:
 
     fqns: list[str]
     call_spec: list[str]
-    environment: dict[str, Any]  # run/exported.proof_environment: torch, device, cuda
+    environment: dict[str, Any]  # run/exported_step.proof_environment: torch, device, cuda
     ran: bool  # False where the constants given did not cover the package's (opened, not run)
 
 
@@ -64,10 +64,10 @@ def prove(package: bytes, constants: dict[str, Any], inputs: list[Any], timeout:
     run it on ``inputs`` (the flat tensors it takes); the Proof, or LoaderCrashed / LoaderRefused."""
     import torch
 
-    from hatch_precompile.run import exported
+    from hatch_precompile.run import exported_step
 
     tensors = [*constants.values(), *inputs]
-    environment = exported.proof_environment(torch, sorted({str(t.device) for t in tensors}) or ["cpu"])
+    environment = exported_step.proof_environment(torch, sorted({str(t.device) for t in tensors}) or ["cpu"])
     with tempfile.TemporaryDirectory(prefix="hatch-precompile-proof-") as tmp:
         (Path(tmp) / PACKAGE_FILE).write_bytes(package)
         torch.save({"constants": {k: v.detach() for k, v in constants.items()},
@@ -113,13 +113,13 @@ def main(argv: list[str]) -> int:
     directory = Path(argv[0])
     import torch
 
-    from hatch_precompile.run import exported
+    from hatch_precompile.run import exported_step
     from hatch_precompile.run.torch_internals import aoti
 
     given = torch.load(directory / IO_FILE, weights_only=True)
     try:
-        loader = exported.open_package(torch, (directory / PACKAGE_FILE).read_bytes())
-    except exported.Refused as exc:
+        loader = exported_step.open_package(torch, (directory / PACKAGE_FILE).read_bytes())
+    except exported_step.Refused as exc:
         print(exc, flush=True)
         return 1
     fqns = [str(f) for f in loader.get_constant_fqns()]
@@ -130,7 +130,7 @@ def main(argv: list[str]) -> int:
         loader.run(given["inputs"])
         if any(t.is_cuda for t in tensors):
             torch.cuda.synchronize()
-    environment = exported.proof_environment(torch, sorted({str(t.device) for t in tensors}) or ["cpu"])
+    environment = exported_step.proof_environment(torch, sorted({str(t.device) for t in tensors}) or ["cpu"])
     proof = Proof(fqns, [str(s) for s in loader.get_call_spec()], environment, ran)
     (directory / PROOF_FILE).write_text(json.dumps(dataclasses.asdict(proof)))
     return 0

@@ -213,7 +213,7 @@ class Manifest:
     probes: dict[str, list[str]] = field(_probes, "Inductor's ISA probes that passed at build: arch flags -> the CPU "
                                                   "features they enable", factory=dict)
     visible: dict[str, Any] | None = field(_visible, "the process settings the graphs were compiled under that "
-                                                            "`load()` can see (run/known_misses.py)", default=None)
+                                                            "`load()` can see (run/foreseen_misses.py)", default=None)
     platform: dict[str, Any] | None = field(mapping_or_none, "the most compatible manylinux tag the kernels allow, "
                                                              "and why", default=None)
     generator: str | None = field(anything, "the hatch-precompile that wrote it", default=None)

@@ -165,7 +165,7 @@ def choose(package: str, root: Any, manifests: dict[str, bytes], warmed: bool) -
 def environment_key() -> dict[str, Any]:
     import torch  # lazily: only once there is something to compare it with
 
-    from hatch_precompile.run import envkey
+    from hatch_precompile.run import environment_key as envkey
 
     return envkey.current(torch)
 

@@ -20,7 +20,7 @@ runs of ``-_.`` become ``-``, lower case), so ``[Sample_Pkg]`` names the import 
 
 Reading is on ``load()``'s path: standard library ``tomllib`` only, and only if the file exists
 (on Python 3.10, which has no ``tomllib``, there are no preferences at run time; the build
-hook falls back to ``tomlkit``). Editing is the CLI's (tools/switches.py).
+hook falls back to ``tomlkit``). Editing is the CLI's (tools/preference_edits.py).
 """
 
 from __future__ import annotations

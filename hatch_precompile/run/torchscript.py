@@ -6,7 +6,7 @@ import io
 from typing import Any
 
 from hatch_precompile.protocol import check_artifact_name
-from hatch_precompile.run import artifacts, loader
+from hatch_precompile.run import artifacts, load_caches
 
 
 def _check_name(name: str) -> None:
@@ -20,7 +20,7 @@ def load_torchscript(package: str, name: str, map_location: Any = None) -> Any:
     problem.
     """
     _check_name(name)
-    if loader.disabled_reason(package):
+    if load_caches.disabled_reason(package):
         return None
     try:
         found = artifacts.find(package)
@@ -34,7 +34,7 @@ def load_torchscript(package: str, name: str, map_location: Any = None) -> Any:
 
         return torch.jit.load(io.BytesIO(blob), map_location=map_location)
     except artifacts.Skip as skip:
-        loader.report_skip(loader.LoadResult(package, False, f"TorchScript {name!r}: {skip}"))
+        load_caches.report_skip(load_caches.LoadResult(package, False, f"TorchScript {name!r}: {skip}"))
     except Exception as exc:
-        loader.report_skip(loader.LoadResult(package, False, f"TorchScript {name!r}: {exc!r}"))
+        load_caches.report_skip(load_caches.LoadResult(package, False, f"TorchScript {name!r}: {exc!r}"))
     return None

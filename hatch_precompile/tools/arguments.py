@@ -9,7 +9,7 @@ from typing import Any
 
 from hatch_precompile.errors import UsageError
 from hatch_precompile.protocol import DEFAULT_TIMEOUT, WORKLOAD
-from hatch_precompile.run import gate
+from hatch_precompile.run import switch
 
 
 def say(message: str) -> None:
@@ -58,6 +58,6 @@ def set_manifests(package: str) -> list[Any]:
 def decide(name: str) -> tuple[bool, str]:
     """Whether loading is on for ``name`` here, and which switch says so (a bad value: off, why)."""
     try:
-        return gate.decide(name, True)
-    except gate.GateValueError as exc:
+        return switch.decide(name, True)
+    except switch.GateValueError as exc:
         return False, str(exc)

@@ -9,7 +9,7 @@ from typing import Any
 from hatch_precompile.errors import UsageError
 from hatch_precompile.protocol import EXIT_OK, PREFERENCES_VAR
 from hatch_precompile.run import preferences
-from hatch_precompile.tools import arguments, switches
+from hatch_precompile.tools import arguments, preference_edits
 
 say = arguments.say
 
@@ -25,11 +25,11 @@ def run(args: argparse.Namespace) -> int:
     enabled = args.command == "enable"
     file = preferences.path()
     for name in args.packages:
-        if not switches.is_valid_name(name):
+        if not preference_edits.is_valid_name(name):
             raise UsageError(f"{name!r} is not a valid package name")
     for name in args.packages:
         try:
-            key, previous = switches.set_enabled(file, name, enabled)
+            key, previous = preference_edits.set_enabled(file, name, enabled)
         except OSError as exc:
             raise UsageError(f"cannot write the preferences file {file}: {exc}; set {PREFERENCES_VAR} to a file you "
                              "can write") from None

@@ -20,7 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
-from hatch_precompile.child import pitfalls, runner
+from hatch_precompile.child import pitfalls, supervisor
 from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol import BUILDING_VAR, CACHE_DIR_VAR, TORCHSCRIPT_DIR_VAR
 from hatch_precompile.tools import why
@@ -71,11 +71,11 @@ def run(command: list[str], cache_dir: str | None, say: Callable[[str], None]) -
             + (f"the cache dir {cache_dir}" if cache_dir else "an empty Inductor cache dir"))
         # The program's own output goes to stderr, so that stdout stays the report (--json). A
         # program runs as long as it runs: no timeout (an interrupt stops it and all it started).
-        job = runner.Job("hatch_precompile.tools.snoop_child", {"target": target}, "snoop", say,
+        job = supervisor.Job("hatch_precompile.tools.snoop_child", {"target": target}, "snoop", say,
                          relay=lambda line: print(line, file=sys.stderr, flush=True))
         try:
-            child = runner.run(job, Path(tmp), python, env)
-        except runner.ChildError as exc:
+            child = supervisor.run(job, Path(tmp), python, env)
+        except supervisor.ChildError as exc:
             raise SnoopError(f"the snoop process stopped before reporting: {exc.detail}") from None
     if child.status != "ok" or len(child.workloads) != 1:
         raise SnoopError(f"the snoop process reported {child.status}: {child.detail}")

@@ -18,7 +18,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.child import observe, work
+from hatch_precompile.child import observe, workload_loop
 from hatch_precompile.protocol import CACHE_DIR_VAR, EXIT_OK, ChildResult
 
 
@@ -44,7 +44,7 @@ def main(argv: list[str]) -> int:
     owners = _owners()
     for graph in record["graphs"]:
         graph["distribution"] = owners(graph.get("location"))
-    work.write_result(out, ChildResult("ok", workloads=[record], data={**ended, "loads": _loads(owners),
+    workload_loop.write_result(out, ChildResult("ok", workloads=[record], data={**ended, "loads": _loads(owners),
                                                                         "steps": _steps()}))
     return EXIT_OK
 
@@ -87,21 +87,21 @@ def _owners() -> Any:
 
 
 def _steps() -> list[dict[str, Any]]:
-    """How many calls of each shipped step each route served (run/steps.py counts them)."""
-    steps = sys.modules.get("hatch_precompile.run.steps")
-    if steps is None:
+    """How many calls of each shipped step each route served (run/shipped_steps.py counts them)."""
+    shipped_steps = sys.modules.get("hatch_precompile.run.shipped_steps")
+    if shipped_steps is None:
         return []
     return [{"package": package, "name": name, "route": route, "calls": calls}
-            for (package, name, route), calls in sorted(steps.served.items())]
+            for (package, name, route), calls in sorted(shipped_steps.served.items())]
 
 
 def _loads(owners: Any) -> list[dict[str, Any]]:
     """What hatch_precompile.load() did for each package of this process."""
-    loader = sys.modules.get("hatch_precompile.run.loader")
-    if loader is None:
+    load_caches = sys.modules.get("hatch_precompile.run.load_caches")
+    if load_caches is None:
         return []
     out = []
-    for result in loader.results():
+    for result in load_caches.results():
         module = sys.modules.get(result.package)
         location = f"{getattr(module, '__file__', '') or ''}:1"
         out.append({

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable
 
-from hatch_precompile.child import runner
+from hatch_precompile.child import supervisor
 from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol import BUILDING_VAR, CACHE_DIR_VAR, PACKAGE_VAR, STEPS_VERIFY_VAR, TORCHSCRIPT_DIR_VAR
 from hatch_precompile.run import variables
@@ -101,12 +101,12 @@ def _run(package: str, workloads: list[str], timeout: float, say: Callable[[str]
         say(f"verify {package}: load(), then {len(workloads)} workload(s) in a fresh process "
             "with an empty Inductor cache dir")
         # The workloads' own output goes to stderr, so that stdout stays the report (--json).
-        job = runner.Job("hatch_precompile.tools.verify_child",
+        job = supervisor.Job("hatch_precompile.tools.verify_child",
                          {"package": package, "workloads": workloads, "setting": setting}, "verify",
                          say, relay=lambda line: print(line, file=sys.stderr, flush=True), timeout=timeout)
         try:
-            child = runner.run(job, work, env=env)
-        except runner.ChildError as exc:
+            child = supervisor.run(job, work, env=env)
+        except supervisor.ChildError as exc:
             if exc.detail.startswith("timed out"):
                 raise VerifyError(f"the workloads did not finish within {timeout:g} s (--timeout)") from None
             raise VerifyError(f"the verify process stopped: {exc.detail}") from None

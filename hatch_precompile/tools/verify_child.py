@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.child import observe, work
+from hatch_precompile.child import observe, workload_loop
 from hatch_precompile.protocol import CACHE_DIR_VAR, EXIT_OK, EXIT_WORKLOAD_FAILED, ChildResult
 
 
@@ -29,7 +29,7 @@ def main(argv: list[str]) -> int:
     import torch
     import torch._dynamo  # noqa: F401  (torch first: the package's import may be what imports it)
 
-    from hatch_precompile.run import loader
+    from hatch_precompile.run import load_caches
 
     observer = observe.Observer(cache_dir, logs=False)
     try:
@@ -37,28 +37,28 @@ def main(argv: list[str]) -> int:
         # package through importlib.resources, which imports it.
         importlib.import_module(package)
     except BaseException as exc:
-        work.write_result(out, ChildResult("failed", failure=work.failure(f"import {package}", exc)))
+        workload_loop.write_result(out, ChildResult("failed", failure=workload_loop.failure(f"import {package}", exc)))
         return EXIT_WORKLOAD_FAILED
-    status = loader.load(package)
+    status = load_caches.load(package)
     kernels_installed, _ = observe.cache_usage(cache_dir)
     try:  # as a user's program would, after importing the package and before calling it
         apply_setting(torch, spec.get("setting") or {})
     except Exception as exc:
-        work.write_result(out, ChildResult("failed", failure=work.failure("--setting", exc)))
+        workload_loop.write_result(out, ChildResult("failed", failure=workload_loop.failure("--setting", exc)))
         return EXIT_WORKLOAD_FAILED
 
-    workloads, failed = work.run_workloads(spec["workloads"], observer.measure)
+    workloads, failed = workload_loop.run_workloads(spec["workloads"], observer.measure)
     for record in workloads:
         record["kernels_compiled"] = record.pop("kernels")
     if isinstance(failed, ChildResult):  # not made by run_workloads without on_failure; as written
-        work.write_result(out, failed)
+        workload_loop.write_result(out, failed)
         return EXIT_WORKLOAD_FAILED
     if failed is not None:
-        work.write_result(out, ChildResult("failed", failure=failed, workloads=workloads))
+        workload_loop.write_result(out, ChildResult("failed", failure=failed, workloads=workloads))
         return EXIT_WORKLOAD_FAILED
     from hatch_precompile.build import step_verify
 
-    work.write_result(out, ChildResult("ok", workloads=workloads, data={
+    workload_loop.write_result(out, ChildResult("ok", workloads=workloads, data={
         "load": {"loaded": status.loaded, "reason": status.reason, "installed": status.installed,
                  "present": status.present},
         "kernels_installed": kernels_installed,

@@ -225,9 +225,9 @@ def profile(frame, event, arg):
     if event == "call" and frame.f_code.co_name == "triton_key" and "/triton/" in frame.f_code.co_filename:
         seen.append(1)
 sys.setprofile(profile); threading.setprofile(profile)
-from hatch_precompile.run import speedups
+from hatch_precompile.run import warm_shortcuts
 from hatch_precompile.run.torch_internals import prefetch
-prefetch.prefetch("triton-key", memo=speedups.TritonKeyMemo())
+prefetch.prefetch("triton-key", memo=warm_shortcuts.TritonKeyMemo())
 from torch._inductor import codecache
 key = codecache.triton_key()
 sys.setprofile(None); threading.setprofile(None)

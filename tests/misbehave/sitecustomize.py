@@ -126,7 +126,7 @@ def _codecache_hash_details(module):
         details = module.FxGraphHashDetails
         original = details.__init__
 
-        def __init__(self, *args, salt=None, **kwargs):  # another signature than run/key_agreement.py reads
+        def __init__(self, *args, salt=None, **kwargs):  # another signature than run/key_matching.py reads
             original(self, *args, **kwargs)
 
         details.__init__ = __init__

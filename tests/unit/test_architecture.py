@@ -34,7 +34,7 @@ TORCH_INTERNALS_ALLOWED = (
     "hatch_precompile/run/torch_internals/*.py",
     "hatch_precompile/build/torch_export.py",
     "hatch_precompile/child/*.py",
-    "hatch_precompile/build/worker.py",
+    "hatch_precompile/build/build_child.py",
     "hatch_precompile/build/export.py",
     "hatch_precompile/tools/verify_child.py",
     "hatch_precompile/tools/snoop_child.py",
@@ -91,7 +91,7 @@ def named_import(node: ast.AST) -> str | None:
 
 def imports(module: str, root: Path = ROOT) -> Iterator[Import]:
     """Every import in ``module``, at any depth (lazy imports in functions included, and imports
-    by a constant name: ``importlib.import_module("hatch_precompile.run.loader")``)."""
+    by a constant name: ``importlib.import_module("hatch_precompile.run.load_caches")``)."""
     path = modules(root)[module]
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     top_level = set(map(id, tree(module, root).body))
@@ -213,7 +213,7 @@ def private_name_violations(root: Path = ROOT) -> list[str]:
                 if not parts or parts[0] not in bound:
                     continue
                 owner = bound[parts[0]]
-                for part in parts[1:]:  # hatch_precompile.run.loader._x: follow submodules
+                for part in parts[1:]:  # hatch_precompile.run.load_caches._x: follow submodules
                     if f"{owner}.{part}" not in modules(root):
                         owner = ""
                         break
@@ -557,12 +557,12 @@ def test_each_check_reports_a_broken_rule_with_its_place(tmp_path):
         "__init__.py": "",
         "errors.py": "",
         "protocol/__init__.py": "",
-        "protocol/names.py": ("import importlib\n\nimportlib.import_module('hatch_precompile.run.gate')\n"
+        "protocol/names.py": ("import importlib\n\nimportlib.import_module('hatch_precompile.run.switch')\n"
                               "NO_STEPS_VAR = 'HATCH_PRECOMPILE_NO_STEPS'\n"),
         "run/__init__.py": "",
-        "run/gate.py": "_secret = 1\n\ndef f():\n    from hatch_precompile.run import loader\n",
-        "run/loader.py": ("from hatch_precompile.run import gate\nfrom hatch_precompile.run.gate import _secret\n"
-                          "import torch.utils._pytree\n\ndef g(m):\n    return gate._secret, m._buffers, self_ok()\n"
+        "run/switch.py": "_secret = 1\n\ndef f():\n    from hatch_precompile.run import load_caches\n",
+        "run/load_caches.py": ("from hatch_precompile.run import switch\nfrom hatch_precompile.run.switch import _secret\n"
+                          "import torch.utils._pytree\n\ndef g(m):\n    return switch._secret, m._buffers, self_ok()\n"
                           "\n\ndef h():\n    import sys\n    return sys.modules.get('torch._inductor.config')\n"),
         "run/variables.py": "import os\n\nos.environ.get('HATCH_PRECOMPILE_DEBUG')\n",
         "run/lazy.py": ("import json\nimport torch\nfrom hatch_precompile import errors\n\n\ndef f():\n"
@@ -578,18 +578,18 @@ def test_each_check_reports_a_broken_rule_with_its_place(tmp_path):
         (tmp_path / PACKAGE / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / PACKAGE / name).write_text(text)
     assert layering_violations(tmp_path) == [
-        "hatch_precompile/protocol/names.py:3: layering: protocol/ imports hatch_precompile.run.gate, a layer above it "
+        "hatch_precompile/protocol/names.py:3: layering: protocol/ imports hatch_precompile.run.switch, a layer above it "
         f"(imports go {' -> '.join(LAYERS)})"]
     assert private_name_violations(tmp_path) == [
-        "hatch_precompile/run/loader.py:2: private name: imports _secret from hatch_precompile.run.gate",
-        "hatch_precompile/run/loader.py:6: private name: uses gate._secret (_secret of hatch_precompile.run.gate)"]
-    assert cycles(graph(tmp_path)) == [["hatch_precompile.run.gate", "hatch_precompile.run.loader"]]
+        "hatch_precompile/run/load_caches.py:2: private name: imports _secret from hatch_precompile.run.switch",
+        "hatch_precompile/run/load_caches.py:6: private name: uses switch._secret (_secret of hatch_precompile.run.switch)"]
+    assert cycles(graph(tmp_path)) == [["hatch_precompile.run.load_caches", "hatch_precompile.run.switch"]]
     assert sorted(torch_private_modules(tmp_path)) == ["torch._inductor", "torch.utils._pytree"]
     assert torch_private_modules_by_name(tmp_path) == [
-        "hatch_precompile/run/loader.py:11: torch internals: sys.modules.get('torch._inductor.config') names a "
+        "hatch_precompile/run/load_caches.py:11: torch internals: sys.modules.get('torch._inductor.config') names a "
         "private torch module; go through run/torch_internals/"]
     assert torch_private_attribute_uses(tmp_path) == [
-        "hatch_precompile/run/loader.py:6: torch internals: m._buffers is a private attribute of torch.nn.Module; "
+        "hatch_precompile/run/load_caches.py:6: torch internals: m._buffers is a private attribute of torch.nn.Module; "
         "go through run/torch_internals/"]
     assert hatchling_imports(tmp_path) == [
         "hatch_precompile/build/capture.py:7: hatchling: imports hatchling.builders; only "
@@ -597,7 +597,7 @@ def test_each_check_reports_a_broken_rule_with_its_place(tmp_path):
     assert run_import_time_imports(tmp_path) == [
         "hatch_precompile/run/lazy.py:2: run/ imports: torch at import time; run/ imports only the standard library, "
         f"{', '.join(RUN_IMPORTS_ALLOWED)} when imported (torch and triton inside the functions that need them)",
-        "hatch_precompile/run/loader.py:3: run/ imports: torch.utils._pytree at import time; run/ imports only the "
+        "hatch_precompile/run/load_caches.py:3: run/ imports: torch.utils._pytree at import time; run/ imports only the "
         f"standard library, {', '.join(RUN_IMPORTS_ALLOWED)} when imported (torch and triton inside the functions "
         "that need them)"]
     reads = "read it through hatch_precompile/run/variables.py"

@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from hatch_precompile.run import envkey, gpu
+from hatch_precompile.run import environment_key, gpu
 
 H100 = gpu.Device("NVIDIA H100 80GB HBM3", "9.0", "GPU-965ed56d-8fbe-a492-bee9-3c3f47d5b1e8")
 H100_B = gpu.Device("NVIDIA H100 80GB HBM3", "9.0", "GPU-11111111-2222-3333-4444-555555555555")
@@ -68,7 +68,7 @@ def fake_torch(cuda: str | None) -> types.SimpleNamespace:
 
 def test_key_asks_nvml_not_cuda(monkeypatch):
     monkeypatch.setattr(gpu, "identify", lambda: H100)
-    key = envkey.current(fake_torch("13.0"))
+    key = environment_key.current(fake_torch("13.0"))
     assert (key["gpu"], key["gpu_capability"], key["cuda"]) == ("NVIDIA H100 80GB HBM3", "9.0", "13.0")
 
 
@@ -77,10 +77,10 @@ def test_unidentified_gpu_gets_a_key_no_build_has(monkeypatch):
         raise gpu.Unidentified("NVML's nvmlInit_v2 returned error 9")
 
     monkeypatch.setattr(gpu, "identify", refuse)
-    key = envkey.current(fake_torch("13.0"))
+    key = environment_key.current(fake_torch("13.0"))
     assert key["gpu"] == "unidentified: NVML's nvmlInit_v2 returned error 9"
 
 
 def test_cpu_torch_has_no_gpu_fields():
-    key = envkey.current(fake_torch(None))
+    key = environment_key.current(fake_torch(None))
     assert key["gpu"] is key["gpu_capability"] is key["triton"] is key["cuda"] is None

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from hatch_precompile.protocol import FileEntry, Manifest, sha256
-from hatch_precompile.run import artifacts, install, loader
+from hatch_precompile.run import artifacts, cache_install, load_caches
 
 FILES = {
     "inductor/aotautograd/akey/entry": b"aot entry",
@@ -56,8 +56,8 @@ def files_in(directory: Path) -> list[Path]:
 
 
 def assert_skipped(package: str, cache: Path, reason: str) -> str:
-    with pytest.warns(loader.PrecompileWarning, match=f"not using {package}'s precompiled caches"):
-        result = loader.load(package)
+    with pytest.warns(load_caches.PrecompileWarning, match=f"not using {package}'s precompiled caches"):
+        result = load_caches.load(package)
     assert not result.loaded and result.installed == 0
     assert reason in result.reason, result.reason
     assert files_in(cache) == [], "a skipped load must leave the cache dir untouched"
@@ -66,7 +66,7 @@ def assert_skipped(package: str, cache: Path, reason: str) -> str:
 
 def test_installs_every_listed_file_atomically_and_never_twice(tmp_path, monkeypatch, env_here, cache):
     package, _ = ship(tmp_path, monkeypatch, env_here)
-    result = loader.load(package)
+    result = load_caches.load(package)
     assert result.loaded and (result.installed, result.present) == (len(FILES), 0)
     for path, blob in FILES.items():
         assert (cache / path.removeprefix("inductor/")).read_bytes() == blob
@@ -74,7 +74,7 @@ def test_installs_every_listed_file_atomically_and_never_twice(tmp_path, monkeyp
     assert stat.S_IMODE(kernel.stat().st_mode) == 0o755
     assert not [p for p in files_in(cache) if p.name.endswith(".tmp")]
     found = artifacts.find(package)
-    assert install.install(found, install.destinations(found, None), cache) == (0, len(FILES))
+    assert cache_install.install(found, cache_install.destinations(found, None), cache) == (0, len(FILES))
 
 
 def test_missing_file(tmp_path, monkeypatch, env_here, cache):
@@ -99,7 +99,7 @@ def test_unlisted_file_is_never_installed(tmp_path, monkeypatch, env_here, cache
     package, shipped = ship(tmp_path, monkeypatch, env_here)
     planted = b"\x7fELF not ours"
     (shipped.parents[2] / "blobs" / sha256(planted)).write_bytes(planted)  # a blob no manifest lists
-    assert loader.load(package).loaded
+    assert load_caches.load(package).loaded
     assert not (cache / "zz").exists()
 
 
@@ -153,7 +153,7 @@ def assert_foreign_entry_kept(package, cache):
     """An entry that is already in the cache dir stays as it is; the rest of the set is installed."""
     (cache / "ab").mkdir(parents=True)
     (cache / "ab" / "cabkernel.main.so").write_bytes(b"somebody else's entry")
-    result = loader.load(package)
+    result = load_caches.load(package)
     assert result.loaded and (result.installed, result.present) == (len(FILES) - 1, 1)
     assert (cache / "ab" / "cabkernel.main.so").read_bytes() == b"somebody else's entry"
 
@@ -166,8 +166,8 @@ def test_existing_entries_are_never_overwritten(tmp_path, monkeypatch, env_here,
 def test_planted_symlink_in_the_cache_dir_is_not_followed(tmp_path, monkeypatch, env_here, cache):
     package, _ = ship(tmp_path, monkeypatch, env_here)
     elsewhere = plant_link(cache / "aotautograd", tmp_path)
-    with pytest.warns(loader.PrecompileWarning):
-        result = loader.load(package)
+    with pytest.warns(load_caches.PrecompileWarning):
+        result = load_caches.load(package)
     assert not result.loaded and "aotautograd in the Inductor cache dir is a symlink" in result.reason
     assert files_in(elsewhere) == []
 
@@ -186,15 +186,15 @@ def test_uncreatable_cache_dir(tmp_path, monkeypatch, env_here, cache):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(blocker / "cache"))
-    with pytest.warns(loader.PrecompileWarning):
-        result = loader.load(package)
+    with pytest.warns(load_caches.PrecompileWarning):
+        result = load_caches.load(package)
     assert not result.loaded and result.reason.startswith("cannot create the Inductor cache dir")
 
 
 def test_switched_off_loads_nothing_and_says_why(tmp_path, monkeypatch, env_here, cache):
     package, _ = ship(tmp_path, monkeypatch, env_here)
     monkeypatch.setenv("PRECOMPILE", "0")
-    result = loader.load(package)
+    result = load_caches.load(package)
     assert not result.loaded and result.reason == "disabled by PRECOMPILE=0"
     assert files_in(cache) == []
 
@@ -229,7 +229,7 @@ def test_world_writable_dir_on_the_way_is_refused_unless_sticky(tmp_path, monkey
     assert_skipped(package, shared / "cache", f"{shared} is writable by all users (mode 0777")
     shared.chmod(0o1777)  # sticky, like /tmp: others cannot replace what is ours in it
     package, _ = ship(tmp_path, monkeypatch, env_here)
-    assert loader.load(package).loaded
+    assert load_caches.load(package).loaded
 
 
 @needs_root
@@ -240,8 +240,8 @@ def test_symlink_on_the_way_owned_by_another_user_is_refused(tmp_path, monkeypat
     cache.symlink_to(elsewhere)
     os.lchown(cache, OTHER_UID, OTHER_UID)
     package, _ = ship(tmp_path, monkeypatch, env_here)
-    with pytest.warns(loader.PrecompileWarning):
-        result = loader.load(package)
+    with pytest.warns(load_caches.PrecompileWarning):
+        result = load_caches.load(package)
     assert not result.loaded and f"{cache} is a symlink owned by another user (uid {OTHER_UID})" in result.reason
     assert files_in(elsewhere) == []
 
@@ -250,7 +250,7 @@ def test_missing_dirs_are_created_private(tmp_path, monkeypatch, env_here, cache
     deep = tmp_path / "new" / "deeper" / "cache"
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(deep))
     package, _ = ship(tmp_path, monkeypatch, env_here)
-    assert loader.load(package).loaded
+    assert load_caches.load(package).loaded
     for directory in (tmp_path / "new", tmp_path / "new" / "deeper", deep, deep / "aotautograd"):
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory
 
@@ -260,8 +260,8 @@ def test_a_symlink_met_part_way_undoes_what_was_linked(tmp_path, monkeypatch, en
     files = {f"inductor/aa/file{n:02}": b"x" * n for n in range(20)} | {"inductor/zz/last": b"last"}
     package, _ = ship(tmp_path, monkeypatch, env_here, files=files)
     elsewhere = plant_link(cache / "zz", tmp_path)
-    with pytest.warns(loader.PrecompileWarning):
-        result = loader.load(package)
+    with pytest.warns(load_caches.PrecompileWarning):
+        result = load_caches.load(package)
     assert not result.loaded and "zz in the Inductor cache dir is a symlink or not a directory" in result.reason
     assert files_in(cache) == [] and not (cache / "aa").exists(), "the 20 files linked before are removed"
     assert files_in(elsewhere) == []
@@ -272,11 +272,11 @@ import resource, signal, sys
 from pathlib import Path
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 sys.path.insert(0, sys.argv[1])
-from hatch_precompile.run import artifacts, install
+from hatch_precompile.run import artifacts, cache_install
 found = artifacts.find(sys.argv[2])
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))  # the first big file fails part-way
 try:
-    install.install(found, install.destinations(found, None), Path(sys.argv[3]))
+    cache_install.install(found, cache_install.destinations(found, None), Path(sys.argv[3]))
 except artifacts.Skip as skip:
     print(skip)
 """
@@ -290,7 +290,7 @@ def test_a_write_that_fails_part_way_leaves_nothing(tmp_path, monkeypatch, env_h
     import sys
 
     env = dict(os.environ, PYTHONPATH=str(tmp_path / "site"))
-    proc = subprocess.run([sys.executable, "-c", FULL_DISK, str(Path(loader.__file__).parents[2]), package, cache],
+    proc = subprocess.run([sys.executable, "-c", FULL_DISK, str(Path(load_caches.__file__).parents[2]), package, cache],
                           env=env, capture_output=True, text=True, check=True)
     assert "cannot write bb/big into the Inductor cache dir" in proc.stdout and "File too large" in proc.stdout
     assert files_in(cache) == [] and not (cache / "aa").exists() and not (cache / "bb").exists()
@@ -309,7 +309,7 @@ def test_temp_names_are_unpredictable(tmp_path, monkeypatch, env_here, cache):
 
     sys.addaudithook(audit)  # cannot be removed: it stops recording at the end of this test
     try:
-        assert loader.load(package).loaded
+        assert load_caches.load(package).loaded
     finally:
         recording[0] = False
     import re
@@ -329,7 +329,7 @@ def test_without_hard_links_an_entry_is_still_never_replaced(tmp_path, monkeypat
 
     monkeypatch.setattr(os, "link", no_hard_links)
     if not rename_noreplace:
-        monkeypatch.setattr(install, "_renameat2", lambda: None)
+        monkeypatch.setattr(cache_install, "_renameat2", lambda: None)
     package, _ = ship(tmp_path, monkeypatch, env_here)
     assert_foreign_entry_kept(package, cache)
     assert (cache / "aotautograd" / "akey" / "entry").read_bytes() == FILES["inductor/aotautograd/akey/entry"]
@@ -348,7 +348,7 @@ def test_relative_cache_dir_is_made_absolute_where_torch_reads_it(tmp_path, monk
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "relative-cache")
     package, _ = ship(tmp_path, monkeypatch, env_here)
-    result = loader.load(package)
+    result = load_caches.load(package)
     assert result.loaded and result.cache_dir == str(tmp_path / "relative-cache")
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "relative-cache")
     from torch._inductor.runtime.cache_dir_utils import cache_dir
@@ -360,13 +360,13 @@ def test_relative_cache_dir_is_made_absolute_where_torch_reads_it(tmp_path, monk
 NO_USER = """
 import os, sys
 sys.path.insert(0, sys.argv[1])
-from hatch_precompile.run import artifacts, install
+from hatch_precompile.run import artifacts, cache_install
 import getpass, pwd, re, tempfile
 for name in ("LOGNAME", "USER", "LNAME", "USERNAME", "TORCHINDUCTOR_CACHE_DIR"):
     os.environ.pop(name, None)
 os.setuid(54321)  # a uid with no passwd entry, as in containers run with --user
 try:
-    print(install.inductor_cache_dir())
+    print(cache_install.inductor_cache_dir())
 except artifacts.Skip as skip:
     print(skip)
 """
@@ -377,7 +377,7 @@ def test_unknown_user_is_a_clear_skip():
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-c", NO_USER, str(Path(loader.__file__).parents[2])],
+    proc = subprocess.run([sys.executable, "-c", NO_USER, str(Path(load_caches.__file__).parents[2])],
                           capture_output=True, text=True, check=True)
     assert proc.stdout.startswith("cannot tell which cache dir torch will use: getpass.getuser() failed"), proc.stdout
     assert "set TORCHINDUCTOR_CACHE_DIR" in proc.stdout

@@ -11,7 +11,7 @@ import pytest
 
 from hatch_precompile.build import elf, isa
 from hatch_precompile.protocol import DYNAMIC_THREADS_VAR, Manifest
-from hatch_precompile.run import envkey, key_agreement, machine, relocate, speedups
+from hatch_precompile.run import environment_key, key_matching, machine, relocate, warm_shortcuts
 from unit.test_install import assert_skipped, ship
 
 LINUX = sys.platform.startswith("linux")
@@ -59,9 +59,9 @@ def test_unreadable_cpu_features_refuse_native_but_not_portable_sets(tmp_path, m
         assert_skipped(package, cache, "built with -march=native), and this machine's CPU features cannot be read")
         package, _ = ship(tmp_path / "portable", monkeypatch, env_here,
                           manifest={"cpu_target": "portable", "cpu_features": ["avx2"]})
-        from hatch_precompile.run import loader
+        from hatch_precompile.run import load_caches
 
-        assert loader.load(package).loaded
+        assert load_caches.load(package).loaded
     finally:
         machine.cpu_features.cache_clear()
 
@@ -216,7 +216,7 @@ def test_a_portable_compile_drops_native_but_keeps_the_isa():
 
 
 @needs_linux
-@pytest.mark.skipif(envkey.compiler_version("g++").startswith("unavailable"), reason="needs g++")
+@pytest.mark.skipif(environment_key.compiler_version("g++").startswith("unavailable"), reason="needs g++")
 def test_features_are_asked_of_the_compiler():
     import platform
 
@@ -240,15 +240,15 @@ def test_features_are_asked_of_the_compiler():
 def test_compiler_family_as_inductor_tells_it(command, family):
     if sys.platform == "darwin":
         pytest.skip("Apple's clang answers to g++")
-    assert envkey.compiler_family(command, "") == family
+    assert environment_key.compiler_family(command, "") == family
 
 
 def test_the_build_compiler_is_put_into_the_key_only_for_a_stand_in(monkeypatch):
-    monkeypatch.setattr(key_agreement, "_built_compiler", {"config": [None, "g++"], "family": "gcc"})
+    monkeypatch.setattr(key_matching, "_built_compiler", {"config": [None, "g++"], "family": "gcc"})
     for resolved, expected in (("g++-12", (None, "g++")), ("clang++", (None, "g++-12"))):
-        monkeypatch.setattr(key_agreement, "stands_in", lambda resolved=resolved: envkey.compiler_family(resolved) == "gcc")
+        monkeypatch.setattr(key_matching, "stands_in", lambda resolved=resolved: environment_key.compiler_family(resolved) == "gcc")
         key = {"cpp.cxx": (None, "g++-12"), "cpp.threads": -1}
-        key_agreement.agree_compiler(key)
+        key_matching.agree_compiler(key)
         assert key == {"cpp.cxx": expected, "cpp.threads": -1}
 
 
@@ -271,33 +271,33 @@ def test_a_sets_dynamic_threads_reach_this_process_unless_the_user_chose(monkeyp
     monkeypatch.setattr(config.cpp, "dynamic_threads", False)
     monkeypatch.delenv(DYNAMIC_THREADS_VAR, raising=False)
     later: list[str] = []
-    assert key_agreement.apply(manifest, later.append) == []
+    assert key_matching.apply(manifest, later.append) == []
     assert config.cpp.dynamic_threads is True
     monkeypatch.setattr(config.cpp, "dynamic_threads", False)
     monkeypatch.setenv(DYNAMIC_THREADS_VAR, "0")
-    (note,) = key_agreement.apply(manifest, later.append)
+    (note,) = key_matching.apply(manifest, later.append)
     assert later == [] and note.startswith("TORCHINDUCTOR_CPP_DYNAMIC_THREADS=0 here") and config.cpp.dynamic_threads is False
 
 
 def test_a_missing_compiler_is_said_through_the_loaders_note(monkeypatch):
     """Once Inductor is imported, key_agreement tells load()'s note (passed in: it does not import the loader)."""
     notes: list[str] = []
-    monkeypatch.setattr(envkey, "compiler", lambda: {"command": "g++", "version": "unavailable: not found"})
-    key_agreement._say_if_unavailable({"family": "gcc"}, notes.append)
+    monkeypatch.setattr(environment_key, "compiler", lambda: {"command": "g++", "version": "unavailable: not found"})
+    key_matching._say_if_unavailable({"family": "gcc"}, notes.append)
     assert notes == ["no working C++ compiler here (g++: unavailable: not found): torch needs one, "
                      "of the gcc family, even to load the shipped kernels"]
-    monkeypatch.setattr(envkey, "compiler", lambda: {"command": "g++", "version": "13.2"})
-    key_agreement._say_if_unavailable({"family": "gcc"}, notes.append)
+    monkeypatch.setattr(environment_key, "compiler", lambda: {"command": "g++", "version": "13.2"})
+    key_matching._say_if_unavailable({"family": "gcc"}, notes.append)
     assert len(notes) == 1
 
 
 def test_probes_are_vouched_for_only_with_their_flags_and_this_cpus_features(monkeypatch):
-    monkeypatch.setattr(speedups, "_vouched", {})
-    manifest = Manifest("p", {}, {}, compiler={"version": envkey.compiler_version(envkey.cxx_command())},
+    monkeypatch.setattr(warm_shortcuts, "_vouched", {})
+    manifest = Manifest("p", {}, {}, compiler={"version": environment_key.compiler_version(environment_key.cxx_command())},
                         probes={"-mavx2 -mfma": ["avx2", "fma"], "-mfoo": ["no-such-feature"]})
-    speedups.apply(manifest, frozenset({"avx2", "fma", "sse2"}))
-    assert speedups.vouches("-mfma -mavx2")  # the same flags, in any order
-    assert not speedups.vouches("-mavx2") and not speedups.vouches("-mfoo") and not speedups.vouches("")
-    monkeypatch.setattr(speedups, "_vouched", {})
-    speedups.apply(manifest, None)  # this CPU's features unknown: nothing is vouched for
-    assert not speedups.vouches("-mavx2 -mfma")
+    warm_shortcuts.apply(manifest, frozenset({"avx2", "fma", "sse2"}))
+    assert warm_shortcuts.vouches("-mfma -mavx2")  # the same flags, in any order
+    assert not warm_shortcuts.vouches("-mavx2") and not warm_shortcuts.vouches("-mfoo") and not warm_shortcuts.vouches("")
+    monkeypatch.setattr(warm_shortcuts, "_vouched", {})
+    warm_shortcuts.apply(manifest, None)  # this CPU's features unknown: nothing is vouched for
+    assert not warm_shortcuts.vouches("-mavx2 -mfma")

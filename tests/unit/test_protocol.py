@@ -60,7 +60,7 @@ def test_docs_manifest_md_is_generated_from_the_fields():
 
 
 def test_a_step_contract_of_another_format_or_route_is_refused_by_name():
-    from hatch_precompile.protocol.steps import CONTRACT_FORMAT, ContractError, read_contract
+    from hatch_precompile.protocol.step_file import CONTRACT_FORMAT, ContractError, read_contract
 
     good = {"format": CONTRACT_FORMAT, "route": "aotinductor", "torch": "2.13.0", "export": {}}
     assert read_contract(good, "serve") is good

@@ -1,4 +1,4 @@
-"""What a trace read of its modules (build/reads.py), and its check at every call (run/contract.py)."""
+"""What a trace read of its modules (build/trace_reads.py), and its check at every call (run/call_contract.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from hatch_precompile.build import reads
-from hatch_precompile.run import contract
+from hatch_precompile.build import trace_reads
+from hatch_precompile.run import call_contract
 
 
 class Config:
@@ -40,7 +40,7 @@ class Block(nn.Module):
 
 
 def recorded(module, x):
-    with reads.recording({0: module}) as found, torch.no_grad():
+    with trace_reads.recording({0: module}) as found, torch.no_grad():
         module(x)
     return found[0]
 
@@ -61,34 +61,34 @@ def test_the_plain_values_a_forward_read_are_recorded_and_nothing_else():
 
 def test_classes_come_back_when_the_traced_code_raises():
     block = Block().eval()
-    with pytest.raises(RuntimeError), reads.recording({0: block}):
+    with pytest.raises(RuntimeError), trace_reads.recording({0: block}):
         raise RuntimeError("export failed")
     assert type(block) is Block and type(block.config) is Config
 
 
 def test_a_read_value_changed_is_named_with_both_values_and_an_unread_one_is_not():
     block = Block().eval()
-    resolved = contract.resolve_reads(block, recorded(block, torch.randn(3, 8)), 0)
-    assert contract.reads_problem(resolved, 0) is None
+    resolved = call_contract.resolve_reads(block, recorded(block, torch.randn(3, 8)), 0)
+    assert call_contract.reads_problem(resolved, 0) is None
     block.config.problem_type, block.config.logging, block.drop.p, block.unused = "multi", False, 0.5, "changed"
-    assert contract.reads_problem(resolved, 0) is None
+    assert call_contract.reads_problem(resolved, 0) is None
     block.config.num_heads = 4  # read through the config's own name map
-    assert contract.reads_problem(resolved, 0) == "argument 0's config.heads: 2 at build, 4 now"
+    assert call_contract.reads_problem(resolved, 0) == "argument 0's config.heads: 2 at build, 4 now"
     block.config.num_heads = 2
     block.norm.eps = 1e-3
-    assert contract.reads_problem(resolved, 0) == "argument 0's norm.eps: 1e-05 at build, 0.001 now"
+    assert call_contract.reads_problem(resolved, 0) == "argument 0's norm.eps: 1e-05 at build, 0.001 now"
     block.norm.eps = 1e-5
     block.config = Config()  # a config object replaced: read through the module again
     block.config.num_heads = 1
-    assert contract.reads_problem(resolved, 0) == "argument 0's config.heads: 2 at build, 1 now"
+    assert call_contract.reads_problem(resolved, 0) == "argument 0's config.heads: 2 at build, 1 now"
     del block.scale
     block.config.num_heads = 2
-    assert contract.reads_problem(resolved, 0) == "argument 0's scale: 2.0 at build, missing now"
+    assert call_contract.reads_problem(resolved, 0) == "argument 0's scale: 2.0 at build, missing now"
 
 
 def test_a_submodule_the_export_read_and_the_module_lacks_is_named():
     with pytest.raises(LookupError, match="argument 1 has no submodule 'encoder.0'"):
-        contract.resolve_reads(nn.Linear(2, 2), [["encoder.0", "", "eps", "1e-05"]], 1)
+        call_contract.resolve_reads(nn.Linear(2, 2), [["encoder.0", "", "eps", "1e-05"]], 1)
 
 
 @pytest.mark.parametrize("value, encoded", [
@@ -98,25 +98,25 @@ def test_a_submodule_the_export_read_and_the_module_lacks_is_named():
     ((1, object()), None),
 ])
 def test_plain_values_are_encoded_and_others_are_not(value, encoded):
-    assert contract.encode(value) == encoded
+    assert call_contract.encode(value) == encoded
 
 
 def test_a_long_value_is_kept_as_its_digest():
     labels = {i: f"label {i}" for i in range(100)}
-    assert contract.encode(labels).startswith("sha256:")
-    assert contract.encode(labels) == contract.encode(dict(labels)) != contract.encode({**labels, 1: "other"})
+    assert call_contract.encode(labels).startswith("sha256:")
+    assert call_contract.encode(labels) == call_contract.encode(dict(labels)) != call_contract.encode({**labels, 1: "other"})
 
 
 def test_hooks_are_listed_and_an_added_one_changes_the_keys():
     block = Block()
-    dicts = contract.hook_dicts(list(block.modules()))
-    before = contract.hook_keys(dicts)
-    assert contract.hooks(block) == []
+    dicts = call_contract.hook_dicts(list(block.modules()))
+    before = call_contract.hook_keys(dicts)
+    assert call_contract.hooks(block) == []
     handle = block.norm.register_forward_hook(lambda *a: None)
-    assert contract.hook_keys(dicts) != before
-    assert contract.hooks(block) == [["norm", "forward_hooks", ["test_hooks_are_listed_and_an_added_one_changes_the_keys.<locals>.<lambda>"]]]
+    assert call_contract.hook_keys(dicts) != before
+    assert call_contract.hooks(block) == [["norm", "forward_hooks", ["test_hooks_are_listed_and_an_added_one_changes_the_keys.<locals>.<lambda>"]]]
     handle.remove()
-    assert contract.hook_keys(dicts) == before
+    assert call_contract.hook_keys(dicts) == before
 
 
 def test_a_field_the_step_sets_is_given_back_and_may_hold_either_value():
@@ -134,10 +134,10 @@ def test_a_field_the_step_sets_is_given_back_and_may_hold_either_value():
     found = recorded(head, torch.randn(2, 4))
     assert ["", "config", "problem_type", "None", "'single_label_classification'"] in found
     assert head.config.problem_type is None  # the workload's model as it was before the trace
-    resolved = contract.resolve_reads(head, found, 0)
-    assert contract.reads_problem(resolved, 0) is None
+    resolved = call_contract.resolve_reads(head, found, 0)
+    assert call_contract.reads_problem(resolved, 0) is None
     head.config.problem_type = "single_label_classification"
-    assert contract.reads_problem(resolved, 0) is None
+    assert call_contract.reads_problem(resolved, 0) is None
     head.config.problem_type = "regression"
-    assert contract.reads_problem(resolved, 0) == ("argument 0's config.problem_type: None or "
+    assert call_contract.reads_problem(resolved, 0) == ("argument 0's config.problem_type: None or "
                                                    "'single_label_classification' at build, 'regression' now")

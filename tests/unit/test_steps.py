@@ -8,11 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from hatch_precompile.build import step_check
-from hatch_precompile.build import steps as capture
+from hatch_precompile.build import step_capture, step_check
 from hatch_precompile.protocol import STEPS_DIR_VAR
-from hatch_precompile.run import contract as steps
-from hatch_precompile.run import steps as run_steps
+from hatch_precompile.run import call_contract, shipped_steps
 
 
 def model() -> nn.Module:
@@ -32,17 +30,17 @@ def training_step(m, x, y, scale=1.0):
 
 
 def contract(*args) -> dict:
-    return {"modes": steps.modes(), "args": steps.describe(args)}
+    return {"modes": call_contract.modes(), "args": call_contract.describe(args)}
 
 
 def test_the_same_arguments_keep_the_contract_and_other_weights_too():
     m, (x, y) = model(), batch()
     captured = contract(m, x, y, 1.0)
-    assert steps.mismatch(captured, (m, x, y, 1.0)) is None
+    assert call_contract.mismatch(captured, (m, x, y, 1.0)) is None
     other = model()
     with torch.no_grad():
         other[0].weight.add_(1.0)  # other values, the same structure: the intended use
-    assert steps.mismatch(captured, (other, *batch(), 1.0)) is None
+    assert call_contract.mismatch(captured, (other, *batch(), 1.0)) is None
 
 
 @pytest.mark.parametrize("change, says", [
@@ -62,33 +60,33 @@ def test_the_same_arguments_keep_the_contract_and_other_weights_too():
 def test_a_broken_contract_is_named(change, says):
     m, (x, y) = model(), batch()
     captured = contract(m, x, y, 1.0)
-    assert says in steps.mismatch(captured, change(m, x, y, 1.0))
+    assert says in call_contract.mismatch(captured, change(m, x, y, 1.0))
 
 
 def test_a_changed_submodule_setting_breaks_the_contract():
     m, (x, y) = model(), batch()
     captured = contract(m, x, y)
     m[1].p = 0.5  # the trace baked dropout's p in; nothing in the tensors shows it
-    assert "its submodules or their settings" in steps.mismatch(captured, (m, x, y))
+    assert "its submodules or their settings" in call_contract.mismatch(captured, (m, x, y))
 
 
 def test_the_process_modes_are_part_of_the_contract():
     m, (x, y) = model(), batch()
     captured = contract(m, x, y)
     with torch.no_grad():
-        assert "the process modes" in steps.mismatch(captured, (m, x, y))
+        assert "the process modes" in call_contract.mismatch(captured, (m, x, y))
     with torch.autocast("cpu"):
-        assert "the process modes" in steps.mismatch(captured, (m, x, y))
+        assert "the process modes" in call_contract.mismatch(captured, (m, x, y))
 
 
 def test_containers_and_values_are_described_to_the_leaf():
-    described = steps.describe(({"b": torch.zeros(2), "a": (1, "x", None)},))
+    described = call_contract.describe(({"b": torch.zeros(2), "a": (1, "x", None)},))
     assert described == [{"dict": {
         "a": {"tuple": [{"value": ["int", "1"]}, {"value": ["str", "'x'"]}, {"value": ["NoneType", "None"]}]},
         "b": {"tensor": [[2], [1], "torch.float32", "cpu", False]},
     }}]
     with pytest.raises(TypeError, match=r"argument 0\[1\] is a set"):
-        steps.describe(([1, {2}],))
+        call_contract.describe(([1, {2}],))
 
 
 def test_changed_arguments_differ_from_the_originals_which_stay_as_they_were():
@@ -108,7 +106,7 @@ def test_changed_arguments_differ_from_the_originals_which_stay_as_they_were():
 
 def test_the_check_accepts_a_faithful_step():
     m, (x, y) = model(), batch()
-    capture.check_against_reference("train", training_step, (m, x, y), training_step, "eager")
+    step_capture.check_against_reference("train", training_step, (m, x, y), training_step, "eager")
 
 
 def test_the_check_catches_a_step_that_baked_in_a_weight():
@@ -120,9 +118,9 @@ def test_the_check_catches_a_step_that_baked_in_a_weight():
         loss.backward()
         return loss.detach()
 
-    with pytest.raises(capture.StepMismatch, match=r"step 'train': the captured step computes something else "
+    with pytest.raises(step_capture.StepMismatch, match=r"step 'train': the captured step computes something else "
                                                  r"than training_step run eagerly .*the result"):
-        capture.check_against_reference("train", training_step, (m, x, y), baked, "eager")
+        step_capture.check_against_reference("train", training_step, (m, x, y), baked, "eager")
 
 
 def test_the_check_catches_a_branch_the_changed_inputs_take_otherwise():
@@ -140,8 +138,8 @@ def test_the_check_catches_a_branch_the_changed_inputs_take_otherwise():
     assert flipped  # the shuffle moves the first label for some of these
     for labels in flipped:
         first = int(labels[0])
-        with pytest.raises(capture.StepMismatch):
-            capture.check_against_reference("branch", step, (m, x, labels), branched, "eager")
+        with pytest.raises(step_capture.StepMismatch):
+            step_capture.check_against_reference("branch", step, (m, x, labels), branched, "eager")
 
 
 def test_the_check_catches_missing_gradients():
@@ -150,14 +148,14 @@ def test_the_check_catches_missing_gradients():
     def no_backward(m_, x_, y_):
         return nn.functional.cross_entropy(m_(x_), y_).detach()
 
-    with pytest.raises(capture.StepMismatch, match="the gradient of 0.weight is NoneType, expected Tensor"):
-        capture.check_against_reference("train", training_step, (m, x, y), no_backward, "eager")
+    with pytest.raises(step_capture.StepMismatch, match="the gradient of 0.weight is NoneType, expected Tensor"):
+        step_capture.check_against_reference("train", training_step, (m, x, y), no_backward, "eager")
 
 
 def test_save_step_outside_a_build_does_nothing(monkeypatch):
     monkeypatch.delenv(STEPS_DIR_VAR, raising=False)
     calls = []
-    assert capture.save_step("train", lambda *args: calls.append(args), *model(), *batch()) is None
+    assert step_capture.save_step("train", lambda *args: calls.append(args), *model(), *batch()) is None
     assert calls == []  # neither captured nor checked: the workload runs by hand as it is
 
 
@@ -167,9 +165,9 @@ def test_the_check_catches_a_result_that_lost_its_gradient():
     def loss(m_, x_, y_):  # the user calls backward() on what the step returns
         return nn.functional.cross_entropy(m_(x_), y_)
 
-    with pytest.raises(capture.StepMismatch, match=r"the result needs gradients from \S*loss but does not from the "
+    with pytest.raises(step_capture.StepMismatch, match=r"the result needs gradients from \S*loss but does not from the "
                                                  r"captured step \(call backward\(\) inside the step\)"):
-        capture.check_against_reference("loss", loss, (m, x, y), lambda *a: loss(*a).detach(), "eager")
+        step_capture.check_against_reference("loss", loss, (m, x, y), lambda *a: loss(*a).detach(), "eager")
 
 
 def test_module_attributes_config_and_hooks_are_in_the_contract():
@@ -183,11 +181,11 @@ def test_module_attributes_config_and_hooks_are_in_the_contract():
 
     x = torch.randn(2, 8)
     captured = contract(Attention(2), x)
-    assert steps.mismatch(captured, (Attention(2), x)) is None
-    assert "its submodules' attributes, config or hooks" in steps.mismatch(captured, (Attention(4), x))
+    assert call_contract.mismatch(captured, (Attention(2), x)) is None
+    assert "its submodules' attributes, config or hooks" in call_contract.mismatch(captured, (Attention(4), x))
     hooked = Attention(2)
     hooked.register_forward_hook(lambda *a: None)
-    assert "its submodules' attributes, config or hooks" in steps.mismatch(captured, (hooked, x))
+    assert "its submodules' attributes, config or hooks" in call_contract.mismatch(captured, (hooked, x))
 
     class Config:
         def __init__(self, n):
@@ -200,7 +198,7 @@ def test_module_attributes_config_and_hooks_are_in_the_contract():
     with_config.config = Config(1)
     captured = contract(with_config, x)
     with_config.config = Config(2)
-    assert "config" in steps.mismatch(captured, (with_config, x))
+    assert "config" in call_contract.mismatch(captured, (with_config, x))
 
 
 def test_a_module_that_cannot_be_described_falls_back_instead_of_raising():
@@ -210,37 +208,37 @@ def test_a_module_that_cannot_be_described_falls_back_instead_of_raising():
 
     x = torch.randn(2, 4)
     captured = contract(nn.Linear(4, 4), x)
-    assert "could not be described: RuntimeError('no repr today')" in steps.mismatch(captured, (Broken(4, 4), x))
+    assert "could not be described: RuntimeError('no repr today')" in call_contract.mismatch(captured, (Broken(4, 4), x))
 
 
 def test_a_step_saved_twice_under_one_name_is_an_error(monkeypatch, tmp_path):
     monkeypatch.setenv(STEPS_DIR_VAR, str(tmp_path))
     (tmp_path / "train.json").write_text("{}")
     with pytest.raises(ValueError, match=r"save_step\('train', \.\.\.\): a step named 'train' was already saved"):
-        capture.save_step("train", training_step, *batch())
+        step_capture.save_step("train", training_step, *batch())
 
 
 @pytest.mark.skipif(hasattr(torch.compiler, "precompile"), reason="this torch can capture")
 def test_save_step_on_a_torch_without_precompile_says_so(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv(STEPS_DIR_VAR, str(tmp_path / "steps"))
     m, (x, y) = model(), batch()
-    assert capture.save_step("train", training_step, m, x, y) is None
+    assert step_capture.save_step("train", training_step, m, x, y) is None
     assert "step 'train' not captured" in capsys.readouterr().out
     assert not (tmp_path / "steps").exists()
 
 
 def test_bad_names_and_options_are_named():
     with pytest.raises(ValueError, match=r"step name '\.\./x' must be"):
-        capture.save_step("../x", training_step)
+        step_capture.save_step("../x", training_step)
     with pytest.raises(ValueError, match=r"save_step\('t', \.\.\.\): check='exact' must be one of eager, compile"):
-        capture.save_step("t", training_step, check="exact")
+        step_capture.save_step("t", training_step, check="exact")
     with pytest.raises(TypeError, match=r"load_step\('pkg', 't', fn\): fn must be callable"):
-        run_steps.load_step("pkg", "t", 3)
+        shipped_steps.load_step("pkg", "t", 3)
 
 
 def test_a_step_of_a_package_without_artifacts_runs_the_fallback():
     calls = []
-    step = run_steps.load_step("no_such_package_here", "train", training_step,
+    step = shipped_steps.load_step("no_such_package_here", "train", training_step,
                            fallback=lambda *args, **kwargs: calls.append(args) or "fell back")
     assert step.route is None
     m, (x, y) = model(), batch()
@@ -257,8 +255,8 @@ def branch_on_value(m, x):
 def test_an_inference_step_that_cannot_be_exported_fails_naming_step_route_and_reason(monkeypatch, tmp_path):
     monkeypatch.setenv(STEPS_DIR_VAR, str(tmp_path / "steps"))
     m, (x, _) = model().eval(), batch()
-    with torch.no_grad(), pytest.raises(capture.StepCaptureError) as raised:
-        capture.save_step("serve", branch_on_value, m, x)
+    with torch.no_grad(), pytest.raises(step_capture.StepCaptureError) as raised:
+        step_capture.save_step("serve", branch_on_value, m, x)
     message = str(raised.value)
     assert message.startswith(f"step 'serve' (aotinductor route): torch {torch.__version__} could not capture it: ")
     assert "data-dependent" in message.lower() and 'on_failure="warn"' in message
@@ -269,7 +267,7 @@ def test_on_failure_warn_ships_the_package_without_the_step(monkeypatch, tmp_pat
     monkeypatch.setenv(STEPS_DIR_VAR, str(tmp_path / "steps"))
     m, (x, _) = model().eval(), batch()
     with torch.no_grad():
-        assert capture.save_step("serve", branch_on_value, m, x, on_failure="warn") is None
+        assert step_capture.save_step("serve", branch_on_value, m, x, on_failure="warn") is None
     said = capsys.readouterr().out
     assert "precompile: warning: step 'serve' (aotinductor route) not shipped: torch " in said
     assert "load_step() falls back to torch.compile" in said
@@ -284,27 +282,27 @@ def test_a_training_step_torch_cannot_capture_names_the_step_and_what_to_do(monk
     monkeypatch.setattr(torch.compiler, "precompile", precompile, raising=False)
     monkeypatch.setenv(STEPS_DIR_VAR, str(tmp_path / "steps"))
     m, (x, y) = model(), batch()
-    with pytest.raises(capture.StepCaptureError, match=r"step 'train' \(precompile route\): torch \S+ could not "
+    with pytest.raises(step_capture.StepCaptureError, match=r"step 'train' \(precompile route\): torch \S+ could not "
                        r"capture it: RuntimeError: Could not guard on data-dependent expression Eq\(u0, 1\)\. The "
                        r"training route traces the whole step.*under torch.no_grad\(\) with the model in eval\(\)"):
-        capture.save_step("train", training_step, m, x, y)
+        step_capture.save_step("train", training_step, m, x, y)
 
 
 def test_dynamic_shapes_are_checked_against_the_step(monkeypatch, tmp_path):
     monkeypatch.setenv(STEPS_DIR_VAR, str(tmp_path / "steps"))
     m, (x, y) = model(), batch()
     with pytest.raises(ValueError, match=r"dynamic_shapes is for an exported step: save it under torch.no_grad\(\)"):
-        capture.save_step("train", training_step, m, x, y, dynamic_shapes=(None, {0: 8}, None))
+        step_capture.save_step("train", training_step, m, x, y, dynamic_shapes=(None, {0: 8}, None))
     m.eval()
     with torch.no_grad():
         with pytest.raises(ValueError, match=r"dynamic_shapes must have one entry per argument of forward \(2\)"):
-            capture.save_step("serve", lambda_free_forward, m, x, dynamic_shapes=({0: 8},))
+            step_capture.save_step("serve", lambda_free_forward, m, x, dynamic_shapes=({0: 8},))
         with pytest.raises(ValueError, match=r"dynamic_shapes\[0\] must be None: argument 0 is a module"):
-            capture.save_step("serve", lambda_free_forward, m, x, dynamic_shapes=({0: 8}, None))
+            step_capture.save_step("serve", lambda_free_forward, m, x, dynamic_shapes=({0: 8}, None))
         with pytest.raises(ValueError, match=r"dynamic_shapes names y, which are not arguments of forward \(m, x\)"):
-            capture.save_step("serve", lambda_free_forward, m, x, dynamic_shapes={"y": None})
+            step_capture.save_step("serve", lambda_free_forward, m, x, dynamic_shapes={"y": None})
     with pytest.raises(ValueError, match=r"on_failure='skip' must be one of error, warn"):
-        capture.save_step("serve", lambda_free_forward, m, x, on_failure="skip")
+        step_capture.save_step("serve", lambda_free_forward, m, x, on_failure="skip")
 
 
 def lambda_free_forward(m, x):
@@ -319,7 +317,7 @@ def test_a_training_step_saved_without_grad_is_named(monkeypatch, tmp_path):
     m, (x, y) = model(), batch()
     with torch.no_grad(), pytest.raises(ValueError, match=r"save_step\('train', \.\.\., backward=True\): save a "
                                                           r"training step with grad enabled"):
-        capture.save_step("train", lambda m_, x_, y_: nn.functional.cross_entropy(m_(x_), y_), m, x, y, backward=True)
+        step_capture.save_step("train", lambda m_, x_, y_: nn.functional.cross_entropy(m_(x_), y_), m, x, y, backward=True)
 
 
 def branching_loss(m, x, y):
@@ -333,7 +331,7 @@ def test_a_training_step_torch_cannot_export_is_not_shipped_and_the_build_says_w
     monkeypatch.setenv(STEPS_DIR_VAR, str(tmp_path / "steps"))
     monkeypatch.delattr(torch.compiler, "precompile", raising=False)
     m, (x, y) = model(), batch()
-    assert capture.save_step("train", branching_loss, m, x, y, backward=True, on_failure="warn") is None
+    assert step_capture.save_step("train", branching_loss, m, x, y, backward=True, on_failure="warn") is None
     said = capsys.readouterr().out
     assert f"step 'train' (aotinductor route, forward and backward): torch {torch.__version__} could not export it " \
            f"at {__file__}:" in said
@@ -374,11 +372,11 @@ def test_a_loss_either_route_captures_wrongly_fails_the_build_naming_both_routes
                        r"route: aotinductor route \(forward and backward\): torch \S+ could not export it at \S+: "
                        r"RuntimeError: data-dependent branch; precompile route: step 'train': the captured step "
                        r"computes something else\. .*on_failure=\"warn\""):
-        capture.save_step("train", plain_loss, m, x, y, backward=True)
+        step_capture.save_step("train", plain_loss, m, x, y, backward=True)
     loss_routes(monkeypatch, tmp_path, RuntimeError("data-dependent branch"), RuntimeError("cannot guard on u0"))
-    assert capture.save_step("train", plain_loss, m, x, y, backward=True) is None
+    assert step_capture.save_step("train", plain_loss, m, x, y, backward=True) is None
     loss_routes(monkeypatch, tmp_path, RuntimeError("SymIntArrayRef expected to contain only concrete integers"), None)
-    assert capture.save_step("train", plain_loss, m, x, y, backward=True) is None  # a torch before 2.14
+    assert step_capture.save_step("train", plain_loss, m, x, y, backward=True) is None  # a torch before 2.14
     said = capsys.readouterr().out
     assert "could not capture it either: RuntimeError: cannot guard on u0; load_step() runs torch.compile" in said
     assert "SymIntArrayRef expected to contain only concrete integers; load_step() runs torch.compile" in said
@@ -388,7 +386,7 @@ def test_a_loss_either_route_captures_wrongly_fails_the_build_naming_both_routes
 def test_a_loss_neither_route_ships_with_on_failure_warn_is_noted(monkeypatch, tmp_path, capsys):
     loss_routes(monkeypatch, tmp_path, RuntimeError("data-dependent branch"), RuntimeError("cannot guard on u0"))
     m, (x, y) = model(), batch()
-    assert capture.save_step("train", plain_loss, m, x, y, backward=True, on_failure="warn") is None
+    assert step_capture.save_step("train", plain_loss, m, x, y, backward=True, on_failure="warn") is None
     said = capsys.readouterr().out
     assert "precompile: warning: step 'train' (aotinductor route, forward and backward): torch " in said
     assert "capturing it with torch.compiler.precompile instead" in said
@@ -409,7 +407,7 @@ def test_a_torch_that_lacks_the_loss_routes_only_notes_even_with_on_failure_erro
         export_proof.proven_in_child("train", b"", {}, [])
     loss_routes(monkeypatch, tmp_path, crash.value, None)
     m, (x, y) = model(), batch()
-    assert capture.save_step("train", plain_loss, m, x, y, backward=True) is None
+    assert step_capture.save_step("train", plain_loss, m, x, y, backward=True) is None
     said = capsys.readouterr().out
     assert (f"precompile: warning: step 'train' not captured: {crash.value}; load_step() falls back to "
             "torch.compile and backward()") in said
@@ -419,7 +417,7 @@ def test_a_torch_that_lacks_the_loss_routes_only_notes_even_with_on_failure_erro
 def test_a_training_steps_fallback_leaves_what_backward_leaves():
     m, (x, y) = model(), batch()
     eager = copy.deepcopy(m)
-    step = run_steps.load_step("no_such_package_here", "loss", lambda m_, x_, y_: nn.functional.cross_entropy(m_(x_), y_),
+    step = shipped_steps.load_step("no_such_package_here", "loss", lambda m_, x_, y_: nn.functional.cross_entropy(m_(x_), y_),
                                fallback=lambda m_, x_, y_: nn.functional.cross_entropy(m_(x_), y_), backward=True)
     loss = step(m, x, y)
     want = nn.functional.cross_entropy(eager(x), y)
@@ -451,7 +449,7 @@ def test_the_statistical_check_of_a_step_that_draws_random_numbers(loaded, says)
         return reference(*a)
 
     step_check.check_statistically("drop", reference, other_stream, args)
-    with pytest.raises(capture.StepMismatch, match=f"step 'drop': the captured step draws random numbers.*{says}"):
+    with pytest.raises(step_capture.StepMismatch, match=f"step 'drop': the captured step draws random numbers.*{says}"):
         step_check.check_statistically("drop", reference, step_check.with_backward(loaded), args)
     assert all(p.grad is None for p in m.parameters()), "the check runs on copies"
 
@@ -475,24 +473,24 @@ def _exported_record(device: str, proofs: list | None, torch_version: str = "2.1
 
 
 def test_an_exported_step_is_opened_only_where_a_proof_holds():
-    from hatch_precompile.run import exported
+    from hatch_precompile.run import exported_step
 
     h200 = {"torch": "2.11.0+cu130", "device": "NVIDIA H200", "cuda": "13.0"}
     here = _FakeTorch("2.11.0+cu130", "13.0", "NVIDIA H200")
-    assert exported.proof_problem(_exported_record("cuda:0", [h200]), here) is None
+    assert exported_step.proof_problem(_exported_record("cuda:0", [h200]), here) is None
     other_gpu = _FakeTorch("2.11.0+cu130", "13.0", "NVIDIA H100 80GB HBM3")
-    problem = exported.proof_problem(_exported_record("cuda:0", [h200]), other_gpu)
+    problem = exported_step.proof_problem(_exported_record("cuda:0", [h200]), other_gpu)
     assert problem == ("its package was proven to open and run on torch 2.11.0+cu130 on NVIDIA H200 (CUDA 13.0), not on "
                        "torch 2.11.0+cu130 on NVIDIA H100 80GB HBM3 (CUDA 13.0) (`hatch-precompile bake` under this torch "
                        "on such a machine proves it)")
     # A build whose prover crashed recorded no proof: nothing opens it (it is not shipped either).
-    assert "proven to open and run on nothing" in exported.proof_problem(_exported_record("cuda:0", []), here)
+    assert "proven to open and run on nothing" in exported_step.proof_problem(_exported_record("cuda:0", []), here)
     # Before proofs were recorded: a CPU package holds for its own torch and those it was proven on; a
     # CUDA package was never opened in a process of its own, and is not opened now.
     cpu = _FakeTorch("2.13.0+cpu", None, None)
-    assert exported.proof_problem(_exported_record("cpu", None, "2.13.0+cpu"), cpu) is None
-    assert "not on torch 2.13.0+cpu" in exported.proof_problem(_exported_record("cpu", None, "2.14.1+cu130"), cpu)
-    assert "never opened in a process of its own" in exported.proof_problem(_exported_record("cuda:0", None), here)
+    assert exported_step.proof_problem(_exported_record("cpu", None, "2.13.0+cpu"), cpu) is None
+    assert "not on torch 2.13.0+cpu" in exported_step.proof_problem(_exported_record("cpu", None, "2.14.1+cu130"), cpu)
+    assert "never opened in a process of its own" in exported_step.proof_problem(_exported_record("cuda:0", None), here)
 
 
 # -- a step no set ships, or another set only ---------------------------------------------------
@@ -537,7 +535,7 @@ def test_a_step_the_package_never_shipped_is_logged_not_warned(tmp_path, monkeyp
     """Not shipping a step is the author's choice at build (which the build says): the user can do
     nothing about it, so the fallback runs without a warning, saying what it really does."""
     package = ship_with_a_step_elsewhere(tmp_path, monkeypatch, env_here, step_in_other_set=False)
-    step = run_steps.load_step(package, "train", training_step)
+    step = shipped_steps.load_step(package, "train", training_step)
     with caplog.at_level("DEBUG", logger="hatch_precompile"):
         assert call_and_catch(step, model(), *batch()) == []
     assert step.route == "fallback"
@@ -550,25 +548,25 @@ def test_a_step_the_package_never_shipped_is_logged_not_warned(tmp_path, monkeyp
 def test_a_step_shipped_for_another_set_only_warns_naming_it(tmp_path, monkeypatch, env_here, cache, eager_fallback):
     """The environment decides, and the user may change it: said once, with the set that has the step."""
     package = ship_with_a_step_elsewhere(tmp_path, monkeypatch, env_here, step_in_other_set=True)
-    step = run_steps.load_step(package, "train", training_step)
+    step = shipped_steps.load_step(package, "train", training_step)
     (warned,) = call_and_catch(step, model(), *batch())
     assert step.route == "fallback"
     assert step.reason == (
         "no step named 'train' was shipped for this environment's artifact set ('test-set'); it was shipped for the "
         f"set 'torch-2.99' (built for torch='2.99.0+cpu', this environment has torch={env_here['torch']!r})")
-    assert warned == f"hatch-precompile: {package}'s step 'train' runs its fallback: {step.reason}. " + run_steps.FALLBACK_DOES
+    assert warned == f"hatch-precompile: {package}'s step 'train' runs its fallback: {step.reason}. " + shipped_steps.FALLBACK_DOES
     assert call_and_catch(step, model(), *batch()) == []  # once
 
 
 def test_the_build_says_which_declared_steps_the_workload_never_saved(eager_fallback):
     """In the build's child: load_step declared them, save_step never named them. Whether the
     workload called the fallback says whether users get it warm."""
-    run_steps.load_step("declaring_pkg", "warmed", training_step).fallback  # the workload's call of it
-    run_steps.load_step("declaring_pkg", "cold", training_step)
-    run_steps.load_step("declaring_pkg", "saved", training_step)
-    run_steps.load_step("another_pkg", "elsewhere", training_step)
-    capture.save_step("saved", training_step, model(), *batch())  # outside a build: stores nothing, still saved
-    assert capture.never_saved("declaring_pkg") == [
+    shipped_steps.load_step("declaring_pkg", "warmed", training_step).fallback  # the workload's call of it
+    shipped_steps.load_step("declaring_pkg", "cold", training_step)
+    shipped_steps.load_step("declaring_pkg", "saved", training_step)
+    shipped_steps.load_step("another_pkg", "elsewhere", training_step)
+    step_capture.save_step("saved", training_step, model(), *batch())  # outside a build: stores nothing, still saved
+    assert step_capture.never_saved("declaring_pkg") == [
         "step 'cold' is declared by load_step but the workload never saved it: it runs its fallback, which the "
         "workload never called either, so it compiles at each user's first call (call the step or its .fallback in "
         "the workload to ship its graphs warm)",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hatch_precompile.run import gate, variables
+from hatch_precompile.run import switch, variables
 
 
 @pytest.mark.parametrize(
@@ -21,13 +21,13 @@ from hatch_precompile.run import gate, variables
     ],
 )
 def test_gate_precedence(env, default, expected):
-    assert gate.decide("my-pkg", default, env) == expected
-    assert gate.decide("My.Pkg", default, env) == expected
+    assert switch.decide("my-pkg", default, env) == expected
+    assert switch.decide("My.Pkg", default, env) == expected
 
 
 def test_gate_rejects_garbage():
-    with pytest.raises(gate.GateValueError, match="PRECOMPILE_MY_PKG='maybe'"):
-        gate.decide("my_pkg", True, {"PRECOMPILE_MY_PKG": "maybe"})
+    with pytest.raises(switch.GateValueError, match="PRECOMPILE_MY_PKG='maybe'"):
+        switch.decide("my_pkg", True, {"PRECOMPILE_MY_PKG": "maybe"})
 
 
 @pytest.mark.parametrize(("value", "expected"), [

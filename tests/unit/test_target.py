@@ -8,13 +8,13 @@ import pytest
 
 
 def test_supported_torch_range(capsys):
-    from hatch_precompile.build import worker
+    from hatch_precompile.build import build_child
 
-    assert worker.supported_torch_problem("2.6.0+cpu") == (
+    assert build_child.supported_torch_problem("2.6.0+cpu") == (
         "torch 2.6.0+cpu is older than 2.7, the oldest hatch-precompile supports"
     )
-    assert worker.supported_torch_problem("2.7.1+cu126") is None and capsys.readouterr().out == ""
-    assert worker.supported_torch_problem("2.16.0.dev20261201") is None
+    assert build_child.supported_torch_problem("2.7.1+cu126") is None and capsys.readouterr().out == ""
+    assert build_child.supported_torch_problem("2.16.0.dev20261201") is None
     assert "torch 2.16.0.dev20261201 is newer than 2.15, the newest tested" in capsys.readouterr().out
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from hatch_precompile.build import isa
 from hatch_precompile.child import key_details
-from hatch_precompile.run import key_agreement, tuned_configs
+from hatch_precompile.run import key_matching, tuned_configs
 from hatch_precompile.run.torch_internals import patching, prefetch, registry, settings
 
 _names = count()
@@ -186,10 +186,10 @@ def test_the_key_hook_leaves_a_key_it_cannot_read_as_torch_made_it(fake, monkeyp
             self.inductor_config = config
 
     name, _ = fake(FxGraphHashDetails=FxGraphHashDetails)
-    monkeypatch.setattr(key_agreement, "_built_compiler", {"config": [None, "g++"], "family": "gcc"})
-    monkeypatch.setattr(key_agreement, "stands_in", lambda: True)
+    monkeypatch.setattr(key_matching, "_built_compiler", {"config": [None, "g++"], "family": "gcc"})
+    monkeypatch.setattr(key_matching, "stands_in", lambda: True)
     patching.wrap(point(name, "FxGraphHashDetails.__init__"),
-                  after=lambda arguments, _: key_agreement.agree_compiler(arguments["self"].inductor_config))
+                  after=lambda arguments, _: key_matching.agree_compiler(arguments["self"].inductor_config))
     assert FxGraphHashDetails("not a dict").inductor_config == "not a dict"
     assert FxGraphHashDetails({"cpp.cxx": (None, "g++-12")}).inductor_config == {"cpp.cxx": (None, "g++")}
 
@@ -249,7 +249,7 @@ def test_tuned_configs_are_looked_up_in_this_cache_dir_or_left_alone(fake):
 def test_the_keys_are_hashed_from_the_first_compile_not_at_import(fake, monkeypatch):
     """A package that calls torch.compile at import imports Inductor in a process that may never
     compile (a CLI's --help): torch's sources are hashed only once Dynamo compiles a frame."""
-    from hatch_precompile.run import speedups
+    from hatch_precompile.run import warm_shortcuts
 
     started = []
 
@@ -264,7 +264,7 @@ def test_the_keys_are_hashed_from_the_first_compile_not_at_import(fake, monkeypa
                             dataclasses.replace(registry.REGISTRY[name], module=where, elsewhere=None))
     monkeypatch.setattr(patching, "_hooks", {})
     monkeypatch.setattr(prefetch, "_first_compile", [])
-    speedups.apply()
+    warm_shortcuts.apply()
     assert started == []  # Inductor imported, nothing compiled: nothing hashed
     assert module._compile("f") == "graph of f" and started == ["torch-key"]
     assert module._compile("g") == "graph of g" and started == ["torch-key"]  # once
@@ -274,21 +274,21 @@ def test_the_compilers_version_is_asked_at_the_first_compile_and_a_failing_start
     """A stand-in compiler's check runs `--version` (a process forked off this one): only a process
     that compiles pays it. A start that raises leaves the next ones and the compile alone."""
     from hatch_precompile.protocol import Manifest
-    from hatch_precompile.run import envkey
+    from hatch_precompile.run import environment_key
 
     convert_frame, module = fake(_compile=lambda code, *rest: f"graph of {code}")
     monkeypatch.setitem(registry.REGISTRY, "dynamo-compile",
                         dataclasses.replace(registry.REGISTRY["dynamo-compile"], module=convert_frame))
     monkeypatch.setattr(patching, "_hooks", {})
     monkeypatch.setattr(prefetch, "_first_compile", [])
-    monkeypatch.setattr(key_agreement, "_built_compiler", {})
+    monkeypatch.setattr(key_matching, "_built_compiler", {})
     asked, notes = [], []
-    monkeypatch.setattr(envkey, "cxx_command", lambda: "g++")
-    monkeypatch.setattr(envkey, "compiler", lambda: asked.append("--version") or {
+    monkeypatch.setattr(environment_key, "cxx_command", lambda: "g++")
+    monkeypatch.setattr(environment_key, "compiler", lambda: asked.append("--version") or {
         "command": "g++", "version": "unavailable (exit 1)", "family": "gcc"})
     prefetch.at_first_compile(lambda: 1 / 0)
     manifest = Manifest("p", {}, {}, compiler={"family": "gcc", "command": "g++", "config": "g++"})
-    assert key_agreement.apply(manifest, notes.append) == [] and asked == []
+    assert key_matching.apply(manifest, notes.append) == [] and asked == []
     assert module._compile("f") == "graph of f"
     assert asked == ["--version"] and notes == [
         "no working C++ compiler here (g++: unavailable (exit 1)): torch needs one, of the gcc family, "
@@ -554,7 +554,7 @@ def test_prefetch_with_a_memo_sets_torchs_cache_or_remembers_what_torch_computed
 
 
 def test_tritons_key_is_remembered_until_any_file_of_triton_changes(tmp_path, monkeypatch):
-    from hatch_precompile.run import speedups
+    from hatch_precompile.run import warm_shortcuts
 
     package = tmp_path / "site" / "triton"
     (package / "_C").mkdir(parents=True)
@@ -564,24 +564,24 @@ def test_tritons_key_is_remembered_until_any_file_of_triton_changes(tmp_path, mo
     monkeypatch.delitem(sys.modules, "triton", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
-    first = speedups.TritonKeyMemo()
+    first = warm_shortcuts.TritonKeyMemo()
     assert first.get() is None
     first.put("3.9.0-abc")
     (package / "__pycache__").mkdir()  # what importing it writes: never hashed by Triton's key
     (package / "__pycache__" / "__init__.cpython-311.pyc").write_bytes(b"pyc")
-    assert speedups.TritonKeyMemo().get() == "3.9.0-abc"
-    assert speedups.TritonKeyMemo().get() == "3.9.0-abc"
+    assert warm_shortcuts.TritonKeyMemo().get() == "3.9.0-abc"
+    assert warm_shortcuts.TritonKeyMemo().get() == "3.9.0-abc"
 
     library = package / "_C" / "libtriton.so"
     stat = library.stat()
     library.write_bytes(b"\1" * 1000)  # same size, and the old mtime put back: the ctime still moves
     os.utime(library, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    changed = speedups.TritonKeyMemo()
+    changed = warm_shortcuts.TritonKeyMemo()
     assert changed.get() is None
     # Changed while torch hashed it: what was computed is not remembered under either state.
     (package / "language.py").write_text("# new\n")
     changed.put("3.9.0-stale")
-    assert speedups.TritonKeyMemo().get() is None
+    assert warm_shortcuts.TritonKeyMemo().get() is None
     assert sorted(p.read_text() for p in (tmp_path / "cache" / "hatch-precompile" / ".triton-keys").iterdir()) == ["3.9.0-abc"]
 
 

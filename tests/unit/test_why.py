@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hatch_precompile.protocol.workloads import pack_keys, unpack_keys
-from hatch_precompile.run import known_misses
+from hatch_precompile.run import foreseen_misses
 from hatch_precompile.tools import verify, why
 
 COMMON = {"torch_version": "<32 bytes sha256:aa>", "default_dtype": "torch.float32",
@@ -160,15 +160,15 @@ def test_load_notes_variables_and_ci_it_can_see_without_importing_torch(monkeypa
     built = {"deterministic": False, "variables": {"TORCHINDUCTOR_FREEZING": "1"}}
     env = {"TORCHINDUCTOR_MAX_AUTOTUNE": "1", "TORCHINDUCTOR_CACHE_DIR": "/x", "CI": "true",
            "TORCHINDUCTOR_CPP_DYNAMIC_THREADS": "1"}
-    notes = known_misses.contradictions(built, "2.13.0+cpu", env)
+    notes = foreseen_misses.contradictions(built, "2.13.0+cpu", env)
     assert notes[0].startswith("TORCHINDUCTOR_FREEZING unset here and the graphs were compiled with "
                                "TORCHINDUCTOR_FREEZING=1")
     assert notes[1].startswith("TORCHINDUCTOR_MAX_AUTOTUNE=1 here and the graphs were compiled with it unset")
     assert notes[2].startswith("CI=true here, which from torch 2.11") and len(notes) == 3
-    assert known_misses.contradictions(built, "2.10.0", {"CI": "true", "TORCHINDUCTOR_FREEZING": "1"}) == []
-    ci_kept = {"CI": "1", known_misses.ALIASING_VAR: "0", "TORCHINDUCTOR_FREEZING": "1"}
-    assert known_misses.contradictions(built, "2.15.0", ci_kept) == []
-    assert known_misses.contradictions(None, "2.13.0", env) == []
+    assert foreseen_misses.contradictions(built, "2.10.0", {"CI": "true", "TORCHINDUCTOR_FREEZING": "1"}) == []
+    ci_kept = {"CI": "1", foreseen_misses.ALIASING_VAR: "0", "TORCHINDUCTOR_FREEZING": "1"}
+    assert foreseen_misses.contradictions(built, "2.15.0", ci_kept) == []
+    assert foreseen_misses.contradictions(None, "2.13.0", env) == []
 
 
 def test_a_graph_is_explained_against_the_shipped_graphs_of_its_function_at_its_place():
@@ -194,8 +194,8 @@ def test_load_notes_only_variables_that_feed_torchs_keys(monkeypatch):
     config), a variable whose entry the keys leave out is not noted: no false alarm."""
     monkeypatch.delitem(__import__("sys").modules, "torch", raising=False)
     built = {"variables": {}, "key_variables": ["TORCHINDUCTOR_MAX_AUTOTUNE"]}
-    assert known_misses.contradictions(built, "2.13.0+cpu", {"TORCHINDUCTOR_COMPILE_THREADS": "1"}) == []
-    (note,) = known_misses.contradictions(built, "2.13.0+cpu", {"TORCHINDUCTOR_MAX_AUTOTUNE": "1"})
+    assert foreseen_misses.contradictions(built, "2.13.0+cpu", {"TORCHINDUCTOR_COMPILE_THREADS": "1"}) == []
+    (note,) = foreseen_misses.contradictions(built, "2.13.0+cpu", {"TORCHINDUCTOR_MAX_AUTOTUNE": "1"})
     assert note == ("TORCHINDUCTOR_MAX_AUTOTUNE=1 here and the graphs were compiled with it unset: torch's cache "
                     "keys hold the setting it makes, so every graph will compile again")
 

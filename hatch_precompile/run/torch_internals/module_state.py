@@ -1,5 +1,5 @@
 """An ``nn.Module``'s private state, read: its hooks by kind, and every submodule, parameter and
-buffer in its place (run/exported.py, run/contract.py)."""
+buffer in its place (run/exported_step.py, run/call_contract.py)."""
 
 from __future__ import annotations
 

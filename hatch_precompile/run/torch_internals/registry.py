@@ -44,13 +44,13 @@ class Touchpoint:
 
 REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
     Touchpoint("write", CODECACHE, "write", "wrap", "build: each kernel's command line (child/observe.py); load: "
-               "which kernels are built (run/speedups.py)",
+               "which kernels are built (run/warm_shortcuts.py)",
                broken="hooks read the arguments by name (none when the signature cannot be read): no relocation (the build says how many kernels are not relocatable), no shortcut"),
     Touchpoint("precompile-header", CODECACHE, "_precompile_header", "wrap",
-               "load: skip the header for a kernel already built (run/speedups.py)",
+               "load: skip the header for a kernel already built (run/warm_shortcuts.py)",
                broken="passed through: the header is built"),
     Touchpoint("torch-key", CODECACHE, "torch_key", "prefetch", "load: hash torch's sources in the background "
-               "from the first compile on (run/speedups.py)",
+               "from the first compile on (run/warm_shortcuts.py)",
                broken="not started: torch hashes when it needs the key"),
     Touchpoint("triton-key", CODECACHE, "triton_key", "prefetch", "load: hash Triton's in the background, or set "
                "the key this machine computed before (2.13+; before, `runtime.triton_compat.triton_key`)",
@@ -66,13 +66,13 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "not, they are put back where they can be, and the hook is not called again in the process",
                broken="not checked: the hooks run as before"),
     Touchpoint("system", CODECACHE, "CacheBase.get_system", "answer", "load, without a GPU: answered without "
-               "Triton's key where torch leaves it out of the graphs' keys (run/speedups.py)",
+               "Triton's key where torch leaves it out of the graphs' keys (run/warm_shortcuts.py)",
                broken="not functools' cache of a function of no arguments, an error, or answers that differ: left to torch, Triton's key prefetched"),
     Touchpoint("check-build", VEC_ISA, "VecISA.check_build", "wrap", "load: answer the ISA probes a shipped set "
-               "proved (run/speedups.py)",
+               "proved (run/warm_shortcuts.py)",
                broken="probed as usual"),
     Touchpoint("probe-load", VEC_ISA, "VecISA._probe_load", "wrap", "load: remember the probes that passed "
-               "(run/speedups.py)",
+               "(run/warm_shortcuts.py)",
                broken="only a result of `True` is remembered; otherwise probed as usual"),
     Touchpoint("autotune-recheck", TRITON_HEURISTICS, "CachingAutotuner.recheck_autotune_cache", "wrap",
                "load, on a GPU: find the shipped tuned configs (run/tuned_configs.py)",
@@ -85,17 +85,17 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "the same, where Triton names the source by its file (Triton 3.8)",
                broken="Triton builds them as usual"),
     Touchpoint("hash-details", CODECACHE, "FxGraphHashDetails.__init__", "wrap", "load: a stand-in compiler's key "
-               "(run/key_agreement.py)",
+               "(run/key_matching.py)",
                broken="the key as torch made it: the graphs compile again"),
     Touchpoint("inductor-config", CONFIG, "cpp.dynamic_threads", "setting", "load: the set's settings "
-               "(run/key_agreement.py); applied under HATCH_PRECOMPILE_NO_PATCHES too",
+               "(run/key_matching.py); applied under HATCH_PRECOMPILE_NO_PATCHES too",
                broken="a setting it does not take is left alone (logged): the graphs compile again"),
     Touchpoint("compile-command", CPP_BUILDER, "run_compile_cmd", "wrap", "build: portable kernels and their flags "
                "(build/isa.py, build/export.py)",
                broken="the command runs as torch made it; the set is recorded `native`"),
     Touchpoint("dynamo-compile", CONVERT_FRAME, "_compile", "wrap", "load: the first compile starts the "
-               "torch-key and triton-key prefetches (run/speedups.py) and asks the compiler's --version "
-               "(run/key_agreement.py); build, verify, snoop: each graph's call "
+               "torch-key and triton-key prefetches (run/warm_shortcuts.py) and asks the compiler's --version "
+               "(run/key_matching.py); build, verify, snoop: each graph's call "
                "(child/observe.py)",
                broken="no call signatures recorded (snoop's gaps say less); the keys are hashed when "
                "torch needs them, not before; a compiler that does not work is not said ahead"),
@@ -129,7 +129,7 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "verify's `--setting inductor.NAME=VALUE` / `functorch.NAME=VALUE` (tools/verify_child.py)",
                broken="verify's `--setting` fails with the setting named"),
     Touchpoint("precompile-logger", "torch._precompile", "logger", "logging", "load_step: torch's warning that the "
-               "code it runs is untrusted, for a step whose sha256 the manifest vouches for (run/steps.py)",
+               "code it runs is untrusted, for a step whose sha256 the manifest vouches for (run/shipped_steps.py)",
                broken="its records pass as torch makes them"),
     Touchpoint("logs", "torch._logging", "set_logs", "logging", "build, snoop: graph breaks and float64 nodes from "
                "torch's logs, kept from printing (child/observe.py)",
@@ -144,16 +144,16 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "why (child/observe.py)",
                broken="no recompiles recorded"),
     Touchpoint("compile-times", DYNAMO_UTILS, "compile_times", "read", "build: compile time by phase "
-               "(build/worker.py)",
+               "(build/build_child.py)",
                broken="no phases in `report`"),
     Touchpoint("megacache", "torch.compiler", "save_cache_artifacts", "read", "build: the Mega-Cache bytes "
-               "(build/worker.py)",
+               "(build/build_child.py)",
                broken="no `megacache.bin` (the cache dir is what makes the warm start)"),
     Touchpoint("cpu-capability", "torch.backends.cpu", "get_cpu_capability", "read", "build and load: the "
-               "environment key (run/envkey.py)",
+               "environment key (run/environment_key.py)",
                broken="build: a plain wheel, said in one line; load: skipped with the error"),
     Touchpoint("cpp-compiler", CPP_BUILDER, "get_cpp_compiler", "call", "load and build: the compiler Inductor "
-               "resolved (run/key_agreement.py, run/speedups.py, build/worker.py)",
+               "resolved (run/key_matching.py, run/warm_shortcuts.py, build/build_child.py)",
                broken="no compiler recorded, no stand-in; probes as usual; an exported step's CPU features unknown: refused"),
     Touchpoint("cache-dir", "torch._inductor.runtime.cache_dir_utils", "cache_dir", "call", "load, on a GPU: the "
                "cache dir the tuned configs go to (run/tuned_configs.py)",
@@ -162,7 +162,7 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "package (build/export.py)",
                broken="the step fails the build by name (or is not shipped, with on_failure='warn')"),
     Touchpoint("aoti-loader", "torch._C._aoti", "AOTIModelPackageLoader", "call", "load_step: run an exported "
-               "step, with the caller's weights bound in place (run/exported.py)",
+               "step, with the caller's weights bound in place (run/exported_step.py)",
                broken="the step runs its fallback, with the loader's reason in `step.reason`"),
     Touchpoint("keep-constants", CONFIG, "always_keep_tensor_constants, joint_graph_constant_folding", "setting",
                "build: every tensor of an "
@@ -175,12 +175,12 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                broken="the training step is not exported, and the build says why (load_step runs its fallback)"),
     Touchpoint("pytree", "torch.utils._pytree", "tree_flatten, tree_unflatten, treespec_dumps, treespec_loads",
                "call", "build and load_step: an exported step's inputs and outputs, flattened as the package "
-               "takes them (build/export_contract.py, build/export_proof.py, run/exported.py)",
+               "takes them (build/export_contract.py, build/export_proof.py, run/exported_step.py)",
                broken="load_step: the step runs its fallback, with the reason in `step.reason`"),
     Touchpoint("module-internals", "torch.nn.Module", "_modules, _parameters, _buffers, _forward_pre_hooks, "
                "_forward_hooks, _backward_pre_hooks, _backward_hooks", "read",
                "load_step: an exported step's module, by identity (what was replaced) and its hooks "
-               "(run/exported.py, run/contract.py)",
+               "(run/exported_step.py, run/call_contract.py)",
                broken="load_step: the call runs the fallback, with the reason in `step.reason`"),
 )}
 

@@ -7,7 +7,7 @@ and each config object they hold (anything with a ``to_dict()``, as transformers
 given a subclass of its own class that records such reads, and gets its class back afterwards.
 The exported contract holds those values and no others: a field the trace never read (a
 classification's ``problem_type``, ``_name_or_path``, a logging flag) never refuses a call
-(run/contract.py checks the reads at every call).
+(run/call_contract.py checks the reads at every call).
 
 A read of a module's own machinery (its hooks, parameters, ``training``) is not recorded: the
 contract checks those in their own ways. Nor are the reads torch's own modules make that an
@@ -20,10 +20,10 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator
 
-from hatch_precompile.run import contract
+from hatch_precompile.run import call_contract
 
 # One read: [submodule path ("" for the argument itself), the attribute that holds the config ("" for
-# the module itself), the name read, its value as run/contract.py encodes it, and where the step
+# the module itself), the name read, its value as run/call_contract.py encodes it, and where the step
 # itself set the field, the value it left].
 Read = list[str]
 # Read by torch's modules in eval() without changing what they compute there.
@@ -56,14 +56,14 @@ def recording(modules: dict[int, Any]) -> Iterator[dict[int, list[Read]]]:
         def __getattribute__(self: Any, name: str) -> Any:
             value = getattribute(self, name)
             if not name.startswith("__") and name not in skip and (path, attr, name) not in reads:
-                encoded = contract.encode(value)
+                encoded = call_contract.encode(value)
                 if encoded is not None:
                     reads[(path, attr, name)] = encoded
             return value
 
         def __setattr__(self: Any, name: str, value: Any) -> None:
             key = (position, path, attr, name)
-            if key not in written and not name.startswith("__") and name not in skip and contract.encode(value):
+            if key not in written and not name.startswith("__") and name not in skip and call_contract.encode(value):
                 written[key] = (self, vars(self).get(name, _ABSENT))
             setattr_(self, name, value)
 
@@ -92,7 +92,7 @@ def recording(modules: dict[int, Any]) -> Iterator[dict[int, list[Read]]]:
         # the one it had, as the trace had not run.
         left = {}
         for (position, path, attr, name), (owner, before) in written.items():
-            left[(position, path, attr, name)] = contract.encode(getattr(owner, name, None))
+            left[(position, path, attr, name)] = call_contract.encode(getattr(owner, name, None))
             if before is _ABSENT:
                 vars(owner).pop(name, None)
             else:
@@ -116,6 +116,6 @@ def _unused_in_eval(module: Any) -> frozenset[str]:
 
 def _config_like(torch: Any, value: Any) -> bool:
     """A settings object a module holds (transformers' ``config``): read field by field."""
-    if isinstance(value, (torch.nn.Module, torch.Tensor, type)) or contract.encode(value) is not None:
+    if isinstance(value, (torch.nn.Module, torch.Tensor, type)) or call_contract.encode(value) is not None:
         return False
     return callable(getattr(type(value), "to_dict", None))

@@ -22,7 +22,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Callable
 
-from hatch_precompile.child.work import RESULT_FILE, parse_event
+from hatch_precompile.child.workload_loop import RESULT_FILE, parse_event
 from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol import ChildResult, ChildResultError
 from hatch_precompile.run.variables import HEARTBEAT_SECONDS
@@ -45,7 +45,7 @@ class ChildError(PrecompileError):
 class Job:
     """What to run and how to show it: ``entry``'s ``main(argv)`` with the spec, under ``prefix``."""
 
-    entry: str  # the module whose main(argv) is the child: build.worker, tools.verify_child, tools.snoop_child
+    entry: str  # the module whose main(argv) is the child: build.build_child, tools.verify_child, tools.snoop_child
     spec: dict[str, Any]
     prefix: str  # the caller's line prefix: "precompile", "verify", ...
     say: Say

@@ -1,6 +1,6 @@
 """The build's child process: run the workloads, then save what compiling produced.
 
-Started by capture.py (through child/runner.py) with a fresh, private ``TORCHINDUCTOR_CACHE_DIR``.
+Started by capture.py (through child/supervisor.py) with a fresh, private ``TORCHINDUCTOR_CACHE_DIR``.
 Writes into the spec's ``out`` dir: the ChildResult, ``megacache.bin``, ``torchscript/`` and ``steps/``; the
 parent copies the cache dir itself.
 """
@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.build import empty_graphs, isa, steps
-from hatch_precompile.child import observe, work
+from hatch_precompile.build import empty_graphs, isa, step_capture
+from hatch_precompile.child import observe, workload_loop
 from hatch_precompile.protocol import (
     BUILDING_VAR,
     C_MODULES_DIR,
@@ -57,13 +57,13 @@ def main(argv: list[str]) -> int:
     import torch
     import torch._dynamo  # noqa: F401  (torch 2.7.0 saved no Mega-Cache unless dynamo was imported first)
 
-    from hatch_precompile.run import speedups, triton_modules
+    from hatch_precompile.run import triton_modules, warm_shortcuts
 
-    speedups.apply()  # records this machine's ISA probes (the environment key runs them first)
+    warm_shortcuts.apply()  # records this machine's ISA probes (the environment key runs them first)
     triton_modules.record(out / C_MODULES_DIR)  # on a GPU: Triton's C helpers, shipped so users build none
     environment, refused = _environment_or_refusal(torch, spec.get("capability"), spec.get("device"))
     if refused is not None:  # before any workload runs: nothing trustworthy could be made
-        work.write_result(out, refused)
+        workload_loop.write_result(out, refused)
         return EXIT_OK
 
     kernel_commands = observe.record_kernel_commands()
@@ -77,17 +77,17 @@ def main(argv: list[str]) -> int:
         cannot = _cannot_compile_cause(exc)
         if cannot:  # the machine's, not the workload's fault: the wheel is good without
             return ChildResult("cannot_compile", cannot)
-        return dataclasses.replace(work.failure(name, exc), no_gpu=_no_gpu_cause(torch, exc))
+        return dataclasses.replace(workload_loop.failure(name, exc), no_gpu=_no_gpu_cause(torch, exc))
 
-    workloads, stop = work.run_workloads(spec["workloads"], observer.measure, stopped)
+    workloads, stop = workload_loop.run_workloads(spec["workloads"], observer.measure, stopped)
     if isinstance(stop, ChildResult):
-        work.write_result(out, stop)
+        workload_loop.write_result(out, stop)
         return EXIT_OK
     if stop is not None:
-        work.write_result(out, ChildResult("failed", failure=stop, workloads=workloads))
+        workload_loop.write_result(out, ChildResult("failed", failure=stop, workloads=workloads))
         return EXIT_WORKLOAD_FAILED
 
-    work.write_result(out, ChildResult("ok", workloads=workloads, data={
+    workload_loop.write_result(out, ChildResult("ok", workloads=workloads, data={
         **environment,
         **_machine(compile_flags, kernel_commands),
         "settings": _settings(),
@@ -96,7 +96,7 @@ def main(argv: list[str]) -> int:
         "megacache": _save_megacache(torch, out),
         "compile_times": _compile_times(),
         "kernel_commands": kernel_commands,
-        "never_saved": steps.never_saved(spec.get("package")),
+        "never_saved": step_capture.never_saved(spec.get("package")),
     }))
     return EXIT_OK
 
@@ -153,7 +153,7 @@ def compile_problem() -> str | None:
 
 def _cannot_compile_cause(exc: BaseException | None) -> str | None:
     """Why there is no C++ compiler, when the error is torch's InvalidCxxCompiler (or wraps it)."""
-    for link in work.causes(exc):
+    for link in workload_loop.causes(exc):
         if type(link).__name__ == "InvalidCxxCompiler" or "InvalidCxxCompiler" in str(link):
             return str(link).split("InvalidCxxCompiler:", 1)[-1].strip() or "no working C++ compiler"
     return None
@@ -165,7 +165,7 @@ def supported_torch_problem(version: str) -> str | None:
     if found and (int(found[1]), int(found[2])) < OLDEST_TORCH:
         return f"torch {version} is older than {OLDEST_TORCH[0]}.{OLDEST_TORCH[1]}, the oldest hatch-precompile supports"
     if found and (int(found[1]), int(found[2])) > NEWEST_TESTED:
-        work.emit("note", text=(
+        workload_loop.emit("note", text=(
             f"torch {version} is newer than {NEWEST_TESTED[0]}.{NEWEST_TESTED[1]}, the newest tested: what "
             "hatch-precompile reads of torch is feature-detected, and load() checks the artifacts as always"
         ))
@@ -187,7 +187,7 @@ def gpu_problem(torch: Any) -> str | None:
 
 def _no_gpu_cause(torch: Any, exc: BaseException | None) -> str | None:
     """Why there is no GPU, when a workload failed for want of one (its error speaks of CUDA)."""
-    for link in work.causes(exc):
+    for link in workload_loop.causes(exc):
         text = str(link).lower()
         if "cuda" in text or "nvidia" in text:
             return gpu_problem(torch)
@@ -216,10 +216,10 @@ def capability_problem(capability: str, env: dict[str, Any]) -> str | None:
 
 
 def _environment(torch: Any) -> dict[str, Any]:
-    from hatch_precompile.run import envkey, relocate
+    from hatch_precompile.run import environment_key, relocate
 
     return {
-        "env": envkey.current(torch),
+        "env": environment_key.current(torch),
         "python_full": sys.version.split()[0],
         "inductor_vec_isa": _vec_isa(),
         "path_values": relocate.path_values(os.path.dirname(torch.__file__), _compiler_command() or ""),
@@ -243,13 +243,13 @@ def _compiler_command() -> str | None:
 
 def _machine(flags: isa.CompileFlags, kernel_commands: dict[str, Any]) -> dict[str, Any]:
     """The compiler, what the kernels it built may execute (build/isa.py), and the ISA probes
-    that passed (for load()'s probe shortcut, run/speedups.py)."""
-    from hatch_precompile.run import envkey, speedups
+    that passed (for load()'s probe shortcut, run/warm_shortcuts.py)."""
+    from hatch_precompile.run import environment_key, warm_shortcuts
 
     command = _compiler_command()
     if command is None:
         return {"compiler": None, "cpu_target": None, "cpu_features": []}
-    version = envkey.compiler_version(command)
+    version = environment_key.compiler_version(command)
     try:
         from torch._inductor import config
 
@@ -258,7 +258,7 @@ def _machine(flags: isa.CompileFlags, kernel_commands: dict[str, Any]) -> dict[s
     except Exception:
         setting = None
     compiler = {"config": setting, "command": command, "version": version,
-                "family": envkey.compiler_family(command, version)}
+                "family": environment_key.compiler_family(command, version)}
     flag_sets = set(flags.flag_sets) if flags.applied else {
         isa.arch_flags(extra) for _, extra in kernel_commands.values()  # the hashed lines: -march=native
     }
@@ -269,7 +269,7 @@ def _machine(flags: isa.CompileFlags, kernel_commands: dict[str, Any]) -> dict[s
     found = {"compiler": compiler, "cpu_target": flags.target}
     try:
         found["cpu_features"] = isa.features(command, flag_sets) if flag_sets else []
-        found["probes"] = {p: isa.features(command, {tuple(p.split())}) for p in speedups.passed_probes()}
+        found["probes"] = {p: isa.features(command, {tuple(p.split())}) for p in warm_shortcuts.passed_probes()}
     except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as exc:
         # A feature no CPU has: load() refuses the set's kernels rather than trust them.
         found["cpu_features"], found["probes"] = ["?unknown"], {}
@@ -284,12 +284,12 @@ def _built_binaries() -> bool:
 
 
 def _visible(torch: Any) -> dict[str, Any] | None:
-    """The settings the workloads ran under that load() can check (run/known_misses.py)."""
+    """The settings the workloads ran under that load() can check (run/foreseen_misses.py)."""
     from hatch_precompile.child import key_variables
-    from hatch_precompile.run import known_misses
+    from hatch_precompile.run import foreseen_misses
 
     try:
-        found = known_misses.record(torch)
+        found = foreseen_misses.record(torch)
     except Exception:  # a torch without one of them: load() checks nothing
         return None
     # Which variables feed the keys, judged from this torch's config: load() notes only those.
@@ -298,7 +298,7 @@ def _visible(torch: Any) -> dict[str, Any] | None:
 
 
 def _settings() -> dict[str, Any]:
-    """The Inductor settings of SETTINGS the graphs were compiled under (run/key_agreement.py applies them)."""
+    """The Inductor settings of SETTINGS the graphs were compiled under (run/key_matching.py applies them)."""
     try:
         from torch._inductor import config
 

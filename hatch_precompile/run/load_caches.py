@@ -2,7 +2,7 @@
 
 Order of work, cheapest first: the switch (no torch import when off), the artifacts' presence and
 manifest, the environment key (imports torch, which the package imports anyway), then the sha256
-of every file to install, then the install itself (artifacts.py, install.py).
+of every file to install, then the install itself (artifacts.py, cache_install.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,15 @@ import warnings
 from pathlib import Path
 
 from hatch_precompile.protocol import CACHE_DIR_VAR
-from hatch_precompile.run import artifacts, envkey, gate, install, key_agreement, known_misses, variables
+from hatch_precompile.run import (
+    artifacts,
+    cache_install,
+    environment_key,
+    foreseen_misses,
+    key_matching,
+    switch,
+    variables,
+)
 from hatch_precompile.run.torch_internals import import_hook, registry
 
 log = logging.getLogger("hatch_precompile")
@@ -99,8 +107,8 @@ def disabled_reason(package: str) -> str | None:
     if variables.building():
         return "a precompile workload is running"
     try:
-        enabled, why = gate.decide(package, default=True)
-    except gate.GateValueError as exc:
+        enabled, why = switch.decide(package, default=True)
+    except switch.GateValueError as exc:
         return str(exc)
     return None if enabled else f"disabled by {why}"
 
@@ -112,11 +120,11 @@ def _load(package: str) -> LoadResult:
     found = artifacts.find(package)
     if found is None:
         return LoadResult(package, False, "no precompiled artifacts shipped")
-    cache_dir = install.inductor_cache_dir()
+    cache_dir = cache_install.inductor_cache_dir()
     installed, present = _install(found, cache_dir)
     _installed[package] = (found, cache_dir)
-    notes = tuple(key_agreement.apply(found.manifest, note_once)) + tuple(
-        known_misses.contradictions(found.manifest.visible, str(found.manifest.env.get("torch") or "")))
+    notes = tuple(key_matching.apply(found.manifest, note_once)) + tuple(
+        foreseen_misses.contradictions(found.manifest.visible, str(found.manifest.env.get("torch") or "")))
     for note in notes:  # what this process will compile anyway, said before it happens
         _warn_once(f"hatch-precompile: {package}'s precompiled caches are installed, but {note}", 4)
     import_hook.after_import(registry.CODECACHE, _follow_cache_dir)
@@ -126,9 +134,9 @@ def _load(package: str) -> LoadResult:
         tuned_configs.apply()
         triton_modules.serve(found)
     if found.manifest.kernels:
-        from hatch_precompile.run import machine, speedups
+        from hatch_precompile.run import machine, warm_shortcuts
 
-        speedups.apply(found.manifest, machine.cpu_features())
+        warm_shortcuts.apply(found.manifest, machine.cpu_features())
     reason = f"installed from {found.root} (hatch-precompile warm)" if found.warmed else "installed"
     return LoadResult(package, True, reason, installed, present, str(cache_dir), found.name, notes)
 
@@ -142,8 +150,8 @@ def _install(found: artifacts.ArtifactSet, cache_dir: Path) -> tuple[int, int]:
         import torch  # already imported by the environment check
 
         torch_dir = os.path.dirname(torch.__file__)
-    destinations = install.destinations(found, torch_dir, envkey.cxx_command())
-    return install.install(found, destinations, cache_dir)
+    destinations = cache_install.destinations(found, torch_dir, environment_key.cxx_command())
+    return cache_install.install(found, destinations, cache_dir)
 
 
 def _follow_cache_dir(codecache: object) -> None:
@@ -152,7 +160,7 @@ def _follow_cache_dir(codecache: object) -> None:
     with _lock:
         for package, (found, installed_in) in list(_installed.items()):
             try:
-                now = install.inductor_cache_dir()
+                now = cache_install.inductor_cache_dir()
                 if os.path.realpath(now) == os.path.realpath(installed_in):
                     continue
                 _install(found, now)

@@ -3,11 +3,11 @@
 - **Inference** (saved under ``torch.no_grad()``/``torch.inference_mode()``, every module argument
   in ``eval()``): exported with ``torch.export`` and compiled by AOTInductor (build/export.py),
   run at import by torch's C++ loader with the caller's weights: no compiler in the user's
-  process (run/exported.py).
+  process (run/exported_step.py).
 - **A loss** (``backward=True``): its forward and backward exported as one graph (AOTInductor),
   run with the caller's tensors, as inference is; where torch cannot export it, the route below.
 - **Anything else** (a training step): ``torch.compiler.precompile`` (torch 2.14+): no Dynamo at
-  the first call, still Inductor's runtime (run/steps.py).
+  the first call, still Inductor's runtime (run/shipped_steps.py).
 
 Either way the captured step is run on changed weights and inputs and compared with ``fn`` before
 it is stored; a difference fails the workload (StepMismatch). A capture torch refuses fails it too
@@ -37,10 +37,9 @@ from hatch_precompile.build import step_verify
 from hatch_precompile.build.step_check import NotAvailable, StepMismatch, check_against_reference, note, with_backward
 from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol import NO_STEPS_VAR, ON_FAILURE, STEP_CHECKS, check_artifact_name, step_files
-from hatch_precompile.protocol.steps import CONTRACT_FORMAT, EXPORTED
-from hatch_precompile.protocol.steps import PRECOMPILE as PRECOMPILE_ROUTE
-from hatch_precompile.run import contract, variables
-from hatch_precompile.run import steps as run_steps
+from hatch_precompile.protocol.step_file import CONTRACT_FORMAT, EXPORTED
+from hatch_precompile.protocol.step_file import PRECOMPILE as PRECOMPILE_ROUTE
+from hatch_precompile.run import call_contract, shipped_steps, variables
 
 
 class StepCaptureError(PrecompileError, RuntimeError):
@@ -220,7 +219,7 @@ def _save_precompiled(name: str, fn: Callable, args: tuple, check: str, out: Pat
         raise NotAvailable(f"torch {torch.__version__} has no torch.compiler.precompile (2.14+)")
     precompile = torch.compiler.precompile
     record = {"format": CONTRACT_FORMAT, "route": PRECOMPILE_ROUTE, "torch": torch.__version__,
-              "modes": contract.modes(), "args": contract.describe(args), "check": check}
+              "modes": call_contract.modes(), "args": call_contract.describe(args), "check": check}
     code, cache = precompile(fn, *copy.deepcopy(args))
     check_against_reference(name, fn, args, precompile.load(code, cache), check)
     out.mkdir(parents=True, exist_ok=True)
@@ -235,7 +234,7 @@ def never_saved(package: str | None) -> list[str]:
     """What the build says of each step of ``package`` that load_step declared in this process and
     the workload never saved: it ships no step, by the author's choice, and users get its fallback."""
     said = []
-    for (owner, name), warmed in sorted(run_steps.declared.items()):
+    for (owner, name), warmed in sorted(shipped_steps.declared.items()):
         if name in saved or (package and owner != package):
             continue
         said.append(f"step {name!r} is declared by load_step but the workload never saved it: it runs its fallback, "

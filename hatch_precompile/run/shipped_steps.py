@@ -1,10 +1,10 @@
 """``load_step``: a package's step as it was shipped, by the route the build captured it with.
 
-At build a workload saved the step (build/steps.py): an inference step as an AOTInductor package
-(run/exported.py: no Dynamo or Inductor in this process), a training step with
+At build a workload saved the step (build/step_capture.py): an inference step as an AOTInductor package
+(run/exported_step.py: no Dynamo or Inductor in this process), a training step with
 ``torch.compiler.precompile`` (torch 2.14+: no Dynamo at the first call). ``load_step(package,
 name, fn)`` returns a callable that runs the shipped step where the arguments keep its contract
-(run/contract.py) and the package's artifacts were installed for this machine, and
+(run/call_contract.py) and the package's artifacts were installed for this machine, and
 ``torch.compile(fn)`` everywhere else: another torch the step was not proven on, a shape outside
 the exported ranges, a module in train() mode, a Python value or a mode that differs, a loader
 that refuses. ``step.route`` says which ran, ``step.reason`` why the fallback did. A failed
@@ -25,7 +25,7 @@ from collections import Counter
 from typing import Any, Callable
 
 from hatch_precompile.protocol import check_artifact_name, step_files
-from hatch_precompile.protocol.steps import (
+from hatch_precompile.protocol.step_file import (
     ARGUMENTS,
     EXPORTED,
     FALLBACK,
@@ -39,9 +39,9 @@ from hatch_precompile.protocol.steps import (
     ContractError,
     read_contract,
 )
-from hatch_precompile.run import artifacts, contract, loader
+from hatch_precompile.run import artifacts, call_contract, load_caches
 
-# Why a call was refused, by kind (run/exported.py's, and the precompile route's own): the fix a
+# Why a call was refused, by kind (run/exported_step.py's, and the precompile route's own): the fix a
 # warning gives. The author's planned refusal (train mode) has none: it is logged, not warned.
 FIXES = {
     MODES: "call it under the process modes the workload saved it with (torch.no_grad(), the default dtype, "
@@ -61,7 +61,7 @@ _LOADING = threading.Lock()  # precompile.load primes torch's process-wide cache
 # Calls each route served in this process, by (package, step, route): what snoop counts.
 served: Counter[tuple[str, str, str]] = Counter()
 # Each (package, step) load_step made in this process, and whether its fallback ran: in a build's
-# child, what tells the build a step declared here that the workload never saved (build/steps.py).
+# child, what tells the build a step declared here that the workload never saved (build/step_capture.py).
 declared: dict[tuple[str, str], bool] = {}
 # What the default fallback does, in every message about one: the workload's calls warmed it.
 FALLBACK_DOES = ("Its fallback is torch.compile(fn): warm from the shipped caches where the package's workload made "
@@ -102,11 +102,11 @@ class Step:
             why, kind = f"called with keyword arguments ({', '.join(kwargs)})", ARGUMENTS if shipped is not None else None
         elif shipped is not None:
             if route == EXPORTED:
-                from hatch_precompile.run import exported
+                from hatch_precompile.run import exported_step
 
                 try:
                     result = shipped.call(args)
-                except exported.Refused as exc:
+                except exported_step.Refused as exc:
                     why, kind = str(exc), exc.kind
                 else:
                     return self._ran(EXPORTED, None, result)
@@ -136,16 +136,16 @@ class Step:
         the fix), logged only where the author planned it; never raises, even under -W error."""
         key = (self.package, self.name, kind)
         if kind == PLANNED or key in _warned:
-            loader.log.debug("step %s:%s ran its fallback: %s", self.package, self.name, why)
+            load_caches.log.debug("step %s:%s ran its fallback: %s", self.package, self.name, why)
             return
         _warned.add(key)
         message = (f"hatch-precompile: {self.package}'s step {self.name!r} ran its fallback instead of its shipped "
                    f"step: {why}. {self._fallback_does()} To use the shipped step, "
                    f"{FIXES.get(kind, FIXES[ARGUMENTS])}. (Said once per kind of refusal; `step.reason` has each call's.)")
         try:
-            warnings.warn(message, loader.PrecompileWarning, stacklevel=4)
+            warnings.warn(message, load_caches.PrecompileWarning, stacklevel=4)
         except Exception:  # warnings turned into errors (-W error): the call still falls back
-            loader.log.debug("step %s: the refusal could not be reported", self.name, exc_info=True)
+            load_caches.log.debug("step %s: the refusal could not be reported", self.name, exc_info=True)
 
     def _ran(self, route: str, reason: str | None, result: Any) -> Any:
         with self._lock:
@@ -176,8 +176,8 @@ class Step:
             if self._contract is None:
                 return None, self._unavailable, None, None
             route = self._contract.get("route")
-            if route != EXPORTED:  # the exported step checks its own, faster (run/exported.py)
-                why = contract.mismatch(self._contract, args)
+            if route != EXPORTED:  # the exported step checks its own, faster (run/exported_step.py)
+                why = call_contract.mismatch(self._contract, args)
                 if why is not None:
                     return None, why, route, MODES if why.startswith("the process modes") else ARGUMENTS
             if self._loaded is None and self._files is not None:
@@ -189,7 +189,7 @@ class Step:
         """The step's contract where it can run here (its files read and checked), or None with
         ``reason`` set."""
         try:
-            result = loader.load(self.package)  # the set it installed is for this torch and CPU
+            result = load_caches.load(self.package)  # the set it installed is for this torch and CPU
             if not result:
                 return self._skip(f"the package's artifacts are not in use: {result.reason}", quiet=True)
             found = artifacts.find(self.package)
@@ -232,9 +232,9 @@ class Step:
                            files: dict[str, str]) -> dict[str, Any] | None:
         import torch
 
-        from hatch_precompile.run import exported
+        from hatch_precompile.run import exported_step
 
-        problem = exported.proof_problem(record, torch)  # a loader that crashed in a build's prover never runs here
+        problem = exported_step.proof_problem(record, torch)  # a loader that crashed in a build's prover never runs here
         if problem:
             return self._skip(f"its package is not opened in this process: {problem}")
         self._files = {"pt2": found.read(files["pt2"])}
@@ -246,11 +246,11 @@ class Step:
         files, self._files = self._files or {}, None
         assert self._contract is not None
         if self._contract.get("route") == EXPORTED:
-            from hatch_precompile.run import exported
+            from hatch_precompile.run import exported_step
 
             try:
-                return exported.ExportedStep(self.name, self._contract["export"], files["pt2"], files.get("constants"))
-            except exported.Refused as exc:
+                return exported_step.ExportedStep(self.name, self._contract["export"], files["pt2"], files.get("constants"))
+            except exported_step.Refused as exc:
                 self._contract = None
                 self._skip(f"step {self.name!r} cannot run here: {exc}")
                 return None
@@ -276,12 +276,12 @@ class Step:
         self._unavailable = reason
         message = f"hatch-precompile: {self.package}'s step {self.name!r} runs its fallback: {reason}. {self._fallback_does()}"
         if quiet:
-            loader.log.debug("%s", message)
+            load_caches.log.debug("%s", message)
             return None
         try:
-            warnings.warn(message, loader.PrecompileWarning, stacklevel=_outside_this_module())
+            warnings.warn(message, load_caches.PrecompileWarning, stacklevel=_outside_this_module())
         except Exception:  # warnings turned into errors (-W error): the step still falls back
-            loader.log.debug("step %s: the skip could not be reported", self.name, exc_info=True)
+            load_caches.log.debug("step %s: the skip could not be reported", self.name, exc_info=True)
         return None
 
 

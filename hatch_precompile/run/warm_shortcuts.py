@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from hatch_precompile.protocol import Manifest
-from hatch_precompile.run import envkey, usercache
+from hatch_precompile.run import environment_key, usercache
 from hatch_precompile.run.torch_internals import patching, prefetch, settings
 
 _pending = threading.local()
@@ -177,7 +177,7 @@ def vouches(arch_flags: Any) -> bool:
     if not words or not builders:
         return False
     compiler = settings.cpp_compiler()
-    if envkey.compiler_version(compiler) in builders:
+    if environment_key.compiler_version(compiler) in builders:
         return True  # the build's own compiler compiled these flags
     return _accepts(compiler, tuple(sorted(words)))
 

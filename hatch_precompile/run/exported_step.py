@@ -9,7 +9,7 @@ each call binds the tensors of the module it is given (or of a mapping of its we
 with. Tensors a checkpoint does not hold (buffers that are not persistent, tensors the trace
 lifted) are shipped beside the package.
 
-Every call is checked against the export's contract (run/contract.py): the process modes, eval
+Every call is checked against the export's contract (run/call_contract.py): the process modes, eval
 mode, the module's structure (class, submodules, tensors: in full when the module or its tensors
 change, by identity otherwise), the plain values the trace read (attributes, config fields) and
 the hooks, at every call, and each input's dtype, layout and dims inside the exported ranges. A
@@ -26,9 +26,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from hatch_precompile.errors import PrecompileError
-from hatch_precompile.protocol.steps import EXPORTED, INPUTS, LOADER, MODES, MODULE, PLANNED, SETTINGS
-from hatch_precompile.run import contract as contracts
-from hatch_precompile.run import machine
+from hatch_precompile.protocol.step_file import EXPORTED, INPUTS, LOADER, MODES, MODULE, PLANNED, SETTINGS
+from hatch_precompile.run import call_contract, machine
 from hatch_precompile.run.torch_internals import aoti, module_state
 
 ROUTE = EXPORTED
@@ -94,8 +93,8 @@ class ExportedStep:
         """The step's result for ``args``; Refused (before anything ran) when they do not fit."""
         if len(args) != self.spec["arity"]:
             raise Refused(f"called with {len(args)} arguments, exported with {self.spec['arity']}", INPUTS)
-        if contracts.modes() != self.spec["modes"]:
-            raise Refused(f"the process modes {contracts.modes()} differ from the export's {self.spec['modes']}", MODES)
+        if call_contract.modes() != self.spec["modes"]:
+            raise Refused(f"the process modes {call_contract.modes()} differ from the export's {self.spec['modes']}", MODES)
         inputs = tuple(a for i, a in enumerate(args) if i not in self._modules)
         flat = self._inputs(inputs)
         with self._lock:
@@ -178,7 +177,7 @@ class _Bound:
                  reads: list[tuple[Any, str, str, tuple[str, ...], str]], hook_dicts: list[dict[int, Any]]) -> None:
         self.obj, self.tensors, self.slots, self.modules = obj, tensors, slots, modules
         self.reads, self.hook_dicts = reads, hook_dicts
-        self.hooks = contracts.hook_keys(hook_dicts)
+        self.hooks = call_contract.hook_keys(hook_dicts)
         self.pointers = tuple(t.data_ptr() for t in tensors.values())
         self.modes = tuple(m.training for m in modules)
         self.grads = tuple(t.requires_grad for t in tensors.values())
@@ -196,10 +195,10 @@ class _Bound:
 
     def check_settings(self, position: int) -> None:
         """What the trace read, and the hooks, as they are now: an in-place change refuses."""
-        problem = contracts.reads_problem(self.reads, position)
+        problem = call_contract.reads_problem(self.reads, position)
         if problem:
             raise Refused(f"{problem} (the exported code holds the value at build)", SETTINGS)
-        if contracts.hook_keys(self.hook_dicts) != self.hooks:
+        if call_contract.hook_keys(self.hook_dicts) != self.hooks:
             raise Refused(f"argument {position}'s hooks changed since it was checked (the exported code runs "
                           "none)", SETTINGS)
 
@@ -210,25 +209,25 @@ class _Bound:
         import torch
 
         if isinstance(obj, torch.nn.Module):
-            modes = contracts.train_modes(obj)
+            modes = call_contract.train_modes(obj)
             if not training and any(modes):
                 raise Refused(f"argument {position} is in train() mode; the step was exported in eval()", PLANNED)
             if training and not any(modes):
                 raise Refused(f"argument {position} is in eval() mode; the training step was exported in train()",
                               PLANNED)
-            difference = contracts.modes_difference(obj, recorded["train_modes"], position)
+            difference = call_contract.modes_difference(obj, recorded["train_modes"], position)
             if difference:
                 raise Refused(difference, MODES)
-            difference = contracts.structure_difference(recorded["structure"], contracts.structure(obj))
+            difference = call_contract.structure_difference(recorded["structure"], call_contract.structure(obj))
             if difference:
                 raise Refused(f"argument {position} differs from the export's: {difference}", MODULE)
-            if training and contracts.requiring_grad(obj) != recorded["requires_grad"]:
+            if training and call_contract.requiring_grad(obj) != recorded["requires_grad"]:
                 raise Refused(f"argument {position}'s parameters that require gradients differ from the export's "
-                              f"({len(contracts.requiring_grad(obj))} now, {len(recorded['requires_grad'])} at build)",
+                              f"({len(call_contract.requiring_grad(obj))} now, {len(recorded['requires_grad'])} at build)",
                               MODULE)
             try:
-                hooks = contracts.hooks(obj)
-                dicts = contracts.hook_dicts(list(obj.modules()))
+                hooks = call_contract.hooks(obj)
+                dicts = call_contract.hook_dicts(list(obj.modules()))
                 slots = module_state.module_slots(obj)
             except Exception as exc:  # torch's module internals are not as expected: run the fallback
                 raise Refused(f"argument {position}'s hooks or submodules cannot be read: {exc!r}") from None
@@ -236,7 +235,7 @@ class _Bound:
                 raise Refused(f"argument {position}'s hooks differ from the export's: {hooks} now, "
                               f"{recorded['hooks']} at build", SETTINGS)
             try:
-                reads = contracts.resolve_reads(obj, recorded["reads"], position)
+                reads = call_contract.resolve_reads(obj, recorded["reads"], position)
             except LookupError as exc:
                 raise Refused(str(exc), MODULE) from None
             named = dict(obj.named_parameters(remove_duplicate=False))
@@ -273,7 +272,7 @@ class _Bound:
 def _tensor_problem(leaf: Any, want: dict[str, Any], sizes: dict[str, int], ranges: dict[str, list]) -> str | None:
     if str(leaf.dtype) != want["dtype"] or str(leaf.device) != want["device"]:
         return f"{leaf.dtype} on {leaf.device}, exported for {want['dtype']} on {want['device']}"
-    problem = contracts.dims_problem(want["dims"], leaf.shape, sizes, ranges)
+    problem = call_contract.dims_problem(want["dims"], leaf.shape, sizes, ranges)
     if problem:
         return problem
     if want["stride"] is None:

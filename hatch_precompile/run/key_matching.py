@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hatch_precompile.protocol import DYNAMIC_THREADS_VAR, Manifest
-from hatch_precompile.run import envkey
+from hatch_precompile.run import environment_key
 from hatch_precompile.run.torch_internals import patching, prefetch, settings
 
 _built_compiler: dict[str, Any] = {}
@@ -58,8 +58,8 @@ def _compiler_notes(built: dict[str, Any], note_later: Callable[[str], None]) ->
     """What load() can say of this process's compiler without running it: its family, by name (as
     Inductor tells). Whether it works is asked at Dynamo's first compile (``--version``): a process
     that compiles nothing (an exported step, a CLI's ``--help``) never starts the compiler."""
-    command = envkey.cxx_command()
-    here = envkey.compiler_family(command) if sys.platform != "darwin" else envkey.compiler()["family"]
+    command = environment_key.cxx_command()
+    here = environment_key.compiler_family(command) if sys.platform != "darwin" else environment_key.compiler()["family"]
     if here != built.get("family"):
         # Its name is part of the graphs' key; the rest of its command line, of the kernels'.
         what = "their kernels compile" if command == built.get("command") else "the graphs compile"
@@ -74,7 +74,7 @@ def _compiler_notes(built: dict[str, Any], note_later: Callable[[str], None]) ->
 
 
 def _say_if_unavailable(built: dict[str, Any], note: Callable[[str], None]) -> None:
-    here = envkey.compiler()
+    here = environment_key.compiler()
     if here["version"].startswith("unavailable"):
         note(f"no working C++ compiler here ({here['command']}: {here['version']}): torch needs one, "
              f"of the {built.get('family')} family, even to load the shipped kernels")
@@ -95,7 +95,7 @@ def _same(here: Any, built: Any) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def _family_of_resolved(command: str) -> str:
-    return envkey.compiler_family(command, envkey.compiler_version(command))
+    return environment_key.compiler_family(command, environment_key.compiler_version(command))
 
 
 def stands_in() -> bool:
