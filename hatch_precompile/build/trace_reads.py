@@ -23,8 +23,8 @@ from typing import Any, Iterator
 from hatch_precompile.run import call_contract
 
 # One read: [submodule path ("" for the argument itself), the attribute that holds the config ("" for
-# the module itself), the name read, its value as run/call_contract.py encodes it, and where the step
-# itself set the field, the value it left].
+# the module itself), the name read, its value as run/call_contract.py's plain_value_text writes it,
+# and where the step itself set the field, the value it left].
 Read = list[str]
 # Read by torch's modules in eval() without changing what they compute there.
 UNUSED_IN_EVAL = {"torch.nn.modules.dropout._DropoutNd": frozenset({"p", "inplace"}),
@@ -56,14 +56,14 @@ def recording(modules: dict[int, Any]) -> Iterator[dict[int, list[Read]]]:
         def __getattribute__(self: Any, name: str) -> Any:
             value = getattribute(self, name)
             if not name.startswith("__") and name not in skip and (path, attr, name) not in reads:
-                encoded = call_contract.encode(value)
-                if encoded is not None:
-                    reads[(path, attr, name)] = encoded
+                text = call_contract.plain_value_text(value)
+                if text is not None:
+                    reads[(path, attr, name)] = text
             return value
 
         def __setattr__(self: Any, name: str, value: Any) -> None:
             key = (position, path, attr, name)
-            if key not in written and not name.startswith("__") and name not in skip and call_contract.encode(value):
+            if key not in written and not name.startswith("__") and name not in skip and call_contract.plain_value_text(value):
                 written[key] = (self, vars(self).get(name, _ABSENT))
             setattr_(self, name, value)
 
@@ -92,7 +92,7 @@ def recording(modules: dict[int, Any]) -> Iterator[dict[int, list[Read]]]:
         # the one it had, as the trace had not run.
         left = {}
         for (position, path, attr, name), (owner, before) in written.items():
-            left[(position, path, attr, name)] = call_contract.encode(getattr(owner, name, None))
+            left[(position, path, attr, name)] = call_contract.plain_value_text(getattr(owner, name, None))
             if before is _ABSENT:
                 vars(owner).pop(name, None)
             else:
@@ -116,6 +116,6 @@ def _unused_in_eval(module: Any) -> frozenset[str]:
 
 def _config_like(torch: Any, value: Any) -> bool:
     """A settings object a module holds (transformers' ``config``): read field by field."""
-    if isinstance(value, (torch.nn.Module, torch.Tensor, type)) or call_contract.encode(value) is not None:
+    if isinstance(value, (torch.nn.Module, torch.Tensor, type)) or call_contract.plain_value_text(value) is not None:
         return False
     return callable(getattr(type(value), "to_dict", None))

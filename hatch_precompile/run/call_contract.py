@@ -8,7 +8,7 @@ step, any other the fallback (run/shipped_steps.py).
 
 The exported route (run/exported_step.py) holds less and checks it at every call: each module's
 structure (``structure``: class, submodules, tensor names and layouts), the plain values its trace
-read (``encode``: build/trace_reads.py records them, ``reads_problem`` checks them), its hooks
+read (``plain_value_text``: build/trace_reads.py records them, ``reads_problem`` checks them), its hooks
 (``hooks``), and tensor dims that may vary within ranges (``dims_problem``). Torch is imported
 lazily.
 """
@@ -22,7 +22,7 @@ import types
 from typing import Any
 
 VALUES = (bool, int, float, str, type(None))
-_LONG = 200  # an encoded value longer than this is kept as its digest
+_LONG = 200  # a value's text longer than this is kept as its digest
 
 
 def describe(args: tuple, where: str = "argument") -> list[dict[str, Any]]:
@@ -113,7 +113,7 @@ def mismatch(contract: dict[str, Any], args: tuple) -> str | None:
 
 def difference(was: dict, got: dict) -> str:
     if was.keys() != got.keys():
-        return f"a {kind(got)} where the capture had a {kind(was)}"
+        return f"a {argument_kind(got)} where the capture had a {argument_kind(was)}"
     if "module" in was:
         parts = {"module": "its class", "repr": "its submodules or their settings",
                  "settings": "its submodules' attributes, config or hooks",
@@ -123,7 +123,8 @@ def difference(was: dict, got: dict) -> str:
     return f"{json.dumps(got)[:200]} instead of {json.dumps(was)[:200]}"
 
 
-def kind(described: dict) -> str:
+def argument_kind(described: dict) -> str:
+    """What ``describe`` found the argument to be: "module", "tensor", "list", "tuple", "dict" or "value"."""
     return next(iter(described))
 
 
@@ -173,8 +174,8 @@ def structure_difference(was: dict[str, str], got: dict[str, str]) -> str | None
 _SCALARS = frozenset(VALUES)
 
 
-def encode(value: Any) -> str | None:
-    """A plain value as the contract holds it (equal encodings: the same value to a trace), or None
+def plain_value_text(value: Any) -> str | None:
+    """A plain value as the contract holds it (equal texts: the same value to a trace), or None
     for what is not plain (modules, tensors, objects): those are checked otherwise or not read."""
     if type(value) in _SCALARS:  # the common case, at every call: no more than repr
         return repr(value)
@@ -224,7 +225,7 @@ def reads_problem(resolved: list[tuple[Any, str, str, tuple[str, ...], str]], po
     what it left."""
     for owner, attr, name, values, label in resolved:
         holder = getattr(owner, attr, _MISSING) if attr else owner
-        now = encode(getattr(holder, name, _MISSING))
+        now = plain_value_text(getattr(holder, name, _MISSING))
         if now not in values:
             shown = "missing" if now is None else now
             return f"argument {position}'s {label}: {' or '.join(values)} at build, {shown} now"

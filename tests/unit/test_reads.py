@@ -91,20 +91,20 @@ def test_a_submodule_the_export_read_and_the_module_lacks_is_named():
         call_contract.resolve_reads(nn.Linear(2, 2), [["encoder.0", "", "eps", "1e-05"]], 1)
 
 
-@pytest.mark.parametrize("value, encoded", [
+@pytest.mark.parametrize("value, text", [
     (True, "True"), (1, "1"), (1.0, "1.0"), (None, "None"), ("s", "'s'"), ((1, 2), "tuple(1, 2)"),
     ([1, "a"], "list(1, 'a')"), ({"a": 1}, "{'a': 1}"), (torch.float16, "torch.float16"),
     (torch.device("cpu"), "device(type='cpu')"), (object(), None), (torch.zeros(1), None), (nn.ReLU(), None),
     ((1, object()), None),
 ])
-def test_plain_values_are_encoded_and_others_are_not(value, encoded):
-    assert call_contract.encode(value) == encoded
+def test_plain_values_have_a_text_and_others_none(value, text):
+    assert call_contract.plain_value_text(value) == text
 
 
 def test_a_long_value_is_kept_as_its_digest():
     labels = {i: f"label {i}" for i in range(100)}
-    assert call_contract.encode(labels).startswith("sha256:")
-    assert call_contract.encode(labels) == call_contract.encode(dict(labels)) != call_contract.encode({**labels, 1: "other"})
+    assert call_contract.plain_value_text(labels).startswith("sha256:")
+    assert call_contract.plain_value_text(labels) == call_contract.plain_value_text(dict(labels)) != call_contract.plain_value_text({**labels, 1: "other"})
 
 
 def test_hooks_are_listed_and_an_added_one_changes_the_keys():
