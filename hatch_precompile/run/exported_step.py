@@ -86,7 +86,7 @@ class ExportedStep:
         self._out_spec = _spec(self._pytree, spec["call_spec"][1])
         self._modules = {int(k): v for k, v in spec["modules"].items()}
         self._training: dict[str, Any] | None = spec.get("training")  # the loss and its gradients
-        self._bound: dict[int, _Bound] = {}
+        self._bound: dict[int, _BoundArgument] = {}
         self._lock = threading.Lock()
 
     def call(self, args: tuple) -> Any:
@@ -101,8 +101,9 @@ class ExportedStep:
             fresh = {}  # bound into the loader only once every argument passed: a refusal binds nothing
             for position, recorded in self._modules.items():
                 bound = self._bound.get(position)
-                if bound is None or not bound.holds(args[position]):
-                    bound = fresh[position] = _Bound.check(args[position], position, recorded, self._training is not None)
+                if bound is None or not bound.unchanged_since_check(args[position]):
+                    bound = fresh[position] = _BoundArgument.from_full_check(args[position], position, recorded,
+                                                                             self._training is not None)
                 bound.check_settings(position)
             if fresh:
                 self._bound.update(fresh)
@@ -168,7 +169,7 @@ class ExportedStep:
             raise Refused(f"the loader did not take the weights: {type(exc).__name__}: {first}") from None
 
 
-class _Bound:
+class _BoundArgument:
     """One module argument (or mapping of its weights) as bound into the package, and the identity
     of everything that made the full check pass: a later call with it unchanged skips that check.
     What the trace read and the hooks are checked at every call (``check_settings``)."""
@@ -182,7 +183,9 @@ class _Bound:
         self.modes = tuple(m.training for m in modules)
         self.grads = tuple(t.requires_grad for t in tensors.values())
 
-    def holds(self, obj: Any) -> bool:
+    def unchanged_since_check(self, obj: Any) -> bool:
+        """Whether ``obj`` is the bound object with its train()/eval() flags, submodules, tensors,
+        their requires_grad and storage as they were at the full check: then that check is skipped."""
         if obj is not self.obj:
             return False
         if tuple(m.training for m in self.modules) != self.modes:
@@ -203,9 +206,11 @@ class _Bound:
                           "none)", SETTINGS)
 
     @classmethod
-    def check(cls, obj: Any, position: int, recorded: dict[str, Any], training: bool = False) -> "_Bound":
-        """Check ``obj`` in full against what the export recorded of the module at ``position``
-        (``training``: for a training step, whose modes and frozen parameters are the build's)."""
+    def from_full_check(cls, obj: Any, position: int, recorded: dict[str, Any],
+                        training: bool = False) -> "_BoundArgument":
+        """``obj`` bound, once checked in full against what the export recorded of the module at
+        ``position`` (``training``: for a training step, whose modes and frozen parameters are the
+        build's); Refused where it does not fit."""
         import torch
 
         if isinstance(obj, torch.nn.Module):
