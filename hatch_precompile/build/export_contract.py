@@ -91,7 +91,7 @@ def spec(torch: Any, name: str, program: Any, args: tuple, positions: list[int],
         constants[fqn] = ["shipped"]
         shipped[fqn] = value.detach().clone()
     spec = {
-        "arity": len(args), "modes": call_contract.modes(), "modules": modules, "leaves": described,
+        "arity": len(args), "modes": call_contract.process_modes(), "modules": modules, "leaves": described,
         "ranges": ranges, "constants": constants, "call_spec": list(proof.call_spec),
         # "libraries" (what its model library needs of the system) is added by the build's parent
         # (build/capture.py): it reads ELF with pyelftools, which the target environment may lack.

@@ -219,7 +219,7 @@ def _save_precompiled(name: str, fn: Callable, args: tuple, check: str, out: Pat
         raise NotAvailable(f"torch {torch.__version__} has no torch.compiler.precompile (2.14+)")
     precompile = torch.compiler.precompile
     record = {"format": CONTRACT_FORMAT, "route": PRECOMPILE_ROUTE, "torch": torch.__version__,
-              "modes": call_contract.modes(), "args": call_contract.describe(args), "check": check}
+              "modes": call_contract.process_modes(), "args": call_contract.describe(args), "check": check}
     code, cache = precompile(fn, *copy.deepcopy(args))
     check_against_reference(name, fn, args, precompile.load(code, cache), check)
     out.mkdir(parents=True, exist_ok=True)

@@ -36,7 +36,7 @@ def _describe(arg: Any, where: str) -> dict[str, Any]:
     if isinstance(arg, torch.nn.Module):
         return describe_module(arg)
     if isinstance(arg, torch.Tensor):
-        return {"tensor": tensor(arg)}
+        return {"tensor": describe_tensor(arg)}
     if isinstance(arg, (list, tuple)):
         return {type(arg).__name__: [_describe(a, f"{where}[{i}]") for i, a in enumerate(arg)]}
     if isinstance(arg, dict) and all(isinstance(k, str) for k in arg):
@@ -50,7 +50,7 @@ def _describe(arg: Any, where: str) -> dict[str, Any]:
 def describe_module(module: Any, grads: bool = True) -> dict[str, Any]:
     """A module as a trace of it depends on it: class, submodules, settings, tensors, modes.
     ``grads=False``: without its tensors' requires_grad (an inference step does not read it)."""
-    tensors = [(kind, name, *tensor(t)[:None if grads else 4])
+    tensors = [(kind, name, *describe_tensor(t)[:None if grads else 4])
                for kind, named in (("p", module.named_parameters()), ("b", module.named_buffers())) for name, t in named]
     return {
         "module": f"{type(module).__module__}.{type(module).__qualname__}",
@@ -76,7 +76,8 @@ def _settings(module: Any) -> list:
     return [plain, to_dict() if callable(to_dict) else None, hooks]
 
 
-def tensor(t: Any) -> list:
+def describe_tensor(t: Any) -> list:
+    """A tensor as a capture sees it: shape, stride, dtype, device, requires_grad."""
     return [list(t.shape), list(t.stride()), str(t.dtype), str(t.device), bool(t.requires_grad)]
 
 
@@ -84,7 +85,7 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def modes() -> dict[str, Any]:
+def process_modes() -> dict[str, Any]:
     """The process modes a trace bakes in."""
     import torch
 
@@ -95,8 +96,8 @@ def modes() -> dict[str, Any]:
 
 def mismatch(contract: dict[str, Any], args: tuple) -> str | None:
     """Why ``args`` (in this process's modes) break the captured step's contract, or None."""
-    if modes() != contract["modes"]:
-        return f"the process modes {modes()} differ from the capture's {contract['modes']}"
+    if process_modes() != contract["modes"]:
+        return f"the process modes {process_modes()} differ from the capture's {contract['modes']}"
     if len(args) != len(contract["args"]):
         return f"called with {len(args)} arguments, captured with {len(contract['args'])}"
     try:
@@ -136,7 +137,7 @@ def structure(module: Any) -> dict[str, str]:
     (names and classes), the tensors (names, shapes, strides, dtypes, devices)."""
     submodules = [(name, f"{type(m).__module__}.{type(m).__qualname__}")
                   for name, m in module.named_modules(remove_duplicate=False)]
-    tensors = [(kind, name, *tensor(t)[:4])
+    tensors = [(kind, name, *describe_tensor(t)[:4])
                for kind, named in (("p", module.named_parameters(remove_duplicate=False)),
                                    ("b", module.named_buffers(remove_duplicate=False))) for name, t in named]
     return {"module": f"{type(module).__module__}.{type(module).__qualname__}",

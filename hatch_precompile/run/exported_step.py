@@ -93,8 +93,9 @@ class ExportedStep:
         """The step's result for ``args``; Refused (before anything ran) when they do not fit."""
         if len(args) != self.spec["arity"]:
             raise Refused(f"called with {len(args)} arguments, exported with {self.spec['arity']}", INPUTS)
-        if call_contract.modes() != self.spec["modes"]:
-            raise Refused(f"the process modes {call_contract.modes()} differ from the export's {self.spec['modes']}", MODES)
+        if call_contract.process_modes() != self.spec["modes"]:
+            raise Refused(f"the process modes {call_contract.process_modes()} differ from the export's "
+                          f"{self.spec['modes']}", MODES)
         inputs = tuple(a for i, a in enumerate(args) if i not in self._modules)
         flat = self._inputs(inputs)
         with self._lock:

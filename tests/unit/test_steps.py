@@ -30,7 +30,7 @@ def training_step(m, x, y, scale=1.0):
 
 
 def contract(*args) -> dict:
-    return {"modes": call_contract.modes(), "args": call_contract.describe(args)}
+    return {"modes": call_contract.process_modes(), "args": call_contract.describe(args)}
 
 
 def test_the_same_arguments_keep_the_contract_and_other_weights_too():
