@@ -63,7 +63,8 @@ def save(name: str, fn: Callable, args: tuple, shapes: Any, check: str, out: Pat
         package = Path(package_path).read_bytes()
     candidates = {**export_contract.module_tensors(args, positions), **_lifted(torch, program)}
     proof = export_proof.proven_in_child(name, package, candidates, export_contract.flat_tensors(torch, inputs))
-    spec, shipped = export_contract.spec(torch, name, program, args, positions, inputs, proof, flags, read)
+    spec, shipped = export_contract.contract_and_constants(torch, name, program, args, positions, inputs, proof,
+                                                          flags, read)
     if training:
         spec["training"] = export_contract.training_outputs(name, program)
     step = exported_step.ExportedStep(name, spec, package, shipped)

@@ -6,7 +6,7 @@ inputs flattened as the package takes them, each input leaf's dims, dtype and de
 its dims may take, every module's structure, reads, hooks and tied tensors, which constant the
 caller binds and which the package ships, and for a loss step, what its outputs are (the loss,
 then a gradient per parameter). Every module tensor the program reads must be a constant the
-caller binds: ``spec`` raises naming any the compile folded into the code.
+caller binds: ``contract_and_constants`` raises naming any the compile folded into the code.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ def flat_tensors(torch: Any, inputs: tuple) -> list[Any]:
     return [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
 
 
-def spec(torch: Any, name: str, program: Any, args: tuple, positions: list[int], inputs: tuple,
-          proof: package_proof.Proof, flags: list[tuple[str, ...]],
-          read: dict[int, list]) -> tuple[dict[str, Any], bytes | None]:
+def contract_and_constants(torch: Any, name: str, program: Any, args: tuple, positions: list[int], inputs: tuple,
+                           proof: package_proof.Proof, flags: list[tuple[str, ...]],
+                           read: dict[int, list]) -> tuple[dict[str, Any], bytes | None]:
     """The export's contract (run/exported_step.py reads it) and the constants shipped beside it."""
     pytree = aoti.pytree(torch)
     leaves, in_spec = pytree.tree_flatten((inputs, {}))

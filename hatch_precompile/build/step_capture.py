@@ -98,7 +98,7 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
     if backward and not torch.is_grad_enabled():
         raise ValueError(f"save_step({name!r}, ..., backward=True): save a training step with grad enabled (not "
                          "under torch.no_grad() or torch.inference_mode())")
-    exported = backward or inference(args)  # a loss's forward and backward are exported as one graph
+    exported = backward or is_inference_step(args)  # a loss's forward and backward are exported as one graph
     if dynamic_shapes is not None and not exported:
         raise ValueError(f"save_step({name!r}, ...): dynamic_shapes is for an exported step: save it under "
                          "torch.no_grad() with its modules in eval(); a training step is captured for its shapes")
@@ -204,7 +204,7 @@ def _skipped(name: str, route: str, why: str) -> None:
           "(on_failure=\"warn\")")
 
 
-def inference(args: tuple) -> bool:
+def is_inference_step(args: tuple) -> bool:
     """Whether a step called with ``args`` now is an inference step: grad off, every module in eval()."""
     import torch
 
