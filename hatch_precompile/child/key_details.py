@@ -100,19 +100,21 @@ def fields_of(details: Any) -> dict[str, str]:
             for field in dataclasses.fields(value):  # AOTConfig: the parts torch keys on
                 v = getattr(value, field.name, None)
                 if field.name not in _NOT_KEYED and not callable(v) and not isinstance(v, dict):
-                    out[f"{name}.{field.name}"] = show(v)
+                    out[f"{name}.{field.name}"] = value_text(v)
         elif isinstance(value, dict):
             for k, v in value.items():
-                out[f"{name}[{k}]"] = show(v)
+                out[f"{name}[{k}]"] = value_text(v)
         elif isinstance(value, list):
             for i, v in enumerate(value):
-                out[f"{name}[{i}]"] = show(v)
+                out[f"{name}[{i}]"] = value_text(v)
         else:
-            out[name] = show(value)
+            out[name] = value_text(value)
     return out
 
 
-def show(value: Any) -> str:
+def value_text(value: Any) -> str:
+    """One part of a key as a short stable text: a tensor by its metadata, bytes and long values by their
+    digest, no memory addresses."""
     if isinstance(value, (bytes, bytearray)):
         return f"<{len(value)} bytes sha256:{hashlib.sha256(value).hexdigest()[:16]}>"
     if _is_tensor(value):  # what torch's key holds of a tensor: its metadata, never its values

@@ -142,7 +142,7 @@ def _gap(graph: dict[str, Any], loads: dict[str, Any], manifests: Callable[[str]
         return []
     top = load["package"].split(".", 1)[0]
     sets = manifests(load["package"])
-    shipped = [g for m in sets for g in why.like(m, graph["function"], graph["location"], top)]
+    shipped = [g for m in sets for g in why.same_function_graphs(m, graph["function"], graph["location"], top)]
     explanation = why.explain_graph(graph, observed.get("keys") or [], sets, top, observed)
     hint = gap_hint(graph, shipped)
     if explanation is not None and hint.startswith("this call of"):

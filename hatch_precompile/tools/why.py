@@ -144,7 +144,7 @@ def changed_sources(shipped: dict[str, Any], here: dict[str, Any], top: str | No
     return changes
 
 
-def like(manifest: Any, function: str | None, location: str | None, top: str) -> list[Any]:
+def same_function_graphs(manifest: Any, function: str | None, location: str | None, top: str) -> list[Any]:
     """The forward graphs ``manifest``'s workloads compiled of the same function, at the same place
     in the package (the build's source tree and an install compare)."""
     return [g for w in workloads_of(manifest) for g in (w.graphs or [])
@@ -158,7 +158,7 @@ def explain_graph(graph: dict[str, Any], keys: list[dict[str, Any]], manifests: 
     ``unloadable``)."""
     observed = observed or {}
     for manifest in manifests:
-        found = like(manifest, graph.get("function"), graph.get("location"), top)
+        found = same_function_graphs(manifest, graph.get("function"), graph.get("location"), top)
         if found:
             return explain(keys, unpack_keys(manifest.keys), graph.get("compile_id"),
                            [g.compile_id for g in found], top, files=getattr(manifest, "files", None),

@@ -182,7 +182,7 @@ def test_a_graph_is_explained_against_the_shipped_graphs_of_its_function_at_its_
                                        graph("0/0", "forward", "/tmp/build/src/pkg/model.py:30"),
                                        graph("1/0", "forward", "/tmp/build/src/pkg/other.py:30")]}]})
     here = graph("4/0", "forward", "/venv/site-packages/pkg/model.py:30")
-    assert [g.compile_id for g in why.like(manifest, "forward", here["location"], "pkg")] == ["0/0"]
+    assert [g.compile_id for g in why.same_function_graphs(manifest, "forward", here["location"], "pkg")] == ["0/0"]
     found = why.explain_graph(here, [entry("4/0", key="a3", default_dtype="torch.float64")], [manifest], "pkg")
     assert found["compared_with"] == "0/0" and [f["field"] for f in found["fields"]] == ["default_dtype"]
     assert why.explain_graph({**here, "function": "other"}, [entry("4/0")], [manifest], "pkg") is None
