@@ -234,7 +234,7 @@ def never_saved(package: str | None) -> list[str]:
     """What the build says of each step of ``package`` that load_step declared in this process and
     the workload never saved: it ships no step, by the author's choice, and users get its fallback."""
     said = []
-    for (owner, name), warmed in sorted(shipped_steps.declared.items()):
+    for (owner, name), warmed in sorted(shipped_steps.this_process.declared.items()):
         if name in saved or (package and owner != package):
             continue
         said.append(f"step {name!r} is declared by load_step but the workload never saved it: it runs its fallback, "

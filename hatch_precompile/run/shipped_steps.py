@@ -22,6 +22,7 @@ import logging
 import threading
 import warnings
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from hatch_precompile.protocol import check_artifact_name, step_files
@@ -55,17 +56,29 @@ FIXES = {
     LOADER: "rebuild the package for this torch and machine; `hatch-precompile verify` shows what it refuses",
     ARGUMENTS: "call it with arguments as the workload's save_step() gave them",
 }
-_warned: set[tuple[str, str, str]] = set()  # (package, step, kind): one warning each per process
-
-_LOADING = threading.Lock()  # precompile.load primes torch's process-wide caches: one at a time
-# Calls each route served in this process, by (package, step, route): what snoop counts.
-served: Counter[tuple[str, str, str]] = Counter()
-# Each (package, step) load_step made in this process, and whether its fallback ran: in a build's
-# child, what tells the build a step declared here that the workload never saved (build/step_capture.py).
-declared: dict[tuple[str, str], bool] = {}
 # What the default fallback does, in every message about one: the workload's calls warmed it.
 FALLBACK_DOES = ("Its fallback is torch.compile(fn): warm from the shipped caches where the package's workload made "
                  "that call, compiled otherwise.")
+
+
+@dataclass
+class ProcessState:
+    """What every step of this process shares. It lives as long as the process: torch's caches and
+    Python's warnings are the process's, and a build's or snoop's child reads the counts here once
+    the workloads, which know nothing of it, have run."""
+
+    served: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+    """Calls each route served, by (package, step, route): what snoop counts (tools/snoop_child.py)."""
+    declared: dict[tuple[str, str], bool] = field(default_factory=dict)
+    """Each (package, step) load_step made, and whether its fallback ran: in a build's child, what tells
+    the build a step declared here that the workload never saved (build/step_capture.py)."""
+    warned: set[tuple[str, str, str]] = field(default_factory=set)
+    """Each (package, step, kind) of refusal warned of: one warning each."""
+    loading: threading.Lock = field(default_factory=threading.Lock)
+    """Held while a step loads: precompile.load primes torch's process-wide caches, one at a time."""
+
+
+this_process = ProcessState()
 
 
 class Step:
@@ -82,7 +95,7 @@ class Step:
         self._fallback = fallback
         self._default_fallback = fallback is None
         self._dynamic = dynamic
-        declared.setdefault((package, name), False)
+        this_process.declared.setdefault((package, name), False)
         self.backward = backward  # fn returns a loss: a call leaves its gradients in .grad
         self._lock = threading.Lock()
         self._resolved = False
@@ -135,10 +148,10 @@ class Step:
         """A shipped step refused a call: said once per kind in this process (a PrecompileWarning with
         the fix), logged only where the author planned it; never raises, even under -W error."""
         key = (self.package, self.name, kind)
-        if kind == PLANNED or key in _warned:
+        if kind == PLANNED or key in this_process.warned:
             load_caches.log.debug("step %s:%s ran its fallback: %s", self.package, self.name, why)
             return
-        _warned.add(key)
+        this_process.warned.add(key)
         message = (f"hatch-precompile: {self.package}'s step {self.name!r} ran its fallback instead of its shipped "
                    f"step: {why}. {self._fallback_does()} To use the shipped step, "
                    f"{FIXES.get(kind, FIXES[ARGUMENTS])}. (Said once per kind of refusal; `step.reason` has each call's.)")
@@ -150,7 +163,7 @@ class Step:
     def _ran(self, route: str, reason: str | None, result: Any) -> Any:
         with self._lock:
             self.route, self.reason = route, reason
-            served[(self.package, self.name, route)] += 1
+            this_process.served[(self.package, self.name, route)] += 1
         return result
 
     def _fallback_does(self) -> str:
@@ -159,7 +172,7 @@ class Step:
     @property
     def fallback(self) -> Callable[..., Any]:
         with self._lock:
-            declared[(self.package, self.name)] = True  # the workload's call of it ships its graphs warm
+            this_process.declared[(self.package, self.name)] = True  # the workload's call of it ships its graphs warm
             if self._fallback is None:
                 import torch
 
@@ -181,7 +194,7 @@ class Step:
                 if why is not None:
                     return None, why, route, MODES if why.startswith("the process modes") else ARGUMENTS
             if self._loaded is None and self._files is not None:
-                with _LOADING:
+                with this_process.loading:
                     self._loaded = self._load()
             return self._loaded, self._unavailable, route, None
 

@@ -92,7 +92,7 @@ def _steps() -> list[dict[str, Any]]:
     if shipped_steps is None:
         return []
     return [{"package": package, "name": name, "route": route, "calls": calls}
-            for (package, name, route), calls in sorted(shipped_steps.served.items())]
+            for (package, name, route), calls in sorted(shipped_steps.this_process.served.items())]
 
 
 def _loads(owners: Any) -> list[dict[str, Any]]:
