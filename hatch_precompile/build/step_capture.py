@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -46,8 +47,16 @@ class StepCaptureError(PrecompileError, RuntimeError):
     """At build: torch could not capture the step by its route; the message says why and what to do."""
 
 
-# The names save_step was called with in this process, stored or not (the build says why not).
-saved: set[str] = set()
+@dataclass
+class _ProcessState:
+    """What save_step remembers for a build's child, which asks never_saved() once the workloads ran.
+    It lives as long as the process: the workloads' own code calls save_step, with nothing to hand it."""
+
+    saved: set[str] = field(default_factory=set)
+    """The names save_step was called with, stored or not (the build says why not)."""
+
+
+_this_process = _ProcessState()
 
 
 def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager", dynamic_shapes: Any = None,
@@ -76,7 +85,7 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
     torch without the route, ``on_failure="warn"``).
     """
     check_artifact_name(name, "step")
-    saved.add(name)
+    _this_process.saved.add(name)
     if check not in STEP_CHECKS:
         raise ValueError(f"save_step({name!r}, ...): check={check!r} must be one of {', '.join(STEP_CHECKS)}")
     if on_failure not in ON_FAILURE:
@@ -235,7 +244,7 @@ def never_saved(package: str | None) -> list[str]:
     the workload never saved: it ships no step, by the author's choice, and users get its fallback."""
     said = []
     for (owner, name), warmed in sorted(shipped_steps.this_process.declared.items()):
-        if name in saved or (package and owner != package):
+        if name in _this_process.saved or (package and owner != package):
             continue
         said.append(f"step {name!r} is declared by load_step but the workload never saved it: it runs its fallback, "
                     + ("warm where the workload called it" if warmed else

@@ -1,14 +1,15 @@
 """``save_step`` under ``hatch-precompile verify``: the shipped step, loaded as users get it, against ``fn``.
 
-Each call adds a record to ``verified`` (its name, the route it took and why, what differed),
-which verify's child (tools/verify_child.py) reports. A shipped exported step is first opened by a
-process of its own (child/package_proof.py): a loader that crashes there would take the user's
-process with it, and is reported instead of called.
+Each call adds a record to ``this_process.verified`` (its name, the route it took and why, what
+differed), which verify's child (tools/verify_child.py) reports. A shipped exported step is first
+opened by a process of its own (child/package_proof.py): a loader that crashes there would take the
+user's process with it, and is reported instead of called.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from hatch_precompile.build.step_check import StepMismatch, check_against_reference, with_backward
@@ -16,8 +17,17 @@ from hatch_precompile.protocol import step_files
 from hatch_precompile.protocol.step_file import EXPORTED
 from hatch_precompile.run import shipped_steps, variables
 
-# What the workload ran under `hatch-precompile verify`: one record per step (tools/verify_child.py).
-verified: list[dict[str, Any]] = []
+
+@dataclass
+class ProcessState:
+    """What save_step found in verify's child. It lives as long as the process: the workloads' own
+    code calls save_step, with nothing to hand it, and the child reports it after them."""
+
+    verified: list[dict[str, Any]] = field(default_factory=list)
+    """One record per step the workloads saved, in order (tools/verify_child.py reports them)."""
+
+
+this_process = ProcessState()
 
 
 def verify(name: str, fn: Callable, args: tuple, check: str, backward: bool = False) -> None:
@@ -43,7 +53,7 @@ def verify(name: str, fn: Callable, args: tuple, check: str, backward: bool = Fa
         except StepMismatch as exc:
             record["problems"].append(str(exc))
         record["route"], record["reason"] = step.route, step.reason
-    verified.append(record)
+    this_process.verified.append(record)
     return None
 
 

@@ -62,7 +62,8 @@ def main(argv: list[str]) -> int:
         "load": {"loaded": status.loaded, "reason": status.reason, "installed": status.installed,
                  "present": status.present},
         "kernels_installed": kernels_installed,
-        "steps": step_verify.verified,  # what each save_step() of the workloads found (build/step_verify.py)
+        # what each save_step() of the workloads found (build/step_verify.py)
+        "steps": step_verify.this_process.verified,
     }))
     return EXIT_OK
 
