@@ -63,7 +63,8 @@ def recording(modules: dict[int, Any]) -> Iterator[dict[int, list[Read]]]:
 
         def __setattr__(self: Any, name: str, value: Any) -> None:
             key = (position, path, attr, name)
-            if key not in written and not name.startswith("__") and name not in skip and call_contract.plain_value_text(value):
+            if (key not in written and not name.startswith("__") and name not in skip
+                    and call_contract.plain_value_text(value)):
                 written[key] = (self, vars(self).get(name, _ABSENT))
             setattr_(self, name, value)
 

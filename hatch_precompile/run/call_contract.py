@@ -8,9 +8,9 @@ step, any other the fallback (run/shipped_steps.py).
 
 The exported route (run/exported_step.py) holds less and checks it at every call: each module's
 structure (``structure``: class, submodules, tensor names and layouts), the plain values its trace
-read (``plain_value_text``: build/trace_reads.py records them, ``reads_problem`` checks them), its hooks
-(``hooks``), and tensor dims that may vary within ranges (``dims_problem``). Torch is imported
-lazily.
+read (``plain_value_text``: build/trace_reads.py records them, ``reads_problem`` checks them), its
+hooks (``hooks``), and tensor dims that may vary within ranges (``dims_problem``). Torch is
+imported lazily.
 """
 
 from __future__ import annotations
