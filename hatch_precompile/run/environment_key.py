@@ -15,16 +15,18 @@ same family stands in for the build's (``compiler()``; see run/key_matching.py).
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
 from importlib import metadata
 from typing import Any
 
-from hatch_precompile.run import gpu
+from hatch_precompile.run import gpu, usercache
 
 
 def cxx_command() -> str:
@@ -44,6 +46,42 @@ def compiler_version(command: str) -> str:
     return lines[0].strip() if proc.returncode == 0 and lines else f"unavailable (exit {proc.returncode})"
 
 
+# A compiler binary's own name: a wrapper (ccache, distcc) may change compilers behind one file.
+_COMPILER_NAME = re.compile(r"(^|[-_/])(g\+\+|gcc|c\+\+|cc|clang\+\+|clang)(-[\d.]+)?$")
+
+
+@functools.lru_cache(maxsize=None)
+def remembered_compiler_version(command: str) -> str:
+    """``compiler_version``, remembered per user by the compiler file's identity (path, inode,
+    size, times), so that a warm process starts no compiler just to name it: a compiler replaced
+    or upgraded is another file, and asked again. A wrapper is always asked."""
+    found = shutil.which(command)
+    if found is None:
+        return "unavailable (not found)"
+    real = os.path.realpath(found)
+    base = usercache.base_dir()
+    if base is None or not _COMPILER_NAME.search(os.path.basename(real)):
+        return compiler_version(command)
+    try:
+        st = os.stat(real)
+        identity = f"{real}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}"
+        memo = base / ".compilers" / hashlib.sha256(identity.encode()).hexdigest()  # dot: never a package name
+        if memo.is_file():
+            return memo.read_text().strip() or compiler_version(command)
+    except OSError:
+        return compiler_version(command)
+    version = compiler_version(command)
+    if not version.startswith("unavailable"):
+        try:
+            memo.parent.mkdir(parents=True, exist_ok=True)
+            temporary = memo.with_name(f"{memo.name}.{os.getpid()}")
+            temporary.write_text(version)
+            temporary.replace(memo)  # whole or absent, for a process reading it now
+        except OSError:
+            pass  # a read-only home: asked again next time
+    return version
+
+
 def compiler_family(command: str, version_line: str = "") -> str:
     """"gcc", "clang" or "other", as Inductor tells them apart (``cpp_builder._is_gcc`` and
     ``_is_clang`` look at the command's name; Apple's clang answers to ``g++`` too)."""
@@ -57,9 +95,9 @@ def compiler_family(command: str, version_line: str = "") -> str:
 
 
 def compiler() -> dict[str, str]:
-    """The compiler Inductor will call here: its command, --version line and family."""
+    """The compiler Inductor will call here: its command, --version line (remembered) and family."""
     command = cxx_command()
-    version = compiler_version(command)
+    version = remembered_compiler_version(command)
     return {"command": command, "version": version, "family": compiler_family(command, version)}
 
 

@@ -95,7 +95,7 @@ def _same(here: Any, built: Any) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def _family_of_resolved(command: str) -> str:
-    return environment_key.compiler_family(command, environment_key.compiler_version(command))
+    return environment_key.compiler_family(command, environment_key.remembered_compiler_version(command))
 
 
 def stands_in() -> bool:

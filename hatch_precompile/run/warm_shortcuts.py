@@ -74,6 +74,10 @@ def apply(manifest: Manifest | None = None, cpu: frozenset[str] | None = None) -
             if all(f.lower() in cpu for f in features):
                 _vouched.setdefault(frozenset(flags.split()), set()).add(str((manifest.compiler or {}).get("version")))
     patching.wrap("write", after=_note_built_kernel)
+    # Inductor asks the compiler's --version to find it and to tell Intel's apart, in every process:
+    # answered from the version line remembered for that compiler file, as load()'s own check is.
+    patching.wrap("compiler-search", instead=_remembered_search)
+    patching.wrap("intel-compiler", instead=_not_intel_by_remembered_version)
     patching.wrap("precompile-header", instead=_skip_header_when_built)
     # Inductor hashes torch's whole source tree (torch_key, 0.3-0.7 s here), and where Triton is
     # installed (a CUDA build, on a GPU or not) Triton's too, before the first cache lookup: both
@@ -177,7 +181,7 @@ def vouches(arch_flags: Any) -> bool:
     if not words or not builders:
         return False
     compiler = settings.cpp_compiler()
-    if environment_key.compiler_version(compiler) in builders:
+    if environment_key.remembered_compiler_version(compiler) in builders:
         return True  # the build's own compiler compiled these flags
     return _accepts(compiler, tuple(sorted(words)))
 
@@ -191,6 +195,37 @@ def _accepts(compiler: str, flags: tuple[str, ...]) -> bool:
     except (OSError, ValueError, subprocess.SubprocessError):
         return False
     return proc.returncode == 0
+
+
+def _working(command: Any) -> bool:
+    return isinstance(command, str) and not environment_key.remembered_compiler_version(command).startswith("unavailable")
+
+
+def _remembered_search(arguments: dict[str, Any]) -> Any:
+    """``cpp_compiler_search``: its first compiler that answers ``--version``. A None in its list is
+    a compiler torch installs only on Linux with TORCH_INDUCTOR_INSTALL_GXX set (then torch's own
+    search runs); torch's search also runs where none works, for its error."""
+    search = arguments.get("search")
+    if not isinstance(search, (tuple, list)):
+        return patching.PASS
+    installs = sys.platform == "linux" and bool(os.getenv("TORCH_INDUCTOR_INSTALL_GXX"))
+    for command in search:
+        if command is None and not installs:
+            continue
+        if not isinstance(command, str):
+            return patching.PASS
+        if _working(command):
+            return command
+    return patching.PASS
+
+
+def _not_intel_by_remembered_version(arguments: dict[str, Any]) -> Any:
+    """``_is_intel_compiler``: False for a compiler whose version line is not Intel's; Intel's own
+    (with torch's version checks) and one that does not answer go to torch."""
+    command = arguments.get("cpp_compiler")
+    if not _working(command):
+        return patching.PASS
+    return patching.PASS if "Intel" in environment_key.remembered_compiler_version(command) else False
 
 
 def _probe_library(arguments: dict[str, Any]) -> Any:

@@ -23,7 +23,7 @@ MISBEHAVE = Path(__file__).resolve().parents[1] / "misbehave"
 OBSERVERS = ("metrics,counters,guard-failures,logs,megacache,compile-times,write,dynamo-compile,"
              "compile-command,key-details,fx-key,aot-key,inductor-compile,count-calls,guard-eval,guard-expr")
 SHORTCUTS = ("write,precompile-header,check-build,probe-load,torch-key,triton-key,event-logger,compile-state,"
-             "system,hash-details,autotune-recheck,cpp-compiler,cache-dir")
+             "system,hash-details,autotune-recheck,cpp-compiler,compiler-search,intel-compiler,cache-dir")
 
 
 def misbehaving(names: str, pythonpath: Path | None = None) -> dict[str, str]:

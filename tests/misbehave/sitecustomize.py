@@ -110,6 +110,20 @@ def _renamed(original):
 def _cpp_builder(module):
     if "cpp-compiler" in BROKEN:
         module.get_cpp_compiler = _renamed(module.get_cpp_compiler)
+    if "compiler-search" in BROKEN and hasattr(module, "cpp_compiler_search"):
+        search = module.cpp_compiler_search
+
+        def cpp_compiler_search(candidates):  # another signature than run/warm_shortcuts.py reads
+            return search(candidates)
+
+        module.cpp_compiler_search = cpp_compiler_search
+    if "intel-compiler" in BROKEN and hasattr(module, "_is_intel_compiler"):
+        is_intel = module._is_intel_compiler
+
+        def _is_intel_compiler(compiler):  # another signature than run/warm_shortcuts.py reads
+            return is_intel(compiler)
+
+        module._is_intel_compiler = _is_intel_compiler
     if "compile-command" in BROKEN:
         original = module.run_compile_cmd
 
@@ -320,7 +334,7 @@ BREAKERS = frozenset({
     "hash-details", "inductor-config", "compile-command", "dynamo-compile", "key-details", "fx-key", "aot-key",
     "inductor-compile", "count-calls", "guard-eval", "guard-expr", "cache-entries",
     "verify-setting", "precompile-logger", "logs", "metrics", "counters", "guard-failures", "compile-times",
-    "megacache", "cpu-capability", "cpp-compiler", "cache-dir", "aoti-compile", "aoti-loader",
+    "megacache", "cpu-capability", "cpp-compiler", "compiler-search", "intel-compiler", "cache-dir", "aoti-compile", "aoti-loader",
     "keep-constants", "pytree", "module-internals", "joint-export", "triton-c-module", "triton-c-module-file",
 })
 

@@ -4,6 +4,8 @@ on real wheels, is in test_portable.py.)"""
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from pathlib import Path
 
@@ -301,3 +303,77 @@ def test_probes_are_vouched_for_only_with_their_flags_and_this_cpus_features(mon
     monkeypatch.setattr(warm_shortcuts, "_vouched", {})
     warm_shortcuts.apply(manifest, None)  # this CPU's features unknown: nothing is vouched for
     assert not warm_shortcuts.vouches("-mavx2 -mfma")
+
+
+# -- the compiler's --version, remembered ------------------------------------------------------------
+
+
+def logging_compiler(directory: Path, name: str, version: str) -> Path:
+    """A compiler on PATH that writes a line to ``execs`` each time it is started."""
+    directory.mkdir(parents=True, exist_ok=True)
+    script = directory / name
+    script.write_text(f"#!/bin/sh\necho \"$0 $*\" >> {directory / 'execs'}\necho '{version}'\n")
+    script.chmod(0o755)
+    return script
+
+
+def starts(directory: Path) -> int:
+    return len((directory / "execs").read_text().splitlines()) if (directory / "execs").exists() else 0
+
+
+@needs_linux
+def test_a_compilers_version_is_remembered_by_its_file_and_asked_again_when_it_changes(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    compiler = logging_compiler(bin_dir, "g++", "g++ (Fake) 12.2.0")
+    logging_compiler(bin_dir, "ccache", "ccache version 4.8")
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+    def asked(command: str) -> str:
+        environment_key.remembered_compiler_version.cache_clear()  # a fresh process
+        environment_key.compiler_version.cache_clear()
+        return environment_key.remembered_compiler_version(command)
+
+    assert asked("g++") == "g++ (Fake) 12.2.0" and starts(bin_dir) == 1
+    assert asked("g++") == "g++ (Fake) 12.2.0" and starts(bin_dir) == 1  # the next process starts nothing
+    logging_compiler(bin_dir, "g++", "g++ (Fake) 13.1.0")  # upgraded in place: another file
+    assert asked("g++") == "g++ (Fake) 13.1.0" and starts(bin_dir) == 2
+    assert asked(str(compiler)) == "g++ (Fake) 13.1.0" and starts(bin_dir) == 2  # one file, whatever the name
+    asked("ccache"), asked("ccache")  # a wrapper may change compilers behind one file: always asked
+    assert starts(bin_dir) == 4
+    assert asked("no-such-g++") == "unavailable (not found)" and starts(bin_dir) == 4
+    (tmp_path / "not-a-dir").write_text("")  # a cache dir that cannot be made: asked each time, never an error
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "not-a-dir" / "cache"))
+    assert asked("g++") == "g++ (Fake) 13.1.0" and asked("g++") == "g++ (Fake) 13.1.0"
+    assert starts(bin_dir) == 6
+
+
+WARM_COMPILER = """
+import json
+from hatch_precompile.run import warm_shortcuts
+warm_shortcuts.apply()
+from torch._inductor import cpp_builder
+command = cpp_builder.get_cpp_compiler()
+print(json.dumps([command, cpp_builder._is_intel_compiler(command)]))
+"""
+
+
+@needs_linux
+def test_a_warm_process_finds_the_compiler_as_torch_does_without_starting_it(tmp_path):
+    """Inductor asks ``--version`` to find the compiler and to tell Intel's apart; with the shortcuts
+    the second process of a user answers both from the remembered line, as torch would."""
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    logging_compiler(bin_dir, "g++", "g++ (Fake) 12.2.0")
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "XDG_CACHE_HOME": str(tmp_path / "cache"),
+           "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "CXX": "g++"}
+    env.pop("TORCH_INDUCTOR_INSTALL_GXX", None)
+    plain = subprocess.run([sys.executable, "-c", WARM_COMPILER.replace("warm_shortcuts.apply()", "")],
+                           env=env, capture_output=True, text=True, check=True).stdout.splitlines()[-1]
+    by_torch = starts(bin_dir)
+    answers = [subprocess.run([sys.executable, "-c", WARM_COMPILER], env=env, capture_output=True, text=True,
+                              check=True).stdout.splitlines()[-1] for _ in range(2)]
+    assert answers == [plain, plain] and json.loads(plain) == ["g++", False]
+    assert by_torch == 2  # torch alone: one start to find it, one to ask whether it is Intel's
+    assert starts(bin_dir) == by_torch + 1  # the first warm process asks once; the second starts none

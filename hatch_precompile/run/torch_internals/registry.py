@@ -152,6 +152,13 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
     Touchpoint("cpu-capability", "torch.backends.cpu", "get_cpu_capability", "read", "build and load: the "
                "environment key (run/environment_key.py)",
                broken="build: a plain wheel, said in one line; load: skipped with the error"),
+    Touchpoint("compiler-search", CPP_BUILDER, "cpp_compiler_search", "wrap", "load: the first compiler of "
+               "Inductor's list that answers `--version`, answered from the version this user's processes "
+               "remembered for that compiler file (run/warm_shortcuts.py): a warm process starts no compiler",
+               broken="passed through: torch runs the compiler's `--version`"),
+    Touchpoint("intel-compiler", CPP_BUILDER, "_is_intel_compiler", "wrap", "load: whether the compiler is "
+               "Intel's, from its remembered `--version` line (run/warm_shortcuts.py)",
+               broken="passed through: torch runs the compiler's `--version`"),
     Touchpoint("cpp-compiler", CPP_BUILDER, "get_cpp_compiler", "call", "load and build: the compiler Inductor "
                "resolved (run/key_matching.py, run/warm_shortcuts.py, build/build_child.py)",
                broken="no compiler recorded, no stand-in; probes as usual; an exported step's CPU features unknown: refused"),
