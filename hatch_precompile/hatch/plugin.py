@@ -1,7 +1,7 @@
 """The hatchling build hook ``[tool.hatch.build.hooks.precompile]``: an adapter, nothing more.
 
-It maps hatch's table to Options (options.py), asks the switch (run/switch.py) and the target
-(target.py), and hands off to capture.py; what comes back goes into the wheel.
+It maps hatch's table to Options (build/options.py), asks the switch (run/switch.py) and the target
+(build/target.py), and hands off to build/capture.py; what comes back goes into the wheel.
 """
 
 from __future__ import annotations
