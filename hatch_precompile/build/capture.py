@@ -13,9 +13,10 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from hatch_precompile import __version__
+from hatch_precompile.build.reporter import PREFIX, Reporter
 from hatch_precompile.child import supervisor
 from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol import (
@@ -45,8 +46,6 @@ from hatch_precompile.run import relocate, variables
 # entries (Inductor's TritonBundler rewrites the paths when it writes them out at a hit).
 _SKIP_DIRS = {"locks", "triton"}
 
-Say = Callable[[str], None]
-
 
 class WorkloadFailed(PrecompileError):
     def __init__(
@@ -75,7 +74,7 @@ def capture(
     package: str,
     workloads: list[str],
     timeout: float,
-    say: Say,
+    reporter: Reporter,
     python: str = sys.executable,
     environ: dict[str, str] | None = None,
     capabilities: tuple[str, ...] = (),
@@ -100,14 +99,14 @@ def capture(
     for capability in capabilities or (None,):
         run_dir = work_dir / f"run-{capability or 'native'}"
         if capability:
-            say(f"precompile: artifact set for CPU capability {capability} (ATEN_CPU_CAPABILITY={capability})")
+            reporter.info(f"artifact set for CPU capability {capability} (ATEN_CPU_CAPABILITY={capability})")
         env = dict(os.environ if environ is None else environ)
         if capability:
             env["ATEN_CPU_CAPABILITY"] = capability
         if device == "cpu":  # torch then sees no GPU, and neither does the environment key
             env["CUDA_VISIBLE_DEVICES"] = env["HIP_VISIBLE_DEVICES"] = ""
         manifest = _capture_set(
-            root, run_dir, target, package, workloads, (timeout, heartbeat), say, python, env,
+            root, run_dir, target, package, workloads, (timeout, heartbeat), reporter, python, env,
             {"capability": capability, "device": device, "cpu_target": cpu_target}, said,
         )
         made += manifest is not None
@@ -119,7 +118,7 @@ def capture(
 
 def _capture_set(
     root: Path | None, run_dir: Path, target: Path, package: str, workloads: list[str],
-    limits: tuple[float, float | None], say: Say, python: str, env: dict[str, str], options: dict[str, Any],
+    limits: tuple[float, float | None], reporter: Reporter, python: str, env: dict[str, str], options: dict[str, Any],
     said: set[str],
 ) -> Manifest | None:
     """One run of the workloads, stored as ``target/sets/<name>``; None if it made no set.
@@ -131,7 +130,7 @@ def _capture_set(
     cache_dir.mkdir(parents=True)
     paths = [] if root is None else [str(root)] + ([str(root / "src")] if (root / "src").is_dir() else [])
     spec = {"workloads": workloads, "paths": paths, "package": package, **options}
-    child = _run_workloads(python, run_dir, spec, {**env, CACHE_DIR_VAR: str(cache_dir)}, limits, say)
+    child = _run_workloads(python, run_dir, spec, {**env, CACHE_DIR_VAR: str(cache_dir)}, limits, reporter)
     if child.status == "cannot_compile":
         raise CannotCompile(f"this machine cannot build C++ kernels: {child.detail}")
     if child.status == "unusable":
@@ -139,12 +138,12 @@ def _capture_set(
     if child.status == "no_gpu":
         raise WorkloadFailed(", ".join(workloads), 'not run: `device = "cuda"` asks for a GPU', no_gpu=child.detail)
     if child.status == "skipped":
-        say(f"precompile: warning: {child.detail}; no artifact set for {capability}")
+        reporter.warning(f"{child.detail}; no artifact set for {capability}")
         return None
     for note in child.data.get("never_saved") or []:
         if note not in said:
             said.add(note)
-            say(f"precompile: {note}")
+            reporter.info(note)
     result = {**child.data, "workloads": child.workloads}
     if not any((cache_dir / kind).is_dir() for kind in ("aotautograd", "fxgraph")) and not (
         out_dir / TORCHSCRIPT_DIR
@@ -153,24 +152,24 @@ def _capture_set(
     libraries, unreadable = _native_needs(cache_dir)
     # An exported step's model library needs more of the system (a newer libstdc++, say): checked
     # where it loads, so that a system without falls back for that step, not for the whole set.
-    _step_libraries(out_dir, say)
+    _step_libraries(out_dir, reporter)
     steps = _steps(out_dir)
     for path, problem in unreadable.items():  # not shipped: torch compiles that kernel where it is used
-        say(f"precompile: warning: {problem}; {path.name} is not shipped")
+        reporter.warning(f"{problem}; {path.name} is not shipped")
         path.unlink()
     files, skipped = _store_files(target, cache_dir, out_dir)
     if skipped:
-        say(f"precompile: {skipped} cache file(s) with names load() would not trust are not shipped")
+        reporter.info(f"{skipped} cache file(s) with names load() would not trust are not shipped")
     if result.get("feature_problem"):
-        say(f"precompile: warning: {result['feature_problem']}; load() will not use this set's kernels")
+        reporter.warning(f"{result['feature_problem']}; load() will not use this set's kernels")
     unknown = [f for f in result.get("cpu_features", []) if f.startswith("?")]
     if unknown and not result.get("feature_problem"):
-        say(f"precompile: warning: the kernels may use CPU features hatch-precompile cannot name "
-            f"({', '.join(unknown)}); load() refuses this set on every machine (cpu-target = \"portable\" avoids them)")
+        reporter.warning(f"the kernels may use CPU features hatch-precompile cannot name ({', '.join(unknown)}); "
+                         "load() refuses this set on every machine (cpu-target = \"portable\" avoids them)")
     kernels, unverified = _relocatable_kernels(cache_dir, result["kernel_commands"], result["path_values"])
     if unverified:
-        say(
-            f"precompile: {unverified} kernel(s) are not relocatable with this torch; they hit "
+        reporter.info(
+            f"{unverified} kernel(s) are not relocatable with this torch; they hit "
             "only where torch is installed at the same path as in this build"
         )
     result["total_seconds"] = round(time.perf_counter() - started, 3)
@@ -232,12 +231,14 @@ def _manifest(package: str, result: dict[str, Any], files: dict[str, FileEntry],
 
 
 def _run_workloads(
-    python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str], limits: tuple[float, float | None], say: Say
+    python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str], limits: tuple[float, float | None],
+    reporter: Reporter,
 ) -> ChildResult:
     """The child's result; raises WorkloadFailed if it did not finish them all."""
     timeout, heartbeat = limits
-    job = supervisor.Job("hatch_precompile.build.build_child", spec, "precompile", say, relay=lambda line: say(f"  | {line}"),
-                     timeout=timeout, heartbeat=variables.heartbeat() if heartbeat is None else heartbeat)
+    job = supervisor.Job("hatch_precompile.build.build_child", spec, PREFIX, reporter.line,
+                         relay=lambda line: reporter.line(f"  | {line}"),
+                         timeout=timeout, heartbeat=variables.heartbeat() if heartbeat is None else heartbeat)
     try:
         result = supervisor.run(job, run_dir, python, env)
     except supervisor.ChildError as exc:
@@ -259,7 +260,7 @@ def _platform(libraries: dict[str, dict[str, str]], result: dict[str, Any]) -> d
     return {"tag": tag, "why": why}
 
 
-def _step_libraries(out_dir: Path, say: Callable[[str], None]) -> None:
+def _step_libraries(out_dir: Path, reporter: Reporter) -> None:
     """Write into each exported step's contract what its package's native libraries need of the
     system, read as the kernels' are (_native_needs). Here, not in the child: pyelftools is this
     build's, not the target environment's."""
@@ -276,7 +277,7 @@ def _step_libraries(out_dir: Path, say: Callable[[str], None]) -> None:
             archive.extractall(tmp, members=libraries)
             needed, unreadable = _native_needs(Path(tmp))
         for path, problem in unreadable.items():  # a library no machine has: load_step() falls back, saying so
-            say(f"precompile: warning: step {contract.stem!r}: {problem}")
+            reporter.warning(f"step {contract.stem!r}: {problem}")
             needed[f"?unreadable {path.name}"] = {}
         record["export"]["libraries"] = needed
         contract.write_text(json.dumps(record, indent=1))

@@ -19,6 +19,7 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 from hatch_precompile.build import options as options_module
 from hatch_precompile.build import settings as settings_module
+from hatch_precompile.build.reporter import Reporter, worded
 from hatch_precompile.protocol import (
     BLOBS_DIR,
     DECLARATION_FILE,
@@ -54,6 +55,11 @@ class PrecompileBuildHook(BuildHookInterface):
             return settings_module.load(self.config, self.PLUGIN_NAME, self.metadata.name)
         except options_module.OptionError as exc:
             raise ValueError(str(exc)) from None
+
+    @cached_property
+    def reporter(self) -> Reporter:
+        """The build's messages, through hatch's app (build/reporter.py words them)."""
+        return Reporter(self.app.display_info, self.app.display_warning)
 
     @property
     def enabled(self) -> tuple[bool, str]:
@@ -113,11 +119,11 @@ class PrecompileBuildHook(BuildHookInterface):
             declaration.write_text(Declaration(package, options.workloads, options.timeout, options.device).dumps())
             build_data["extra_metadata"][str(declaration)] = DECLARATION_FILE
         if version == "editable":
-            self.app.display_info("precompile: editable install, workloads not run (only regular wheels ship caches)")
+            self.reporter.info("editable install, workloads not run (only regular wheels ship caches)")
             return
         enabled, why = self.enabled
         if not enabled:
-            self.app.display_info(f"precompile: off ({why}); building a plain wheel")
+            self.reporter.info(f"off ({why}); building a plain wheel")
             return
         package = self._check_package(package)
         artifacts = self._capture(package)
@@ -153,38 +159,36 @@ class PrecompileBuildHook(BuildHookInterface):
         from hatch_precompile.build.capture import Unusable, WorkloadFailed, capture  # imported only when on
 
         where = self.where
-        self.app.display_info(f"precompile: building artifacts for {where.why}")
+        self.reporter.info(f"building artifacts for {where.why}")
         environ, removed = variables.as_on_users_machines(where.environ(os.environ))
         if removed:
-            self.app.display_info(f"precompile: the workloads run without {', '.join(removed)}, as on users' "
-                                  "machines (it changes torch defaults that are part of every cache key)")
+            self.reporter.info(f"the workloads run without {', '.join(removed)}, as on users' "
+                               "machines (it changes torch defaults that are part of every cache key)")
         try:
             artifacts = capture(
                 root=Path(self.root), work_dir=self._scratch(), package=package,
                 workloads=list(self.options.workloads), timeout=self.options.timeout,
-                say=self.app.display_info, python=where.python, environ=environ,
+                reporter=self.reporter, python=where.python, environ=environ,
                 capabilities=self.options.cpu_capabilities, device=self.options.device,
                 cpu_target=self.options.cpu_target, heartbeat=self.settings.heartbeat,
             )
         except Unusable as exc:  # not the workload's fault: the wheel is still good without
-            self.app.display_warning(f"precompile: {exc}; building the wheel without precompiled artifacts")
+            self.reporter.notice(f"{exc}; building the wheel without precompiled artifacts")
             return None
         except WorkloadFailed as exc:
-            message = f"precompile: {exc}"
+            lines = [str(exc)]
             if exc.missing_module:
-                message += "\n" + _missing_module_hint(exc.missing_module, where)
+                lines.append(_missing_module_hint(exc.missing_module, where))
             if exc.no_gpu:
-                message += "\n" + _no_gpu_hint(exc.no_gpu)
+                lines.append(_no_gpu_hint(exc.no_gpu))
             if self.options.on_failure == "warn":
-                self.app.display_warning(
-                    f'{message}\nprecompile: on-failure = "warn": building the wheel without precompiled artifacts'
-                )
+                self.reporter.notice(*lines, 'on-failure = "warn": building the wheel without precompiled artifacts')
                 return None
-            self.app.abort(message)
+            self.app.abort(worded(*lines))
             raise  # abort() exits; this only guards an app that returns
         if artifacts is None:
-            self.app.display_warning(
-                "precompile: the workload compiled nothing (no torch.compile call ran and no "
+            self.reporter.notice(
+                "the workload compiled nothing (no torch.compile call ran and no "
                 "TorchScript module was saved); building the wheel without artifacts"
             )
         return artifacts
@@ -198,30 +202,30 @@ class PrecompileBuildHook(BuildHookInterface):
             breaks = sum(len(w.get("graph_breaks") or []) for w in manifest.workloads)
             steps = sum(path.endswith(".json") for path in manifest.files if file_kind(path) == "step")
             env = manifest.env
-            self.app.display_info(
-                f"precompile: captured {manifest.graph_entries} compiled graph(s), "
+            self.reporter.info(
+                f"captured {manifest.graph_entries} compiled graph(s), "
                 f"{manifest.count('kernel_binary')} kernel binaries, {len(manifest.torchscript)} TorchScript "
                 f"module(s)" + (f", {steps} step(s) ahead of time" if steps else "") + f"; {len(manifest.files)} files, {total / 1e6:.2f} MB, in "
                 f"{manifest.timings['total_seconds']:.1f} s" + (f"; {breaks} graph break(s)" if breaks else "")
             )
-            self.app.display_info(
-                f"precompile: artifacts are used only with torch {env['torch']}, Python {env['python']}, "
+            self.reporter.info(
+                f"artifacts are used only with torch {env['torch']}, Python {env['python']}, "
                 f"CPU capability {env['cpu_capability']}"
                 + (f", GPU {env['gpu']} (compute capability {env.get('gpu_capability')}, CUDA {env['cuda']}, "
                    f"Triton {env['triton']})" if env.get("gpu") else "")
             )
             if manifest.cpu_target:
                 compiler = manifest.compiler or {}
-                self.app.display_info(
-                    f"precompile: kernels built {manifest.cpu_target} by {compiler.get('version')}, for "
+                self.reporter.info(
+                    f"kernels built {manifest.cpu_target} by {compiler.get('version')}, for "
                     + ("any thread count" if manifest.settings.get("cpp.dynamic_threads") else "this machine's thread "
                        "count only") + f"; they need the CPU features {', '.join(manifest.cpu_features) or '(none)'} "
                     f"and any {compiler.get('family')} compiler"
                 )
         if len(manifests) > 1:
             separate = sum(sum(e.size for e in m.files.values()) for m in manifests)
-            self.app.display_info(
-                f"precompile: {len(manifests)} artifact sets in {stored / 1e6:.2f} MB "
+            self.reporter.info(
+                f"{len(manifests)} artifact sets in {stored / 1e6:.2f} MB "
                 f"({separate / 1e6:.2f} MB if each stored its own copy of the files they share)"
             )
 
@@ -236,17 +240,17 @@ class PrecompileBuildHook(BuildHookInterface):
         if sys.platform.startswith("linux") and not elf.has_publishing_tools():
             # A build without isolation, for this environment's own install (pip install
             # --no-build-isolation): its own platform's tag serves it; publishing needs manylinux.
-            self.app.display_info(
-                f"precompile: platform tag {here.platform}, this machine's own (auditwheel, which finds the manylinux "
+            self.reporter.info(
+                f"platform tag {here.platform}, this machine's own (auditwheel, which finds the manylinux "
                 f"tag, is not installed here); for a manylinux tag to publish the wheel, build with hatch-precompile's "
                 f"publishing tools: pip install 'hatch-precompile[{elf.PUBLISH_EXTRA}]'")
             return None
         manifests = [Manifest.parse(f.read_bytes()) for f in sorted((artifacts / SETS_DIR).glob(f"*/{MANIFEST_FILE}"))]
         tag, why = elf.wheel_platform([m.platform for m in manifests])
         if tag is None:
-            self.app.display_info(f"precompile: platform tag linux: {why}")
+            self.reporter.info(f"platform tag linux: {why}")
             return None
-        self.app.display_info(f"precompile: platform tag {tag}, as auditwheel's policy allows for the kernels ({why})")
+        self.reporter.info(f"platform tag {tag}, as auditwheel's policy allows for the kernels ({why})")
         return f"{here.interpreter}-{here.abi}-{tag}"
 
     def _check_instabilities(self, artifacts: Path) -> None:
@@ -262,12 +266,12 @@ class PrecompileBuildHook(BuildHookInterface):
         for option, level in (("graph-breaks", self.options.graph_breaks), ("recompiles", self.options.recompiles)):
             if level == "off" or not found[option]:
                 continue
-            message = (f"precompile: the workload shows {len(found[option])} {option.replace('-', ' ')[:-1]}(s) "
+            message = (f"the workload shows {len(found[option])} {option.replace('-', ' ')[:-1]}(s) "
                        f"(`{option} = \"{level}\"`):\n" + "\n".join(f"  {line}" for line in found[option]))
             if level == "error":
-                self.app.abort(message)
+                self.app.abort(worded(message))
                 raise SystemExit(1)  # abort() exits; this only guards an app that returns
-            self.app.display_warning(message)
+            self.reporter.notice(message)
 
     def _scratch(self) -> Path:
         if self._work_dir is None:
@@ -284,12 +288,12 @@ class PrecompileBuildHook(BuildHookInterface):
 def _missing_module_hint(module: str, where: Any) -> str:
     if where.target is not None:
         return (
-            f"precompile: the workload imports {module!r}, which the environment being installed "
+            f"the workload imports {module!r}, which the environment being installed "
             f"into ({where.target.prefix}) does not have yet: installers add a project's dependencies "
             f"only after building its wheel. Install {module!r} there first, then install this project again"
         )
     return (
-        f"precompile: the workload imports {module!r}, which the build environment ({sys.prefix}) does "
+        f"the workload imports {module!r}, which the build environment ({sys.prefix}) does "
         "not have: set `require-runtime-dependencies = true` in [tool.hatch.build.hooks.precompile], "
         "or install it there"
     )
@@ -297,7 +301,7 @@ def _missing_module_hint(module: str, where: Any) -> str:
 
 def _no_gpu_hint(problem: str) -> str:
     return (
-        f"precompile: the workload needs CUDA, and this build has no usable GPU: {problem}. Build the "
+        f"the workload needs CUDA, and this build has no usable GPU: {problem}. Build the "
         "wheel on a machine with the GPU the package will run on, or let the workload fall back to the CPU "
         'and set `device = "cpu"` for a wheel with CPU artifacts only (`on-failure = "warn"` builds a plain '
         "wheel here instead of failing)"

@@ -213,6 +213,7 @@ def _check_torch(contents: dict[str, bytes], dist_info: str, wheel: Path, python
 def _run(wheel: Path, contents: dict[str, bytes], tmp: Path, plan: Plan, python: str,
          say: Callable[[str], None]) -> Path:
     from hatch_precompile.build.capture import CannotCompile, Unusable, WorkloadFailed, capture
+    from hatch_precompile.build.reporter import Reporter
 
     site = tmp / "site"
     with zipfile.ZipFile(wheel) as archive:
@@ -224,7 +225,7 @@ def _run(wheel: Path, contents: dict[str, bytes], tmp: Path, plan: Plan, python:
     env["PYTHONPATH"] = os.pathsep.join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     try:
         built = capture(root=None, work_dir=tmp / "work", package=plan.package, workloads=list(plan.workloads),
-                        timeout=plan.timeout, say=say, python=python, environ=env, device=plan.device,
+                        timeout=plan.timeout, reporter=Reporter(say, say), python=python, environ=env, device=plan.device,
                         cpu_target=plan.cpu_target, capabilities=plan.capabilities)
     except WorkloadFailed as exc:
         hint = (f"\nbake: install {exc.missing_module!r} into the environment of {python}: bake puts only the "

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hatch_precompile.build.capture import WorkloadFailed, capture
+from hatch_precompile.build.reporter import Reporter
 from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol import DIRNAME, MANIFEST_FILE, SETS_DIR, Manifest, ManifestError
 from hatch_precompile.run import artifacts, usercache
@@ -56,8 +57,8 @@ def _warm(package: str, workloads: list[str], timeout: float, say: Callable[[str
     work = _work_dir()
     try:
         built = capture(
-            root=None, work_dir=work, package=package, workloads=workloads, timeout=timeout, say=say,
-            device=device,
+            root=None, work_dir=work, package=package, workloads=workloads, timeout=timeout,
+            reporter=Reporter(say, say), device=device,
         )
         if built is None:
             raise WarmError(
