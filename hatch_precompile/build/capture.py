@@ -20,6 +20,7 @@ from hatch_precompile.build.reporter import PREFIX, Reporter
 from hatch_precompile.child import supervisor
 from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol import (
+    BLOBS_DIR,
     C_MODULES_DIR,
     CACHE_DIR_VAR,
     DIRNAME,
@@ -114,6 +115,16 @@ def capture(
         shutil.rmtree(target, ignore_errors=True)
         return None
     return target
+
+
+def set_manifests(target: Path) -> list[Manifest]:
+    """The manifest of each set laid out in ``target`` (a ``_precompiled`` dir), by set name."""
+    return [Manifest.parse(f.read_bytes()) for f in sorted((target / SETS_DIR).glob(f"*/{MANIFEST_FILE}"))]
+
+
+def stored_bytes(target: Path) -> int:
+    """What the blobs of ``target`` take: each once, however many sets list it."""
+    return sum(blob.stat().st_size for blob in (target / BLOBS_DIR).iterdir())
 
 
 def _capture_set(

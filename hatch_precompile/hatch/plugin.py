@@ -1,7 +1,9 @@
 """The hatchling build hook ``[tool.hatch.build.hooks.precompile]``: an adapter, nothing more.
 
 It maps hatch's table to Options (build/options.py), asks the switch (run/switch.py) and the target
-(build/target.py), and hands off to build/capture.py; what comes back goes into the wheel.
+(build/target.py), and hands off to build/capture.py; what comes back goes into the wheel, summed
+up (build/build_summary.py) and tagged (build/wheel_tag.py). Messages go through hatch's app
+(build/reporter.py); an error of the build side becomes hatch's abort.
 """
 
 from __future__ import annotations
@@ -9,7 +11,6 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
-import sys
 import tempfile
 from functools import cached_property
 from pathlib import Path
@@ -20,16 +21,7 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 from hatch_precompile.build import options as options_module
 from hatch_precompile.build import settings as settings_module
 from hatch_precompile.build.reporter import Reporter, worded
-from hatch_precompile.protocol import (
-    BLOBS_DIR,
-    DECLARATION_FILE,
-    DIRNAME,
-    MANIFEST_FILE,
-    SETS_DIR,
-    Declaration,
-    Manifest,
-    file_kind,
-)
+from hatch_precompile.protocol import DECLARATION_FILE, DIRNAME, Declaration
 from hatch_precompile.run import variables
 
 
@@ -129,11 +121,18 @@ class PrecompileBuildHook(BuildHookInterface):
         artifacts = self._capture(package)
         if artifacts is None:
             return
-        self._report(artifacts)
-        self._check_instabilities(artifacts)
+        from hatch_precompile.build import build_summary, capture, wheel_tag
+
+        manifests = capture.set_manifests(artifacts)
+        build_summary.report(manifests, capture.stored_bytes(artifacts), self.reporter)
+        try:
+            build_summary.check_instabilities(manifests, options, self.reporter)
+        except build_summary.Instability as exc:
+            self.app.abort(worded(str(exc)))
+            raise SystemExit(1) from None  # abort() exits; this only guards an app that returns
         build_data["force_include"][str(artifacts)] = f"{package.replace('.', '/')}/{DIRNAME}"
         build_data["pure_python"] = False
-        tag = self._platform_tag(artifacts)
+        tag = wheel_tag.platform_tag(manifests, self.reporter)
         if tag:
             build_data["tag"] = tag
         else:
@@ -156,7 +155,8 @@ class PrecompileBuildHook(BuildHookInterface):
 
     def _capture(self, package: str) -> Path | None:
         """Run the workloads; the artifact dir, or None when the wheel is to be built without."""
-        from hatch_precompile.build.capture import Unusable, WorkloadFailed, capture  # imported only when on
+        from hatch_precompile.build import failure_hints  # imported only when on
+        from hatch_precompile.build.capture import Unusable, WorkloadFailed, capture
 
         where = self.where
         self.reporter.info(f"building artifacts for {where.why}")
@@ -176,11 +176,7 @@ class PrecompileBuildHook(BuildHookInterface):
             self.reporter.notice(f"{exc}; building the wheel without precompiled artifacts")
             return None
         except WorkloadFailed as exc:
-            lines = [str(exc)]
-            if exc.missing_module:
-                lines.append(_missing_module_hint(exc.missing_module, where))
-            if exc.no_gpu:
-                lines.append(_no_gpu_hint(exc.no_gpu))
+            lines = [str(exc), *failure_hints.hints(exc, where)]
             if self.options.on_failure == "warn":
                 self.reporter.notice(*lines, 'on-failure = "warn": building the wheel without precompiled artifacts')
                 return None
@@ -193,86 +189,6 @@ class PrecompileBuildHook(BuildHookInterface):
             )
         return artifacts
 
-    def _report(self, artifacts: Path) -> None:
-        """One line per artifact set, and what the environment must be for each."""
-        stored = sum(blob.stat().st_size for blob in (artifacts / BLOBS_DIR).iterdir())
-        manifests = [Manifest.parse(f.read_bytes()) for f in sorted((artifacts / SETS_DIR).glob(f"*/{MANIFEST_FILE}"))]
-        for manifest in manifests:
-            total = sum(entry.size for entry in manifest.files.values())
-            breaks = sum(len(w.get("graph_breaks") or []) for w in manifest.workloads)
-            steps = sum(path.endswith(".json") for path in manifest.files if file_kind(path) == "step")
-            env = manifest.env
-            self.reporter.info(
-                f"captured {manifest.graph_entries} compiled graph(s), "
-                f"{manifest.count('kernel_binary')} kernel binaries, {len(manifest.torchscript)} TorchScript "
-                f"module(s)" + (f", {steps} step(s) ahead of time" if steps else "") + f"; {len(manifest.files)} files, {total / 1e6:.2f} MB, in "
-                f"{manifest.timings['total_seconds']:.1f} s" + (f"; {breaks} graph break(s)" if breaks else "")
-            )
-            self.reporter.info(
-                f"artifacts are used only with torch {env['torch']}, Python {env['python']}, "
-                f"CPU capability {env['cpu_capability']}"
-                + (f", GPU {env['gpu']} (compute capability {env.get('gpu_capability')}, CUDA {env['cuda']}, "
-                   f"Triton {env['triton']})" if env.get("gpu") else "")
-            )
-            if manifest.cpu_target:
-                compiler = manifest.compiler or {}
-                self.reporter.info(
-                    f"kernels built {manifest.cpu_target} by {compiler.get('version')}, for "
-                    + ("any thread count" if manifest.settings.get("cpp.dynamic_threads") else "this machine's thread "
-                       "count only") + f"; they need the CPU features {', '.join(manifest.cpu_features) or '(none)'} "
-                    f"and any {compiler.get('family')} compiler"
-                )
-        if len(manifests) > 1:
-            separate = sum(sum(e.size for e in m.files.values()) for m in manifests)
-            self.reporter.info(
-                f"{len(manifests)} artifact sets in {stored / 1e6:.2f} MB "
-                f"({separate / 1e6:.2f} MB if each stored its own copy of the files they share)"
-            )
-
-    def _platform_tag(self, artifacts: Path) -> str | None:
-        """The wheel's whole tag when every set's kernels allow a manylinux one (build/elf.py); None
-        for this platform's own tag, which hatchling infers."""
-        from packaging.tags import sys_tags
-
-        from hatch_precompile.build import elf
-
-        here = next(t for t in sys_tags() if "manylinux" not in t.platform and "musllinux" not in t.platform)
-        if sys.platform.startswith("linux") and not elf.has_publishing_tools():
-            # A build without isolation, for this environment's own install (pip install
-            # --no-build-isolation): its own platform's tag serves it; publishing needs manylinux.
-            self.reporter.info(
-                f"platform tag {here.platform}, this machine's own (auditwheel, which finds the manylinux "
-                f"tag, is not installed here); for a manylinux tag to publish the wheel, build with hatch-precompile's "
-                f"publishing tools: pip install 'hatch-precompile[{elf.PUBLISH_EXTRA}]'")
-            return None
-        manifests = [Manifest.parse(f.read_bytes()) for f in sorted((artifacts / SETS_DIR).glob(f"*/{MANIFEST_FILE}"))]
-        tag, why = elf.wheel_platform([m.platform for m in manifests])
-        if tag is None:
-            self.reporter.info(f"platform tag linux: {why}")
-            return None
-        self.reporter.info(f"platform tag {tag}, as auditwheel's policy allows for the kernels ({why})")
-        return f"{here.interpreter}-{here.abi}-{tag}"
-
-    def _check_instabilities(self, artifacts: Path) -> None:
-        """The ``graph-breaks`` and ``recompiles`` options: a package's CI catches a new one the day it appears."""
-        from hatch_precompile.child import pitfalls
-        from hatch_precompile.protocol import workloads
-
-        found: dict[str, list[str]] = {"graph-breaks": [], "recompiles": []}
-        for manifest_file in sorted((artifacts / SETS_DIR).glob(f"*/{MANIFEST_FILE}")):
-            for workload in workloads.of(Manifest.parse(manifest_file.read_bytes())):
-                for option, lines in pitfalls.of_workload(workload.graph_breaks, workload.recompiles).items():
-                    found[option] = list(dict.fromkeys(found[option] + [f"{workload.name}: {line}" for line in lines]))
-        for option, level in (("graph-breaks", self.options.graph_breaks), ("recompiles", self.options.recompiles)):
-            if level == "off" or not found[option]:
-                continue
-            message = (f"the workload shows {len(found[option])} {option.replace('-', ' ')[:-1]}(s) "
-                       f"(`{option} = \"{level}\"`):\n" + "\n".join(f"  {line}" for line in found[option]))
-            if level == "error":
-                self.app.abort(worded(message))
-                raise SystemExit(1)  # abort() exits; this only guards an app that returns
-            self.reporter.notice(message)
-
     def _scratch(self) -> Path:
         if self._work_dir is None:
             self._work_dir = Path(tempfile.mkdtemp(prefix="hatch-precompile-"))
@@ -284,25 +200,3 @@ class PrecompileBuildHook(BuildHookInterface):
             shutil.rmtree(self._work_dir, ignore_errors=True)
             self._work_dir = None
 
-
-def _missing_module_hint(module: str, where: Any) -> str:
-    if where.target is not None:
-        return (
-            f"the workload imports {module!r}, which the environment being installed "
-            f"into ({where.target.prefix}) does not have yet: installers add a project's dependencies "
-            f"only after building its wheel. Install {module!r} there first, then install this project again"
-        )
-    return (
-        f"the workload imports {module!r}, which the build environment ({sys.prefix}) does "
-        "not have: set `require-runtime-dependencies = true` in [tool.hatch.build.hooks.precompile], "
-        "or install it there"
-    )
-
-
-def _no_gpu_hint(problem: str) -> str:
-    return (
-        f"the workload needs CUDA, and this build has no usable GPU: {problem}. Build the "
-        "wheel on a machine with the GPU the package will run on, or let the workload fall back to the CPU "
-        'and set `device = "cpu"` for a wheel with CPU artifacts only (`on-failure = "warn"` builds a plain '
-        "wheel here instead of failing)"
-    )
