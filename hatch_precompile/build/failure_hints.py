@@ -6,8 +6,8 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from hatch_precompile.build.capture import WorkloadFailed
     from hatch_precompile.build.target import Choice
+    from hatch_precompile.build.workload_run import WorkloadFailed
 
 
 def hints(failure: WorkloadFailed, where: Choice) -> list[str]:

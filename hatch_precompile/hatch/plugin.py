@@ -1,7 +1,7 @@
 """The hatchling build hook ``[tool.hatch.build.hooks.precompile]``: an adapter, nothing more.
 
 It maps hatch's table to Options (build/options.py), asks the switch (run/switch.py) and the target
-(build/target.py), and hands off to build/capture.py; what comes back goes into the wheel, summed
+(build/target.py), and hands off to build/workload_run.py; what comes back goes into the wheel, summed
 up (build/build_summary.py) and tagged (build/wheel_tag.py). Messages go through hatch's app
 (build/reporter.py); an error of the build side becomes hatch's abort.
 """
@@ -121,10 +121,10 @@ class PrecompileBuildHook(BuildHookInterface):
         artifacts = self._capture(package)
         if artifacts is None:
             return
-        from hatch_precompile.build import build_summary, capture, wheel_tag
+        from hatch_precompile.build import artifact_layout, build_summary, wheel_tag
 
-        manifests = capture.set_manifests(artifacts)
-        build_summary.report(manifests, capture.stored_bytes(artifacts), self.reporter)
+        manifests = artifact_layout.set_manifests(artifacts)
+        build_summary.report(manifests, artifact_layout.stored_bytes(artifacts), self.reporter)
         try:
             build_summary.check_instabilities(manifests, options, self.reporter)
         except build_summary.Instability as exc:
@@ -156,7 +156,7 @@ class PrecompileBuildHook(BuildHookInterface):
     def _capture(self, package: str) -> Path | None:
         """Run the workloads; the artifact dir, or None when the wheel is to be built without."""
         from hatch_precompile.build import failure_hints  # imported only when on
-        from hatch_precompile.build.capture import Unusable, WorkloadFailed, capture
+        from hatch_precompile.build.workload_run import Unusable, WorkloadFailed, capture
 
         where = self.where
         self.reporter.info(f"building artifacts for {where.why}")

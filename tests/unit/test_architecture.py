@@ -573,7 +573,7 @@ def test_each_check_reports_a_broken_rule_with_its_place(tmp_path):
         "build/__init__.py": "",
         "hatch/__init__.py": "",
         "hatch/hooks.py": "from hatchling.plugin import hookimpl\n",
-        "build/capture.py": ("import os\n\nfrom hatch_precompile.protocol import names\n\n\ndef f(env):\n"
+        "build/artifact_layout.py": ("import os\n\nfrom hatch_precompile.protocol import names\n\n\ndef f(env):\n"
                              "    from hatchling.builders import wheel\n"
                              "    return os.getenv('PRECOMPILE'), env[names.NO_STEPS_VAR], os.environ.get(f'PRECOMPILE_{f}')\n"
                              "\n\ndef g():\n    os.environ[NO_STEPS_VAR] = '1'\n"),
@@ -596,7 +596,7 @@ def test_each_check_reports_a_broken_rule_with_its_place(tmp_path):
         "hatch_precompile/run/load_caches.py:6: torch internals: m._buffers is a private attribute of torch.nn.Module; "
         "go through run/torch_internals/"]
     assert hatchling_imports(tmp_path) == [
-        "hatch_precompile/build/capture.py:7: hatchling: imports hatchling.builders; only the modules under "
+        "hatch_precompile/build/artifact_layout.py:7: hatchling: imports hatchling.builders; only the modules under "
         "hatch_precompile/hatch/ know hatchling"]
     assert run_import_time_imports(tmp_path) == [
         "hatch_precompile/run/lazy.py:2: run/ imports: torch at import time; run/ imports only the standard library, "
@@ -606,7 +606,7 @@ def test_each_check_reports_a_broken_rule_with_its_place(tmp_path):
         "that need them)"]
     reads = "read it through hatch_precompile/run/variables.py"
     assert variable_reads(tmp_path) == [
-        f"hatch_precompile/build/capture.py:8: variables: os.getenv('PRECOMPILE') reads one of our variables; {reads}",
-        f"hatch_precompile/build/capture.py:8: variables: env[names.NO_STEPS_VAR] reads one of our variables; {reads}",
-        f"hatch_precompile/build/capture.py:8: variables: os.environ.get(f'PRECOMPILE_{{f}}') reads one of our "
+        f"hatch_precompile/build/artifact_layout.py:8: variables: os.getenv('PRECOMPILE') reads one of our variables; {reads}",
+        f"hatch_precompile/build/artifact_layout.py:8: variables: env[names.NO_STEPS_VAR] reads one of our variables; {reads}",
+        f"hatch_precompile/build/artifact_layout.py:8: variables: os.environ.get(f'PRECOMPILE_{{f}}') reads one of our "
         f"variables; {reads}"]
