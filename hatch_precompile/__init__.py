@@ -9,7 +9,8 @@ The names below are resolved on first use, so that the build hook, which imports
 too, does not pay for the runtime's imports when precompilation is off.
 
 The package has three sides and one contract between them: ``run/`` (what ``import pkg`` runs),
-``build/`` (what a wheel build runs), ``tools/`` (the command line), and ``protocol``.
+``build/`` (what a wheel build runs; ``hatch/`` adapts it to hatchling), ``tools/`` (the command
+line), and ``protocol``.
 """
 
 __version__ = "0.1.0"

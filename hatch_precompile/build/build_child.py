@@ -1,6 +1,6 @@
 """The build's child process: run the workloads, then save what compiling produced.
 
-Started by capture.py (through child/supervisor.py) with a fresh, private ``TORCHINDUCTOR_CACHE_DIR``.
+Started by workload_run.py (through child/supervisor.py) with a fresh, private ``TORCHINDUCTOR_CACHE_DIR``.
 Writes into the spec's ``out`` dir: the ChildResult, ``megacache.bin``, ``torchscript/`` and ``steps/``; the
 parent copies the cache dir itself.
 """

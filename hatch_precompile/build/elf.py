@@ -14,7 +14,7 @@ everything else, and stays ``linux_<arch>`` when a kernel needs a library neithe
 torch provides.
 
 auditwheel is a publishing tool, not in a user's install: the build hook asks for it through
-hatchling's ``dependencies()`` (build/plugin.py), and ``bake`` users install the ``publish`` extra. A
+hatchling's ``dependencies()`` (hatch/plugin.py), and ``bake`` users install the ``publish`` extra. A
 build without isolation where it is missing (``pip install --no-build-isolation``, for that
 environment's own install) takes the platform's own tag, ``linux_<arch>``, and says how to get
 a manylinux one.

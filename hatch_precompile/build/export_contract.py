@@ -94,7 +94,7 @@ def contract_and_constants(torch: Any, name: str, program: Any, args: tuple, pos
         "arity": len(args), "modes": call_contract.process_modes(), "modules": modules, "leaves": described,
         "ranges": ranges, "constants": constants, "call_spec": list(proof.call_spec),
         # "libraries" (what its model library needs of the system) is added by the build's parent
-        # (build/capture.py): it reads ELF with pyelftools, which the target environment may lack.
+        # (build/artifact_layout.py): it reads ELF with pyelftools, which the target environment may lack.
         "cpu_features": _features(flags), "libraries": {}, "torch": torch.__version__,
     }
     blob = None

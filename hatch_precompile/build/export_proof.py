@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hatch_precompile.build import export_contract, step_check
+from hatch_precompile.build.reporter import STDOUT
 from hatch_precompile.child import package_proof
 from hatch_precompile.protocol import step_files
 from hatch_precompile.protocol.step_file import CONTRACT_FORMAT, EXPORTED
@@ -116,11 +117,11 @@ def reuse_shipped(name: str, fn: Callable, args: tuple, check: str, out: Path) -
             step = exported_step.ExportedStep(name, record["export"], package, shipped)
             against_fn(name, fn, args, check, step, record["export"])
         except Exception as exc:  # Refused, StepMismatch, a crashed loader, anything else: export it again
-            step_check.note(f"step {name!r} built on torch {record.get('torch')} does not serve torch "
-                              f"{torch.__version__} ({exc}); exporting it again for this torch")
+            STDOUT.warning(f"step {name!r} built on torch {record.get('torch')} does not serve torch "
+                           f"{torch.__version__} ({exc}); exporting it again for this torch")
             continue
-        print(f"precompile: step {name!r}: the package built on torch {record.get('torch')} loads and matches "
-              f"on torch {torch.__version__}: shipped for it as it is, not compiled again", flush=True)
+        STDOUT.info(f"step {name!r}: the package built on torch {record.get('torch')} loads and matches "
+                    f"on torch {torch.__version__}: shipped for it as it is, not compiled again")
         proven = sorted({*record.get("proven", []), torch.__version__} - {record.get("torch")})
         record = {**record, "proofs": [*record.get("proofs", []), proof.environment]}
         return store(name, out, record, package, shipped, proven)

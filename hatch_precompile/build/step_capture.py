@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hatch_precompile.build import step_verify
-from hatch_precompile.build.step_check import NotAvailable, StepMismatch, check_against_reference, note, with_backward
+from hatch_precompile.build.reporter import STDOUT
+from hatch_precompile.build.step_check import NotAvailable, StepMismatch, check_against_reference, with_backward
 from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol import NO_STEPS_VAR, ON_FAILURE, STEP_CHECKS, check_artifact_name, step_files
 from hatch_precompile.protocol.step_file import CONTRACT_FORMAT, EXPORTED
@@ -97,7 +98,7 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
     if not directory:
         return None
     if variables.no_steps():
-        note(f"step {name!r} not captured: {NO_STEPS_VAR} is set; load_step() falls back to torch.compile")
+        STDOUT.warning(f"step {name!r} not captured: {NO_STEPS_VAR} is set; load_step() falls back to torch.compile")
         return None
     out = Path(directory)
     if (out / Path(step_files(name)["json"]).name).exists():
@@ -126,10 +127,10 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
         _skipped(name, route, "its captured step computes something else than the reference (above)")
     except NotAvailable as exc:
         if backward and _has_precompile(torch):
-            note(f"step {name!r} not exported: {exc}; capturing it with torch.compiler.precompile instead")
+            STDOUT.warning(f"step {name!r} not exported: {exc}; capturing it with torch.compiler.precompile instead")
             return _save_loss_precompiled(name, fn, args, check, out, on_failure, f"not available: {exc}")
-        note(f"step {name!r} not captured: {exc}; load_step() falls back to torch.compile"
-             + (" and backward()" if backward else ""))
+        STDOUT.warning(f"step {name!r} not captured: {exc}; load_step() falls back to torch.compile"
+                       + (" and backward()" if backward else ""))
     except Exception as exc:
         reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
         if backward:  # a training step keeps its other routes: precompile (2.14+), then the shipped caches
@@ -137,7 +138,7 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
             failed = f"torch {torch.__version__} could not export it{f' at {where}' if where else ''}: {reason}"
             next_route = ("capturing it with torch.compiler.precompile instead" if _has_precompile(torch)
                           else f"load_step() runs {_FALLBACK}")
-            note(f"step {name!r} (aotinductor route, forward and backward): {failed}; {next_route}")
+            STDOUT.warning(f"step {name!r} (aotinductor route, forward and backward): {failed}; {next_route}")
             return _save_loss_precompiled(name, fn, args, check, out, on_failure, failed) if _has_precompile(
                 torch) else None
         elif on_failure == "error":
@@ -168,7 +169,7 @@ def _save_loss_precompiled(name: str, fn: Callable, args: tuple, check: str, out
     try:
         return _save_precompiled(name, with_backward(fn), args, check, out)
     except NotAvailable as exc:
-        note(f"step {name!r} (precompile route) not captured: {exc}; load_step() runs {_FALLBACK}")
+        STDOUT.warning(f"step {name!r} (precompile route) not captured: {exc}; load_step() runs {_FALLBACK}")
         return None
     except Exception as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
@@ -176,7 +177,7 @@ def _save_loss_precompiled(name: str, fn: Callable, args: tuple, check: str, out
             f"torch {torch.__version__} could not capture it either: {type(exc).__name__}: {first_line}")
         if on_failure == "error" and isinstance(exc, StepMismatch):
             raise StepMismatch(_neither(name, failed, what)) from exc
-        note(f"step {name!r} (precompile route): {what}; load_step() runs {_FALLBACK}")
+        STDOUT.warning(f"step {name!r} (precompile route): {what}; load_step() runs {_FALLBACK}")
         return None
 
 
@@ -209,8 +210,8 @@ def _what_to_do(route: str) -> str:
 
 
 def _skipped(name: str, route: str, why: str) -> None:
-    note(f"step {name!r} ({route} route) not shipped: {why}; load_step() falls back to torch.compile "
-          "(on_failure=\"warn\")")
+    STDOUT.warning(f"step {name!r} ({route} route) not shipped: {why}; load_step() falls back to torch.compile "
+                   "(on_failure=\"warn\")")
 
 
 def is_inference_step(args: tuple) -> bool:

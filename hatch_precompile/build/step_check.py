@@ -63,11 +63,6 @@ def check_statistically(name: str, reference: Callable, loaded: Callable, args: 
             f"its mean gradient's cosine with the reference's {cosine:.3f} (at least 0.9). It is not shipped.")
 
 
-def note(text: str) -> None:
-    """A warning in the build's output that does not fail it."""
-    print(f"precompile: warning: {text}", flush=True)
-
-
 def check_against_reference(name: str, fn: Callable, args: tuple, loaded: Callable, check: str,
                             changed: tuple | None = None) -> None:
     """Run the loaded step and the reference on equal copies of changed arguments: a value the

@@ -4,7 +4,7 @@ A wheel post-processor, as ``auditwheel repair`` and ``delocate-wheel`` are: it 
 (setuptools, scikit-build-core, meson-python, poetry-core, flit, maturin, or hatchling without the
 hook), unpacks it privately, puts it first on the ``sys.path`` of an interpreter that has the torch
 to bake for (nothing is installed there), runs the declared workload in a child exactly as a build
-does (build/capture.py), and writes a new wheel: every file of the input byte for byte (checked),
+does (build/workload_run.py), and writes a new wheel: every file of the input byte for byte (checked),
 plus the artifact set under ``<package>/_precompiled/``, the declaration in ``.dist-info``, the
 platform tag the kernels allow (build/elf.py, as the hook gives it) and a new ``RECORD``. Baking a
 precompiled wheel adds a set, as ``merge`` would. The input wheel is never written to.
@@ -212,7 +212,8 @@ def _check_torch(contents: dict[str, bytes], dist_info: str, wheel: Path, python
 
 def _run(wheel: Path, contents: dict[str, bytes], tmp: Path, plan: Plan, python: str,
          say: Callable[[str], None]) -> Path:
-    from hatch_precompile.build.capture import CannotCompile, Unusable, WorkloadFailed, capture
+    from hatch_precompile.build.reporter import Reporter
+    from hatch_precompile.build.workload_run import CannotCompile, Unusable, WorkloadFailed, capture
 
     site = tmp / "site"
     with zipfile.ZipFile(wheel) as archive:
@@ -224,7 +225,7 @@ def _run(wheel: Path, contents: dict[str, bytes], tmp: Path, plan: Plan, python:
     env["PYTHONPATH"] = os.pathsep.join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     try:
         built = capture(root=None, work_dir=tmp / "work", package=plan.package, workloads=list(plan.workloads),
-                        timeout=plan.timeout, say=say, python=python, environ=env, device=plan.device,
+                        timeout=plan.timeout, reporter=Reporter(say, say), python=python, environ=env, device=plan.device,
                         cpu_target=plan.cpu_target, capabilities=plan.capabilities)
     except WorkloadFailed as exc:
         hint = (f"\nbake: install {exc.missing_module!r} into the environment of {python}: bake puts only the "

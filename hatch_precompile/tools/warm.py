@@ -1,9 +1,10 @@
 """``hatch-precompile warm``: build a package's caches here, for this environment (``Pkg.precompile()``).
 
 For a package whose shipped artifacts do not match this environment (another torch, CPU or
-compiler), or that shipped none (a ``PRECOMPILE=0`` wheel): run its workloads with capture() --
-the same child process as a wheel build -- and keep the result in the per-user cache
-(run/usercache.py), which ``load()`` uses when the shipped artifacts are unusable or absent.
+compiler), or that shipped none (a ``PRECOMPILE=0`` wheel): run its workloads with capture()
+(build/workload_run.py) -- the same child process as a wheel build -- and keep the result in the
+per-user cache (run/usercache.py), which ``load()`` uses when the shipped artifacts are unusable
+or absent.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
-from hatch_precompile.build.capture import WorkloadFailed, capture
+from hatch_precompile.build.reporter import Reporter
+from hatch_precompile.build.workload_run import WorkloadFailed, capture
 from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol import DIRNAME, MANIFEST_FILE, SETS_DIR, Manifest, ManifestError
 from hatch_precompile.run import artifacts, usercache
@@ -56,8 +58,8 @@ def _warm(package: str, workloads: list[str], timeout: float, say: Callable[[str
     work = _work_dir()
     try:
         built = capture(
-            root=None, work_dir=work, package=package, workloads=workloads, timeout=timeout, say=say,
-            device=device,
+            root=None, work_dir=work, package=package, workloads=workloads, timeout=timeout,
+            reporter=Reporter(say, say), device=device,
         )
         if built is None:
             raise WarmError(

@@ -25,7 +25,8 @@ PACKAGE = "hatch_precompile"
 # Imports go one way: a module imports its own layer and the layers after it in this list, never one
 # before it. The root package (``hatch_precompile/__init__.py``, every module's parent, whose public
 # names resolve on first use) is in no layer: importing it is what importing any module does first.
-LAYERS = ("__main__", "tools", "build", "child", "run", "protocol", "errors")
+# ``hatch`` (the hatchling adapter) and ``tools`` (the command line) both sit on ``build``.
+LAYERS = ("__main__", "hatch", "tools", "build", "child", "run", "protocol", "errors")
 
 # The files that may touch torch's private modules and private attributes: the touchpoints' owners
 # (run/torch_internals/, and build/torch_export.py for what only a build calls) and what runs in a build's, verify's or snoop's child (and, outside the package, what measures
@@ -432,17 +433,19 @@ def holds(found: list[str]) -> None:
 
 # Only the hatch adapter knows hatchling: the code below it is backend-neutral (scikit-build-core's
 # hatch/ is the model), so `warm`, `bake` and verify run it without hatchling installed.
-HATCHLING_ALLOWED = ("hatch_precompile/build/hooks.py", "hatch_precompile/build/plugin.py")
+HATCHLING_LAYER = "hatch"
 
 
 def hatchling_imports(root: Path = ROOT) -> list[str]:
     """Every import of hatchling, lazy ones included, outside the hatch adapter."""
     found = []
     for module in modules(root):
+        if layer(module) == HATCHLING_LAYER:
+            continue
         for imp in imports(module, root):
-            if imp.target.split(".")[0] == "hatchling" and imp.path not in HATCHLING_ALLOWED:
-                found.append(f"{imp.path}:{imp.line}: hatchling: imports {imp.target}; only "
-                             f"{' and '.join(HATCHLING_ALLOWED)} know hatchling")
+            if imp.target.split(".")[0] == "hatchling":
+                found.append(f"{imp.path}:{imp.line}: hatchling: imports {imp.target}; only the modules under "
+                             f"{PACKAGE}/{HATCHLING_LAYER}/ know hatchling")
     return found
 
 
@@ -568,8 +571,9 @@ def test_each_check_reports_a_broken_rule_with_its_place(tmp_path):
         "run/lazy.py": ("import json\nimport torch\nfrom hatch_precompile import errors\n\n\ndef f():\n"
                         "    import triton\n"),
         "build/__init__.py": "",
-        "build/hooks.py": "from hatchling.plugin import hookimpl\n",
-        "build/capture.py": ("import os\n\nfrom hatch_precompile.protocol import names\n\n\ndef f(env):\n"
+        "hatch/__init__.py": "",
+        "hatch/hooks.py": "from hatchling.plugin import hookimpl\n",
+        "build/artifact_layout.py": ("import os\n\nfrom hatch_precompile.protocol import names\n\n\ndef f(env):\n"
                              "    from hatchling.builders import wheel\n"
                              "    return os.getenv('PRECOMPILE'), env[names.NO_STEPS_VAR], os.environ.get(f'PRECOMPILE_{f}')\n"
                              "\n\ndef g():\n    os.environ[NO_STEPS_VAR] = '1'\n"),
@@ -592,8 +596,8 @@ def test_each_check_reports_a_broken_rule_with_its_place(tmp_path):
         "hatch_precompile/run/load_caches.py:6: torch internals: m._buffers is a private attribute of torch.nn.Module; "
         "go through run/torch_internals/"]
     assert hatchling_imports(tmp_path) == [
-        "hatch_precompile/build/capture.py:7: hatchling: imports hatchling.builders; only "
-        "hatch_precompile/build/hooks.py and hatch_precompile/build/plugin.py know hatchling"]
+        "hatch_precompile/build/artifact_layout.py:7: hatchling: imports hatchling.builders; only the modules under "
+        "hatch_precompile/hatch/ know hatchling"]
     assert run_import_time_imports(tmp_path) == [
         "hatch_precompile/run/lazy.py:2: run/ imports: torch at import time; run/ imports only the standard library, "
         f"{', '.join(RUN_IMPORTS_ALLOWED)} when imported (torch and triton inside the functions that need them)",
@@ -602,7 +606,7 @@ def test_each_check_reports_a_broken_rule_with_its_place(tmp_path):
         "that need them)"]
     reads = "read it through hatch_precompile/run/variables.py"
     assert variable_reads(tmp_path) == [
-        f"hatch_precompile/build/capture.py:8: variables: os.getenv('PRECOMPILE') reads one of our variables; {reads}",
-        f"hatch_precompile/build/capture.py:8: variables: env[names.NO_STEPS_VAR] reads one of our variables; {reads}",
-        f"hatch_precompile/build/capture.py:8: variables: os.environ.get(f'PRECOMPILE_{{f}}') reads one of our "
+        f"hatch_precompile/build/artifact_layout.py:8: variables: os.getenv('PRECOMPILE') reads one of our variables; {reads}",
+        f"hatch_precompile/build/artifact_layout.py:8: variables: env[names.NO_STEPS_VAR] reads one of our variables; {reads}",
+        f"hatch_precompile/build/artifact_layout.py:8: variables: os.environ.get(f'PRECOMPILE_{{f}}') reads one of our "
         f"variables; {reads}"]

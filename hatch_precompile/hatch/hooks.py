@@ -2,7 +2,7 @@
 
 from hatchling.plugin import hookimpl
 
-from hatch_precompile.build.plugin import PrecompileBuildHook
+from hatch_precompile.hatch.plugin import PrecompileBuildHook
 
 
 @hookimpl

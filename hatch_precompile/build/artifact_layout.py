@@ -1,34 +1,31 @@
-"""Run the workloads in a child process and lay out ``_precompiled/`` with its manifest.
+"""Lay out one run of the workloads as an artifact set of ``_precompiled/``, and read the sets back.
 
-No torch here: the child (build_child.py) imports it; this process starts the child, shows its
-progress, and copies files. Backend-neutral, so that ``warm`` runs exactly what a build runs.
+Each file stored under its sha256 in ``blobs/`` (once, however many sets list it), the set's
+manifest under ``sets/<name>/``, what its native files need of the system (build/elf.py), its
+kernels as path- and compiler-free templates (run/relocate.py), and what each exported step's
+libraries need. No torch here: the files are the child's (workload_run.py ran it), read and copied.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import platform
-import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from hatch_precompile import __version__
-from hatch_precompile.child import supervisor
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.build.reporter import Reporter
 from hatch_precompile.protocol import (
+    BLOBS_DIR,
     C_MODULES_DIR,
-    CACHE_DIR_VAR,
-    DIRNAME,
     INDUCTOR_DIR,
     MANIFEST_FILE,
     MEGACACHE_FILE,
     SETS_DIR,
     STEPS_DIR,
     TORCHSCRIPT_DIR,
-    ChildResult,
     FileEntry,
     Kernel,
     Manifest,
@@ -38,114 +35,19 @@ from hatch_precompile.protocol import (
     sha256,
 )
 from hatch_precompile.protocol import workloads as workload_records
-from hatch_precompile.run import relocate, variables
+from hatch_precompile.run import relocate
 
 # Not shipped: Inductor's lock files; and Triton's own cache, whose group files hold absolute
 # paths (moved, it silently misses) and whose kernels already travel inside the FX-graph
 # entries (Inductor's TritonBundler rewrites the paths when it writes them out at a hit).
 _SKIP_DIRS = {"locks", "triton"}
 
-Say = Callable[[str], None]
 
-
-class WorkloadFailed(PrecompileError):
-    def __init__(
-        self, workload: str | None, detail: str, missing_module: str | None = None, no_gpu: str | None = None
-    ) -> None:
-        self.workload = workload
-        self.detail = detail
-        self.missing_module = missing_module  # the module a failed import did not find
-        self.no_gpu = no_gpu  # why this build has no usable GPU, when the workload needed one
-        where = f"workload {workload!r}" if workload else "the precompile child process"
-        super().__init__(f"{where} failed: {detail}")
-
-
-class Unusable(PrecompileError):
-    """This torch cannot make trustworthy artifacts (too old, or its environment key is unreadable)."""
-
-
-class CannotCompile(Unusable):
-    """This machine cannot build C++ kernels (no working compiler, no Python headers)."""
-
-
-def capture(
-    *,
-    root: Path | None,
-    work_dir: Path,
-    package: str,
-    workloads: list[str],
-    timeout: float,
-    say: Say,
-    python: str = sys.executable,
-    environ: dict[str, str] | None = None,
-    capabilities: tuple[str, ...] = (),
-    device: str = "auto",
-    cpu_target: str = "portable",
-    heartbeat: float | None = None,
-) -> Path | None:
-    """Run ``workloads`` and build ``work_dir/_precompiled``; return it, or None if nothing compiled.
-
-    ``root`` is the project dir put first on the child's ``sys.path`` (None: the package is
-    already importable, as for ``hatch-precompile warm``). ``python`` and ``environ`` are the
-    child's interpreter and environment (another environment's, see target.py). Each of
-    ``capabilities`` (``ATEN_CPU_CAPABILITY`` values) gets a run and an artifact set of its own;
-    none: one run as the machine is. ``device`` and ``cpu_target`` are the options of those names;
-    ``heartbeat``, the seconds between a long workload's lines (None: the variable's, or 30).
-    Raises WorkloadFailed on a raising, crashing or timed-out workload, Unusable when this torch
-    cannot make trustworthy artifacts (CannotCompile when this machine cannot build kernels).
-    """
-    target = work_dir / DIRNAME
-    made = 0
-    said: set[str] = set()  # what every run of the workloads says alike: once
-    for capability in capabilities or (None,):
-        run_dir = work_dir / f"run-{capability or 'native'}"
-        if capability:
-            say(f"precompile: artifact set for CPU capability {capability} (ATEN_CPU_CAPABILITY={capability})")
-        env = dict(os.environ if environ is None else environ)
-        if capability:
-            env["ATEN_CPU_CAPABILITY"] = capability
-        if device == "cpu":  # torch then sees no GPU, and neither does the environment key
-            env["CUDA_VISIBLE_DEVICES"] = env["HIP_VISIBLE_DEVICES"] = ""
-        manifest = _capture_set(
-            root, run_dir, target, package, workloads, (timeout, heartbeat), say, python, env,
-            {"capability": capability, "device": device, "cpu_target": cpu_target}, said,
-        )
-        made += manifest is not None
-    if not made:
-        shutil.rmtree(target, ignore_errors=True)
-        return None
-    return target
-
-
-def _capture_set(
-    root: Path | None, run_dir: Path, target: Path, package: str, workloads: list[str],
-    limits: tuple[float, float | None], say: Say, python: str, env: dict[str, str], options: dict[str, Any],
-    said: set[str],
-) -> Manifest | None:
-    """One run of the workloads, stored as ``target/sets/<name>``; None if it made no set.
-    ``options``: the run's ``capability``, ``device`` and ``cpu_target``; ``said``: the notes an
-    earlier run gave already."""
-    started = time.perf_counter()
-    capability = options["capability"]
-    cache_dir, out_dir = run_dir / "inductor-cache", run_dir / "out"
-    cache_dir.mkdir(parents=True)
-    paths = [] if root is None else [str(root)] + ([str(root / "src")] if (root / "src").is_dir() else [])
-    spec = {"workloads": workloads, "paths": paths, "package": package, **options}
-    child = _run_workloads(python, run_dir, spec, {**env, CACHE_DIR_VAR: str(cache_dir)}, limits, say)
-    if child.status == "cannot_compile":
-        raise CannotCompile(f"this machine cannot build C++ kernels: {child.detail}")
-    if child.status == "unusable":
-        raise Unusable(child.detail)
-    if child.status == "no_gpu":
-        raise WorkloadFailed(", ".join(workloads), 'not run: `device = "cuda"` asks for a GPU', no_gpu=child.detail)
-    if child.status == "skipped":
-        say(f"precompile: warning: {child.detail}; no artifact set for {capability}")
-        return None
-    for note in child.data.get("never_saved") or []:
-        if note not in said:
-            said.add(note)
-            say(f"precompile: {note}")
-    result = {**child.data, "workloads": child.workloads}
+def lay_out(target: Path, package: str, result: dict[str, Any], *, cache_dir: Path, out_dir: Path, started: float,
+            reporter: Reporter) -> Manifest | None:
+    """One run's files (Inductor's ``cache_dir``, the child's ``out_dir``, its ``result``) laid out
+    as ``target/sets/<name>``; None if the run compiled and saved nothing. ``started``: when the run
+    began (``time.perf_counter()``), for the set's total seconds."""
     if not any((cache_dir / kind).is_dir() for kind in ("aotautograd", "fxgraph")) and not (
         out_dir / TORCHSCRIPT_DIR
     ).is_dir() and not (out_dir / STEPS_DIR).is_dir():
@@ -153,24 +55,24 @@ def _capture_set(
     libraries, unreadable = _native_needs(cache_dir)
     # An exported step's model library needs more of the system (a newer libstdc++, say): checked
     # where it loads, so that a system without falls back for that step, not for the whole set.
-    _step_libraries(out_dir, say)
+    _step_libraries(out_dir, reporter)
     steps = _steps(out_dir)
     for path, problem in unreadable.items():  # not shipped: torch compiles that kernel where it is used
-        say(f"precompile: warning: {problem}; {path.name} is not shipped")
+        reporter.warning(f"{problem}; {path.name} is not shipped")
         path.unlink()
     files, skipped = _store_files(target, cache_dir, out_dir)
     if skipped:
-        say(f"precompile: {skipped} cache file(s) with names load() would not trust are not shipped")
+        reporter.info(f"{skipped} cache file(s) with names load() would not trust are not shipped")
     if result.get("feature_problem"):
-        say(f"precompile: warning: {result['feature_problem']}; load() will not use this set's kernels")
+        reporter.warning(f"{result['feature_problem']}; load() will not use this set's kernels")
     unknown = [f for f in result.get("cpu_features", []) if f.startswith("?")]
     if unknown and not result.get("feature_problem"):
-        say(f"precompile: warning: the kernels may use CPU features hatch-precompile cannot name "
-            f"({', '.join(unknown)}); load() refuses this set on every machine (cpu-target = \"portable\" avoids them)")
+        reporter.warning(f"the kernels may use CPU features hatch-precompile cannot name ({', '.join(unknown)}); "
+                         "load() refuses this set on every machine (cpu-target = \"portable\" avoids them)")
     kernels, unverified = _relocatable_kernels(cache_dir, result["kernel_commands"], result["path_values"])
     if unverified:
-        say(
-            f"precompile: {unverified} kernel(s) are not relocatable with this torch; they hit "
+        reporter.info(
+            f"{unverified} kernel(s) are not relocatable with this torch; they hit "
             "only where torch is installed at the same path as in this build"
         )
     result["total_seconds"] = round(time.perf_counter() - started, 3)
@@ -179,6 +81,16 @@ def _capture_set(
     set_dir.mkdir(parents=True, exist_ok=True)
     (set_dir / MANIFEST_FILE).write_text(manifest.dumps())
     return manifest
+
+
+def set_manifests(target: Path) -> list[Manifest]:
+    """The manifest of each set laid out in ``target`` (a ``_precompiled`` dir), by set name."""
+    return [Manifest.parse(f.read_bytes()) for f in sorted((target / SETS_DIR).glob(f"*/{MANIFEST_FILE}"))]
+
+
+def stored_bytes(target: Path) -> int:
+    """What the blobs of ``target`` take: each once, however many sets list it."""
+    return sum(blob.stat().st_size for blob in (target / BLOBS_DIR).iterdir())
 
 
 def _steps(out_dir: Path) -> dict[str, dict[str, Any]]:
@@ -231,24 +143,6 @@ def _manifest(package: str, result: dict[str, Any], files: dict[str, FileEntry],
     )
 
 
-def _run_workloads(
-    python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str], limits: tuple[float, float | None], say: Say
-) -> ChildResult:
-    """The child's result; raises WorkloadFailed if it did not finish them all."""
-    timeout, heartbeat = limits
-    job = supervisor.Job("hatch_precompile.build.build_child", spec, "precompile", say, relay=lambda line: say(f"  | {line}"),
-                     timeout=timeout, heartbeat=variables.heartbeat() if heartbeat is None else heartbeat)
-    try:
-        result = supervisor.run(job, run_dir, python, env)
-    except supervisor.ChildError as exc:
-        detail = (f"{exc.detail} (the `timeout` option)" if exc.detail.startswith("timed out") else exc.detail)
-        raise WorkloadFailed(exc.workload, detail) from None
-    if result.status == "failed" and result.failure is not None:
-        failure = result.failure
-        raise WorkloadFailed(failure.workload, "\n" + failure.traceback, failure.missing_module, failure.no_gpu)
-    return result
-
-
 def _platform(libraries: dict[str, dict[str, str]], result: dict[str, Any]) -> dict[str, Any]:
     """The manylinux tag the set's kernels allow (build/elf.py); None off Linux."""
     if not sys.platform.startswith("linux"):
@@ -259,7 +153,7 @@ def _platform(libraries: dict[str, dict[str, str]], result: dict[str, Any]) -> d
     return {"tag": tag, "why": why}
 
 
-def _step_libraries(out_dir: Path, say: Callable[[str], None]) -> None:
+def _step_libraries(out_dir: Path, reporter: Reporter) -> None:
     """Write into each exported step's contract what its package's native libraries need of the
     system, read as the kernels' are (_native_needs). Here, not in the child: pyelftools is this
     build's, not the target environment's."""
@@ -276,7 +170,7 @@ def _step_libraries(out_dir: Path, say: Callable[[str], None]) -> None:
             archive.extractall(tmp, members=libraries)
             needed, unreadable = _native_needs(Path(tmp))
         for path, problem in unreadable.items():  # a library no machine has: load_step() falls back, saying so
-            say(f"precompile: warning: step {contract.stem!r}: {problem}")
+            reporter.warning(f"step {contract.stem!r}: {problem}")
             needed[f"?unreadable {path.name}"] = {}
         record["export"]["libraries"] = needed
         contract.write_text(json.dumps(record, indent=1))

@@ -1,0 +1,146 @@
+"""Run the workloads in the build's child, per CPU capability, each run laid out as a set (``capture``).
+
+No torch here: the child (build_child.py) imports it; this process starts it through
+child/supervisor.py and shows its progress, and artifact_layout.py lays out what it left.
+Backend-neutral, so that ``warm`` and ``bake`` run exactly what a build runs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hatch_precompile.build import artifact_layout
+from hatch_precompile.build.reporter import PREFIX, Reporter
+from hatch_precompile.child import supervisor
+from hatch_precompile.errors import PrecompileError
+from hatch_precompile.protocol import CACHE_DIR_VAR, DIRNAME, ChildResult, Manifest
+from hatch_precompile.run import variables
+
+
+class WorkloadFailed(PrecompileError):
+    """A workload raised, crashed or timed out, or needs a GPU this build lacks: the workload's fault."""
+
+    def __init__(
+        self, workload: str | None, detail: str, missing_module: str | None = None, no_gpu: str | None = None
+    ) -> None:
+        self.workload = workload
+        self.detail = detail
+        self.missing_module = missing_module  # the module a failed import did not find
+        self.no_gpu = no_gpu  # why this build has no usable GPU, when the workload needed one
+        where = f"workload {workload!r}" if workload else "the precompile child process"
+        super().__init__(f"{where} failed: {detail}")
+
+
+class Unusable(PrecompileError):
+    """This torch cannot make trustworthy artifacts (too old, or its environment key is unreadable)."""
+
+
+class CannotCompile(Unusable):
+    """This machine cannot build C++ kernels (no working compiler, no Python headers)."""
+
+
+def capture(
+    *,
+    root: Path | None,
+    work_dir: Path,
+    package: str,
+    workloads: list[str],
+    timeout: float,
+    reporter: Reporter,
+    python: str = sys.executable,
+    environ: dict[str, str] | None = None,
+    capabilities: tuple[str, ...] = (),
+    device: str = "auto",
+    cpu_target: str = "portable",
+    heartbeat: float | None = None,
+) -> Path | None:
+    """Run ``workloads`` and build ``work_dir/_precompiled``; return it, or None if nothing compiled.
+
+    ``root`` is the project dir put first on the child's ``sys.path`` (None: the package is
+    already importable, as for ``hatch-precompile warm``). ``python`` and ``environ`` are the
+    child's interpreter and environment (another environment's, see target.py). Each of
+    ``capabilities`` (``ATEN_CPU_CAPABILITY`` values) gets a run and an artifact set of its own;
+    none: one run as the machine is. ``device`` and ``cpu_target`` are the options of those names;
+    ``heartbeat``, the seconds between a long workload's lines (None: the variable's, or 30).
+    Raises WorkloadFailed on a raising, crashing or timed-out workload, Unusable when this torch
+    cannot make trustworthy artifacts (CannotCompile when this machine cannot build kernels).
+    """
+    target = work_dir / DIRNAME
+    made = 0
+    said: set[str] = set()  # what every run of the workloads says alike: once
+    for capability in capabilities or (None,):
+        run_dir = work_dir / f"run-{capability or 'native'}"
+        if capability:
+            reporter.info(f"artifact set for CPU capability {capability} (ATEN_CPU_CAPABILITY={capability})")
+        env = dict(os.environ if environ is None else environ)
+        if capability:
+            env["ATEN_CPU_CAPABILITY"] = capability
+        if device == "cpu":  # torch then sees no GPU, and neither does the environment key
+            env["CUDA_VISIBLE_DEVICES"] = env["HIP_VISIBLE_DEVICES"] = ""
+        manifest = _run_set(
+            root, run_dir, target, package, workloads, (timeout, heartbeat), reporter, python, env,
+            {"capability": capability, "device": device, "cpu_target": cpu_target}, said,
+        )
+        made += manifest is not None
+    if not made:
+        shutil.rmtree(target, ignore_errors=True)
+        return None
+    return target
+
+
+def _run_set(
+    root: Path | None, run_dir: Path, target: Path, package: str, workloads: list[str],
+    limits: tuple[float, float | None], reporter: Reporter, python: str, env: dict[str, str], options: dict[str, Any],
+    said: set[str],
+) -> Manifest | None:
+    """One run of the workloads, laid out as ``target/sets/<name>``; None if it made no set.
+    ``options``: the run's ``capability``, ``device`` and ``cpu_target``; ``said``: the notes an
+    earlier run gave already."""
+    started = time.perf_counter()
+    capability = options["capability"]
+    cache_dir, out_dir = run_dir / "inductor-cache", run_dir / "out"
+    cache_dir.mkdir(parents=True)
+    paths = [] if root is None else [str(root)] + ([str(root / "src")] if (root / "src").is_dir() else [])
+    spec = {"workloads": workloads, "paths": paths, "package": package, **options}
+    child = _run_child(python, run_dir, spec, {**env, CACHE_DIR_VAR: str(cache_dir)}, limits, reporter)
+    if child.status == "cannot_compile":
+        raise CannotCompile(f"this machine cannot build C++ kernels: {child.detail}")
+    if child.status == "unusable":
+        raise Unusable(child.detail)
+    if child.status == "no_gpu":
+        raise WorkloadFailed(", ".join(workloads), 'not run: `device = "cuda"` asks for a GPU', no_gpu=child.detail)
+    if child.status == "skipped":
+        reporter.warning(f"{child.detail}; no artifact set for {capability}")
+        return None
+    for note in child.data.get("never_saved") or []:
+        if note not in said:
+            said.add(note)
+            reporter.info(note)
+    result = {**child.data, "workloads": child.workloads}
+    return artifact_layout.lay_out(target, package, result, cache_dir=cache_dir, out_dir=out_dir,
+                                   started=started, reporter=reporter)
+
+
+def _run_child(
+    python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str], limits: tuple[float, float | None],
+    reporter: Reporter,
+) -> ChildResult:
+    """The child's result; raises WorkloadFailed if it did not finish them all."""
+    timeout, heartbeat = limits
+    job = supervisor.Job("hatch_precompile.build.build_child", spec, PREFIX, reporter.line,
+                         relay=lambda line: reporter.line(f"  | {line}"),
+                         timeout=timeout, heartbeat=variables.heartbeat() if heartbeat is None else heartbeat)
+    try:
+        result = supervisor.run(job, run_dir, python, env)
+    except supervisor.ChildError as exc:
+        detail = (f"{exc.detail} (the `timeout` option)" if exc.detail.startswith("timed out") else exc.detail)
+        raise WorkloadFailed(exc.workload, detail) from None
+    if result.status == "failed" and result.failure is not None:
+        failure = result.failure
+        raise WorkloadFailed(failure.workload, "\n" + failure.traceback, failure.missing_module, failure.no_gpu)
+    return result
