@@ -1,0 +1,87 @@
+"""The rooms stay findable: no module grows past one screenful of jobs, every module path the docs or
+the source names exists, ``docs/architecture.md``'s map names every module, and its "Where to look"
+answers lead to the function that does the job."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "hatch_precompile"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+MAX_LINES = 400
+# A module path as the docs and docstrings write it: relative to hatch_precompile/.
+MODULE_PATH = re.compile(r"(?:(?<=hatch_precompile/)|(?<![\w/.]))((?:hatch|tools|build|child|run|protocol)(?:/[a-z_]+)*/[a-z_]+\.py)\b")
+
+
+def modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if p.name != "__init__.py")
+
+
+def test_no_module_passes_the_line_limit():
+    long = [f"{p.relative_to(ROOT)}: {n} lines" for p in modules()
+            if (n := len(p.read_text().splitlines())) > MAX_LINES]
+    assert not long, f"split these by job (at most {MAX_LINES} lines each):\n" + "\n".join(long)
+
+
+def named_paths(text: str) -> set[str]:
+    return set(MODULE_PATH.findall(text))
+
+
+def test_the_path_check_reads_paths_as_written():
+    text = "see `run/shipped_steps.py`, build/step_capture.py's save_step and hatch_precompile/run/torch_internals/aoti.py"
+    assert named_paths(text) == {"run/shipped_steps.py", "build/step_capture.py", "run/torch_internals/aoti.py"}
+
+
+@pytest.mark.parametrize("source", [
+    *sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md", *modules(),
+], ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_module_path_named_exists(source):
+    """A rename leaves no doc or docstring pointing at a file that is gone."""
+    missing = sorted(p for p in named_paths(source.read_text()) if not (PACKAGE / p).is_file())
+    assert not missing, f"{source.relative_to(ROOT)} names modules that do not exist: {', '.join(missing)}"
+
+
+def map_block() -> str:
+    text = ARCHITECTURE.read_text()
+    return text[text.index("```\nhatch_precompile/"):text.index("```", text.index("```\nhatch_precompile/") + 3)]
+
+
+def test_the_architecture_map_names_every_module():
+    block = map_block()
+    unnamed = [str(p.relative_to(PACKAGE)) for p in modules()
+               if p.name not in block and str(p.relative_to(PACKAGE)) not in block]
+    assert not unnamed, "docs/architecture.md's map does not name: " + ", ".join(unnamed)
+
+
+# "Where to look": each answer names `path`'s `Qualified.name`; the check resolves both.
+ANSWER = re.compile(r"`((?:hatch|tools|build|child|run|protocol)(?:/[a-z_]+)*/[a-z_]+\.py)`'s `([\w.]+)`")
+
+
+def where_to_look() -> list[tuple[str, str]]:
+    text = ARCHITECTURE.read_text()
+    section = text[text.index("## Where to look"):]
+    section = section[:section.find("\n## ", 4)] if "\n## " in section[4:] else section
+    return ANSWER.findall(section)
+
+
+def defines(path: str, qualname: str) -> bool:
+    scope: list[ast.stmt] = ast.parse((PACKAGE / path).read_text()).body
+    for part in qualname.split("."):
+        found = next((node for node in scope if isinstance(node, (ast.FunctionDef, ast.ClassDef))
+                      and node.name == part), None)
+        if found is None:
+            return False
+        scope = found.body
+    return True
+
+
+def test_where_to_look_leads_to_code_that_exists():
+    answers = where_to_look()
+    assert len(answers) >= 6, f"docs/architecture.md's 'Where to look' names too few places: {answers}"
+    missing = [f"{path}'s {name}" for path, name in answers if not (PACKAGE / path).is_file() or not defines(path, name)]
+    assert not missing, "docs/architecture.md's 'Where to look' names what does not exist: " + ", ".join(missing)
