@@ -20,6 +20,7 @@ before it is stored.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import os
 import tempfile
@@ -32,8 +33,17 @@ from hatch_precompile.protocol.step_file import CONTRACT_FORMAT, EXPORTED
 from hatch_precompile.run import exported_step
 from hatch_precompile.run.torch_internals import aoti, patching
 
-_flags: list[tuple[str, ...]] = []  # arch flags of the compiles while one is recorded
-_recording = [False]
+
+@dataclasses.dataclass
+class _CompileFlags:
+    """The arch flags of the kernel compiles while one package compiles. One per process: the
+    hook that records them stays installed in torch once wrapped, and must find them here."""
+
+    recording: bool = False
+    flags: list[tuple[str, ...]] = dataclasses.field(default_factory=list)
+
+
+_compiles = _CompileFlags()
 
 
 def save(name: str, fn: Callable, args: tuple, shapes: Any, check: str, out: Path, training: bool = False) -> Path:
@@ -152,22 +162,22 @@ def _compile(torch: Any, program: Any, package_path: str, tmp: str) -> list[tupl
     """AOTInductor's package of ``program`` at ``package_path``, compiled in a private cache dir;
     the arch flags its compiles used."""
     patching.wrap("compile-command", before=_record_flags)
-    _flags.clear()
-    _recording[0] = True
+    _compiles.flags.clear()
+    _compiles.recording = True
     try:
         with _cache_dir(os.path.join(tmp, "inductor-cache")):
             torch_export.aoti_compile(torch, program, package_path, {"aot_inductor.package_constants_in_so": False,
                                                                        **aoti.KEEP_CONSTANTS})
     finally:
-        _recording[0] = False
-    return list(dict.fromkeys(_flags))
+        _compiles.recording = False
+    return list(dict.fromkeys(_compiles.flags))
 
 
 def _record_flags(arguments: dict[str, Any]) -> None:
     from hatch_precompile.build import isa
 
-    if _recording[0] and isinstance(arguments.get("cmd_line"), str):  # after the portable rewrite
-        _flags.append(isa.arch_flags(arguments["cmd_line"]))
+    if _compiles.recording and isinstance(arguments.get("cmd_line"), str):  # after the portable rewrite
+        _compiles.flags.append(isa.arch_flags(arguments["cmd_line"]))
 
 
 @contextlib.contextmanager
