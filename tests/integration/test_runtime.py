@@ -60,13 +60,18 @@ print(json.dumps({"precompiled": bool(sample_pkg.precompile_status), "before": b
 
 def test_a_process_that_never_compiles_starts_no_compiler_and_leaves_nothing_for_exit(runtime_python, tmp_path):
     """The patches that only a compile needs wait for Dynamo's first compile: until then no
-    subprocess (the compiler's --version), no hashing thread (torch's key), no exit handler."""
+    subprocess (the compiler's --version), no hashing thread (torch's key), no exit handler. The
+    user's first process asks the compiler's --version then; the next one starts no compiler at all
+    (the line is remembered, and answers Inductor's own asks too)."""
     (tmp_path / "cache").mkdir()
-    result = json.loads(run([runtime_python, "-c", COMPILE_NEVER_CALLED], cwd=tmp_path, env={
-        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}).stdout.strip().splitlines()[-1])
-    assert result["precompiled"]
-    assert result["before"] == {"spawned": [], "at_exit": [], "threads": []}
-    assert any(command.endswith("--version") for command in result["after"]), result["after"]
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache"), "XDG_CACHE_HOME": str(tmp_path / "user-cache")}
+    first, second = (json.loads(run([runtime_python, "-c", COMPILE_NEVER_CALLED], cwd=tmp_path, env=env)
+                                .stdout.strip().splitlines()[-1]) for _ in range(2))
+    for result in (first, second):
+        assert result["precompiled"]
+        assert result["before"] == {"spawned": [], "at_exit": [], "threads": []}
+    assert any(command.endswith("--version") for command in first["after"]), first["after"]
+    assert second["after"] == [], second["after"]
 
 
 def test_a_process_under_ci_hits_with_torchs_ci_default_turned_back(runtime_python, tmp_path):
