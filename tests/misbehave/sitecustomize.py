@@ -110,15 +110,17 @@ def _renamed(original):
 def _cpp_builder(module):
     if "cpp-compiler" in BROKEN:
         module.get_cpp_compiler = _renamed(module.get_cpp_compiler)
+    # Torch's own function, also where hatch-precompile wrapped it first (a lazily imported module):
+    # then the breaker takes the wrapper's place, and torch asks --version as it would without us.
     if "compiler-search" in BROKEN and hasattr(module, "cpp_compiler_search"):
-        search = module.cpp_compiler_search
+        search = getattr(module.cpp_compiler_search, "__wrapped__", module.cpp_compiler_search)
 
         def cpp_compiler_search(candidates):  # another signature than run/warm_shortcuts.py reads
             return search(candidates)
 
         module.cpp_compiler_search = cpp_compiler_search
     if "intel-compiler" in BROKEN and hasattr(module, "_is_intel_compiler"):
-        is_intel = module._is_intel_compiler
+        is_intel = getattr(module._is_intel_compiler, "__wrapped__", module._is_intel_compiler)
 
         def _is_intel_compiler(compiler):  # another signature than run/warm_shortcuts.py reads
             return is_intel(compiler)
