@@ -123,7 +123,8 @@ def reuse_shipped(name: str, fn: Callable, args: tuple, check: str, out: Path) -
         STDOUT.info(f"step {name!r}: the package built on torch {record.get('torch')} loads and matches "
                     f"on torch {torch.__version__}: shipped for it as it is, not compiled again")
         proven = sorted({*record.get("proven", []), torch.__version__} - {record.get("torch")})
-        record = {**record, "proofs": [*record.get("proofs", []), proof.environment]}
+        proofs = [p for p in record.get("proofs", []) if p != proof.environment]
+        record = {**record, "proofs": [*proofs, proof.environment]}
         return store(name, out, record, package, shipped, proven)
     return None
 

@@ -10,7 +10,7 @@ convention and the environment it held for. A child that dies on a signal or han
 ``HATCH_PRECOMPILE_PROOF_TIMEOUT`` raises LoaderCrashed; a loader that refuses (a Python error)
 raises LoaderRefused.
 
-    python -m hatch_precompile.child.package_proof DIR    (the child: DIR holds step.pt2 and io.pt)
+    (the child: supervisor.command(python, __name__, DIR); DIR holds step.pt2 and io.pt)
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from hatch_precompile.child import supervisor
 from hatch_precompile.errors import PrecompileError
 
-_PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 PACKAGE_FILE, IO_FILE, PROOF_FILE = "step.pt2", "io.pt", "proof.json"
 
 
@@ -72,9 +72,9 @@ def prove(package: bytes, constants: dict[str, Any], inputs: list[Any], timeout:
         (Path(tmp) / PACKAGE_FILE).write_bytes(package)
         torch.save({"constants": {k: v.detach() for k, v in constants.items()},
                     "inputs": [t.detach() for t in inputs]}, Path(tmp) / IO_FILE)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_PARENT, env.get("PYTHONPATH")]))
-        proc = subprocess.Popen([sys.executable, "-m", __name__, tmp], env=env, stdout=subprocess.PIPE,
+        # This interpreter's own torch: the one the proof is recorded for (bake runs here under
+        # another environment's interpreter than the one hatch_precompile is installed in).
+        proc = subprocess.Popen(supervisor.command(sys.executable, __name__, tmp), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
         try:
             output, _ = proc.communicate(timeout=timeout)
@@ -110,7 +110,7 @@ def main(argv: list[str]) -> int:
     import faulthandler
 
     faulthandler.enable()  # a crash leaves torch's frame in the build's output
-    directory = Path(argv[0])
+    directory = Path(argv[1])
     import torch
 
     from hatch_precompile.run import exported_step
@@ -137,4 +137,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main(sys.argv))

@@ -76,17 +76,24 @@ def run(job: Job, work: Path, python: str = sys.executable, env: dict[str, str] 
         raise ChildError(running, f"the child process exited with code {code}; its last output:\n{tail}") from None
 
 
-def start(python: str, entry: str, spec_path: Path, env: dict[str, str]) -> subprocess.Popen:
-    """Start ``python`` running ``entry``'s ``main(argv)`` with ``spec_path``, in its own process group."""
+def command(python: str, entry: str, *args: str) -> list[str]:
+    """The command line that runs ``entry``'s ``main(argv)`` (``argv[1:]`` is ``args``) under ``python``,
+    from this very hatch_precompile: its dir goes first on ``sys.path`` for that one import, then off
+    again. Never through ``PYTHONPATH``: where hatch_precompile is installed, its dir is a
+    site-packages that holds a torch too, which would shadow ``python``'s own (another torch's
+    child would import this environment's torch) and the packages the workload imports."""
     code = (
         "import sys; sys.path.insert(0, sys.argv.pop(1)); "
         f"from {entry} import main; "
-        # This very hatch_precompile, then that dir off the front again: it must not shadow the
-        # packages the workload imports (e.g. an unpacked wheel on PYTHONPATH).
         "sys.path.pop(0); sys.exit(main(sys.argv))"
     )
+    return [python, "-c", code, _PACKAGE_PARENT, *args]
+
+
+def start(python: str, entry: str, spec_path: Path, env: dict[str, str]) -> subprocess.Popen:
+    """Start ``python`` running ``entry``'s ``main(argv)`` with ``spec_path``, in its own process group."""
     return subprocess.Popen(
-        [python, "-c", code, _PACKAGE_PARENT, str(spec_path)], env=env, stdin=subprocess.DEVNULL,
+        command(python, entry, str(spec_path)), env=env, stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
         start_new_session=True,  # one process group, so a timeout kills every grandchild too
     )

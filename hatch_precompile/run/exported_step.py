@@ -343,8 +343,9 @@ def proof_problem(record: dict[str, Any], torch: Any) -> str | None:
     if any(isinstance(proof, dict) and all(proof.get(k) == v for k, v in here.items()) for proof in proofs):
         return None
     where = f"torch {here['torch']}" + ("" if here["device"] == "cpu" else f" on {here['device']} (CUDA {here['cuda']})")
-    proven = "; ".join(f"torch {p.get('torch')}" + ("" if p.get("device") == "cpu" else f" on {p.get('device')} (CUDA "
-                                                     f"{p.get('cuda')})") for p in proofs if isinstance(p, dict))
+    named = (f"torch {p.get('torch')}" + ("" if p.get("device") == "cpu" else f" on {p.get('device')} (CUDA {p.get('cuda')})")
+             for p in proofs if isinstance(p, dict))
+    proven = "; ".join(dict.fromkeys(named))  # each once, in the order they were made
     return (f"its package was proven to open and run on {proven or 'nothing'}, not on {where} (`hatch-precompile "
             "bake` under this torch on such a machine proves it)")
 

@@ -491,6 +491,11 @@ def test_an_exported_step_is_opened_only_where_a_proof_holds():
     assert exported_step.proof_problem(_exported_record("cpu", None, "2.13.0+cpu"), cpu) is None
     assert "not on torch 2.13.0+cpu" in exported_step.proof_problem(_exported_record("cpu", None, "2.14.1+cu130"), cpu)
     assert "never opened in a process of its own" in exported_step.proof_problem(_exported_record("cuda:0", None), here)
+    # Each proof is named once, however often the record holds it (wheels baked before it was kept once).
+    twice = {"torch": "2.13.0+cpu", "device": "cpu", "cuda": None}
+    newest = _FakeTorch("2.14.1+cu130", "13.0", None)
+    assert exported_step.proof_problem(_exported_record("cpu", [twice, dict(twice)]), newest).startswith(
+        "its package was proven to open and run on torch 2.13.0+cpu, not on torch 2.14.1+cu130 (")
 
 
 # -- a step no set ships, or another set only ---------------------------------------------------
@@ -573,3 +578,38 @@ def test_the_build_says_which_declared_steps_the_workload_never_saved(eager_fall
         "step 'warmed' is declared by load_step but the workload never saved it: it runs its fallback, warm where "
         "the workload called it",
     ]
+
+
+PROVE_FROM_A_SITE = """
+import json, sys
+import torch  # the interpreter's own, before the site that holds another goes first
+sys.path.insert(0, sys.argv[1])
+from hatch_precompile.child import package_proof  # installed in that site, as pip installs it
+try:
+    package_proof.prove(b"not a package", {}, [], 120)
+except package_proof.LoaderRefused as exc:
+    print(json.dumps([package_proof.__file__, str(exc)]))
+"""
+
+
+def test_the_prover_imports_its_interpreters_torch_not_the_one_beside_hatch_precompile(tmp_path):
+    """hatch-precompile installed in a site-packages that holds another torch (bake run from one
+    environment for another's interpreter): the proving process imports its interpreter's torch,
+    so the proof it records is that torch's. Before, the site went first on its PYTHONPATH."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import hatch_precompile
+
+    site = tmp_path / "site-packages"
+    shutil.copytree(Path(hatch_precompile.__file__).parent, site / "hatch_precompile",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (site / "torch").mkdir()
+    (site / "torch" / "__init__.py").write_text("raise ImportError('the torch of the site hatch_precompile is in')\n")
+    proc = subprocess.run([sys.executable, "-c", PROVE_FROM_A_SITE, str(site)], capture_output=True, text=True,
+                          timeout=300)
+    where, said = __import__("json").loads(proc.stdout.strip().splitlines()[-1])
+    assert where.startswith(str(site))
+    assert "the AOTInductor loader refused the package" in said and "the torch of the site" not in said, said
