@@ -20,9 +20,9 @@ from hatch_precompile.build.reporter import Reporter
 from hatch_precompile.protocol import (
     BLOBS_DIR,
     C_MODULES_DIR,
+    DYNAMO_DIR,
     INDUCTOR_DIR,
     MANIFEST_FILE,
-    MEGACACHE_FILE,
     SETS_DIR,
     STEPS_DIR,
     TORCHSCRIPT_DIR,
@@ -122,7 +122,6 @@ def _manifest(package: str, result: dict[str, Any], files: dict[str, FileEntry],
         files=files,
         kernels=kernels,
         torchscript={p.rsplit("/", 1)[1].removesuffix(".pt"): p for p in files if p.startswith(f"{TORCHSCRIPT_DIR}/")},
-        megacache={"file": MEGACACHE_FILE, "artifacts": result["megacache"]} if result["megacache"] else None,
         workloads=[workload_records.normalize(w) for w in result["workloads"]],
         generator=f"hatch-precompile {__version__}",
         python_full=result["python_full"],
@@ -201,14 +200,14 @@ def _store_files(target: Path, cache_dir: Path, out_dir: Path) -> tuple[dict[str
         if rel.parts[0] in _SKIP_DIRS or path.name.endswith(".tmp") or path.is_symlink() or not path.is_file():
             continue
         sources[f"{INDUCTOR_DIR}/{rel.as_posix()}"] = path
-    if (out_dir / MEGACACHE_FILE).is_file():
-        sources[MEGACACHE_FILE] = out_dir / MEGACACHE_FILE
     for path in sorted((out_dir / TORCHSCRIPT_DIR).glob("*.pt")):
         sources[f"{TORCHSCRIPT_DIR}/{path.name}"] = path
     for path in sorted((out_dir / STEPS_DIR).glob("*.*")):
         sources[f"{STEPS_DIR}/{path.name}"] = path
     for path in sorted((out_dir / C_MODULES_DIR).glob("*.so")):
         sources[f"{C_MODULES_DIR}/{path.name}"] = path
+    for path in sorted((out_dir / DYNAMO_DIR).glob("*")):  # the second pass's (build/dynamo_pass.py)
+        sources[f"{DYNAMO_DIR}/{path.name}"] = path
     files, skipped = {}, 0
     for logical, path in sources.items():
         if not is_safe_relpath(logical):

@@ -1,8 +1,9 @@
 """The build's child process: run the workloads, then save what compiling produced.
 
 Started by workload_run.py (through child/supervisor.py) with a fresh, private ``TORCHINDUCTOR_CACHE_DIR``.
-Writes into the spec's ``out`` dir: the ChildResult, ``megacache.bin``, ``torchscript/`` and ``steps/``; the
-parent copies the cache dir itself.
+Writes into the spec's ``out`` dir: the ChildResult, ``torchscript/`` and ``steps/``; the parent copies the
+cache dir itself. (No Mega-Cache: nothing loads it, and its CPU kernels are source only; the cache dir
+is what makes the warm start.)
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.build import empty_graphs, isa, step_capture
+from hatch_precompile.build import dynamo_pass, empty_graphs, isa, step_capture
 from hatch_precompile.child import observe, workload_loop
 from hatch_precompile.protocol import (
     BUILDING_VAR,
@@ -27,7 +28,6 @@ from hatch_precompile.protocol import (
     DYNAMIC_THREADS_VAR,
     EXIT_OK,
     EXIT_WORKLOAD_FAILED,
-    MEGACACHE_FILE,
     PACKAGE_VAR,
     SETTINGS,
     STEPS_DIR,
@@ -93,10 +93,10 @@ def main(argv: list[str]) -> int:
         "settings": _settings(),
         "visible": _visible(torch),
         "import_seconds": round(import_seconds, 3),
-        "megacache": _save_megacache(torch, out),
         "compile_times": _compile_times(),
         "kernel_commands": kernel_commands,
         "never_saved": step_capture.never_saved(spec.get("package")),
+        "dynamo_pass": dynamo_pass.possible(torch),
     }))
     return EXIT_OK
 
@@ -311,19 +311,6 @@ def _settings() -> dict[str, Any]:
         return found
     except Exception:
         return {}
-
-
-def _save_megacache(torch: Any, out: Path) -> dict[str, list[str]] | None:
-    """Mega-Cache's bytes, shipped beside the cache dir; the cache dir alone makes the warm start."""
-    try:
-        saved = torch.compiler.save_cache_artifacts()
-        if saved is None or not saved[0]:
-            return None
-        artifacts = {str(k): [str(key) for key in v] for k, v in saved[1].artifacts.items()}
-    except Exception:
-        return None
-    (out / MEGACACHE_FILE).write_bytes(saved[0])
-    return artifacts
 
 
 def _compile_times() -> str | None:

@@ -124,6 +124,12 @@ class Options:
         '`on-failure` applies. `"cpu"`: the GPUs are hidden from the workloads (`CUDA_VISIBLE_DEVICES=""`), for a '
         'wheel with CPU artifacts built on a GPU machine. `"auto"`: as the machine is, and a workload failing for '
         "want of CUDA gets the same explanation")
+    dynamo_cache: bool = _option(
+        "dynamo-cache", True, _boolean,
+        "the workloads run a second time under torch's `caching_precompile`, and the package's own "
+        "`torch.compile` calls are served from those Dynamo cache entries, untraced, every guard kept (torch 2.9+; "
+        "see [loading](docs/reference/loading.md#compiled-functions-served-untraced)); `false`: a faster build, "
+        "whose compiled functions are traced at their first call")
     cpu_target: str = _option(
         "cpu-target", "portable", _one_of(CPU_TARGETS),
         '`"portable"`: kernels built without `-march=native`, for every CPU with the vector ISA Inductor picks; '

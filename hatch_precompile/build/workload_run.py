@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.build import artifact_layout
+from hatch_precompile.build import artifact_layout, dynamo_pass
 from hatch_precompile.build.reporter import PREFIX, Reporter
 from hatch_precompile.child import supervisor
 from hatch_precompile.errors import PrecompileError
-from hatch_precompile.protocol import CACHE_DIR_VAR, DIRNAME, ChildResult, Manifest
+from hatch_precompile.protocol import CACHE_DIR_VAR, DIRNAME, DYNAMO_DIR, ChildResult, Manifest
 from hatch_precompile.run import variables
 
 
@@ -58,6 +58,7 @@ def capture(
     device: str = "auto",
     cpu_target: str = "portable",
     heartbeat: float | None = None,
+    dynamo_cache: bool = True,
 ) -> Path | None:
     """Run ``workloads`` and build ``work_dir/_precompiled``; return it, or None if nothing compiled.
 
@@ -65,7 +66,7 @@ def capture(
     already importable, as for ``hatch-precompile warm``). ``python`` and ``environ`` are the
     child's interpreter and environment (another environment's, see target.py). Each of
     ``capabilities`` (``ATEN_CPU_CAPABILITY`` values) gets a run and an artifact set of its own;
-    none: one run as the machine is. ``device`` and ``cpu_target`` are the options of those names;
+    none: one run as the machine is. ``device``, ``cpu_target`` and ``dynamo_cache`` are the options of those names;
     ``heartbeat``, the seconds between a long workload's lines (None: the variable's, or 30).
     Raises WorkloadFailed on a raising, crashing or timed-out workload, Unusable when this torch
     cannot make trustworthy artifacts (CannotCompile when this machine cannot build kernels).
@@ -84,7 +85,7 @@ def capture(
             env["CUDA_VISIBLE_DEVICES"] = env["HIP_VISIBLE_DEVICES"] = ""
         manifest = _run_set(
             root, run_dir, target, package, workloads, (timeout, heartbeat), reporter, python, env,
-            {"capability": capability, "device": device, "cpu_target": cpu_target}, said,
+            {"capability": capability, "device": device, "cpu_target": cpu_target, "dynamo_cache": dynamo_cache}, said,
         )
         made += manifest is not None
     if not made:
@@ -121,9 +122,46 @@ def _run_set(
         if note not in said:
             said.add(note)
             reporter.info(note)
+    if options.get("dynamo_cache", True) and child.data.get("dynamo_pass"):
+        _served_compiles(python, run_dir, spec, {**env, CACHE_DIR_VAR: str(cache_dir)}, limits, reporter, out_dir)
     result = {**child.data, "workloads": child.workloads}
     return artifact_layout.lay_out(target, package, result, cache_dir=cache_dir, out_dir=out_dir,
                                    started=started, reporter=reporter)
+
+
+def _served_compiles(python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str],
+                     limits: tuple[float, float | None], reporter: Reporter, out_dir: Path) -> None:
+    """The second pass (build/dynamo_pass.py): the package's torch.compile calls as Dynamo cache entries,
+    into ``out_dir/dynamo``. Its failure costs the set nothing but those entries, said in one line."""
+    started = time.perf_counter()
+    work = run_dir / "dynamo-pass"
+    copy = work / "inductor-cache"  # the first pass's graphs, hit; its entries left as users' traced calls find them
+    shutil.copytree(env[CACHE_DIR_VAR], copy, symlinks=True)
+    timeout, heartbeat = limits
+    job = supervisor.Job("hatch_precompile.build.dynamo_pass", spec, f"{PREFIX} (second pass)", reporter.line,
+                         relay=lambda line: reporter.line(f"  | {line}"),
+                         timeout=timeout, heartbeat=variables.heartbeat() if heartbeat is None else heartbeat)
+    env = {**env, CACHE_DIR_VAR: str(copy), dynamo_pass.CACHING_PRECOMPILE_VAR: "1"}
+    try:
+        result = supervisor.run(job, work, python, env)
+    except supervisor.ChildError as exc:
+        reporter.warning(f"no compiled function is served untraced: the second pass under torch's caching_precompile "
+                         f"stopped: {exc.detail}")
+        return
+    if result.status != "ok":
+        why = result.detail or (result.failure.traceback.strip().splitlines()[-1] if result.failure else result.status)
+        reporter.warning(f"no compiled function is served untraced: {why}")
+        return
+    made = work / "out" / DYNAMO_DIR
+    if made.is_dir():
+        shutil.move(str(made), str(out_dir / DYNAMO_DIR))
+    data = result.data
+    traced = f"; {data['traced']} of their guarded codes are traced (guards on objects no process can find again)" \
+        if data.get("traced") else ""
+    reporter.info(f"{data.get('functions', 0)} compiled function(s) served without Dynamo tracing them "
+                  f"({data.get('guarded', 0)} guarded code(s)){traced}; second pass {time.perf_counter() - started:.1f} s")
+    for note in data.get("notes") or []:
+        reporter.info(f"not served untraced: {note}")
 
 
 def _run_child(

@@ -171,6 +171,7 @@ class PrecompileBuildHook(BuildHookInterface):
                 reporter=self.reporter, python=where.python, environ=environ,
                 capabilities=self.options.cpu_capabilities, device=self.options.device,
                 cpu_target=self.options.cpu_target, heartbeat=self.settings.heartbeat,
+                dynamo_cache=self.options.dynamo_cache,
             )
         except Unusable as exc:  # not the workload's fault: the wheel is still good without
             self.reporter.notice(f"{exc}; building the wheel without precompiled artifacts")

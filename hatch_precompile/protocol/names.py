@@ -9,6 +9,8 @@ Layout of ``<package>/_precompiled/`` in a wheel (or of a ``hatch-precompile war
                                  inductor/...           the Inductor cache dir (FX graph, AOTAutograd, kernels)
                                  torchscript/<name>.pt  modules recorded with save_torchscript()
                                  steps/<name>.*         steps saved with save_step() (step_files)
+                                 dynamo/served.json     the package's torch.compile calls served untraced
+                                 dynamo/<key>.entry     their Dynamo cache entries (served_compiles.py)
     blobs/<sha256>             every file's bytes, stored once however many sets list them
 
 and in every wheel's ``.dist-info/extra_metadata/hatch-precompile.json``, the Declaration.
@@ -32,6 +34,8 @@ __all__ = [
     "TORCHSCRIPT_DIR",
     "STEPS_DIR",
     "C_MODULES_DIR",
+    "DYNAMO_DIR",
+    "SERVED_FILE",
     "DECLARATION_FILE",
     "DECLARATION_PATH",
     "APP",
@@ -87,6 +91,8 @@ MEGACACHE_FILE = "megacache.bin"
 TORCHSCRIPT_DIR = "torchscript"
 STEPS_DIR = "steps"
 C_MODULES_DIR = "c_modules"  # Triton's C helper modules (cuda_utils), built by the build's process
+DYNAMO_DIR = "dynamo"  # the package's torch.compile calls as Dynamo cache entries (served_compiles.py)
+SERVED_FILE = f"{DYNAMO_DIR}/served.json"
 DECLARATION_FILE = "hatch-precompile.json"
 DECLARATION_PATH = f"extra_metadata/{DECLARATION_FILE}"  # inside a wheel's .dist-info
 APP = "hatch-precompile"  # the per-user cache dir's name
@@ -199,7 +205,7 @@ def check_artifact_name(name: object, what: str) -> None:
 
 
 FILE_KINDS = ("aotautograd", "fxgraph", "kernel_binary", "other_inductor", "megacache", "torchscript", "step", "c_module",
-              "other")
+              "dynamo_entry", "other")
 
 
 def file_kind(path: str) -> str:
@@ -220,4 +226,6 @@ def file_kind(path: str) -> str:
         return "torchscript"
     if path.startswith(f"{STEPS_DIR}/"):
         return "step"
+    if path.startswith(f"{DYNAMO_DIR}/"):
+        return "dynamo_entry"
     return "other"

@@ -14,7 +14,7 @@ import threading
 import warnings
 from pathlib import Path
 
-from hatch_precompile.protocol import CACHE_DIR_VAR
+from hatch_precompile.protocol import CACHE_DIR_VAR, SERVED_FILE
 from hatch_precompile.run import (
     artifacts,
     cache_install,
@@ -128,6 +128,14 @@ def _load(package: str) -> LoadResult:
     for note in notes:  # what this process will compile anyway, said before it happens
         _warn_once(f"hatch-precompile: {package}'s precompiled caches are installed, but {note}", 4)
     import_hook.after_import(registry.CODECACHE, _follow_cache_dir)
+    if SERVED_FILE in found.manifest.files:  # the package's torch.compile calls, served untraced
+        import torch
+
+        from hatch_precompile.run import served_compile
+
+        traced = served_compile.intercept(package, found, torch)
+        if traced:
+            notes += (traced,)
     if found.manifest.env.get("gpu"):
         from hatch_precompile.run import triton_modules, tuned_configs
 

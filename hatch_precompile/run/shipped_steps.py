@@ -174,9 +174,9 @@ class Step:
         with self._lock:
             this_process.declared[(self.package, self.name)] = True  # the workload's call of it ships its graphs warm
             if self._fallback is None:
-                import torch
+                from hatch_precompile.run import served_compile
 
-                self._fallback = torch.compile(self.fn, dynamic=self._dynamic)
+                self._fallback = served_compile.compile_for(self.package, self.fn, dynamic=self._dynamic)
             return self._fallback
 
     def _shipped_for(self, args: tuple) -> tuple[Any, str | None, str | None, str | None]:

@@ -291,6 +291,63 @@ def _torch(module):
         import logging
 
         logging.getLogger("torch._precompile").addFilter = _raise
+    if "compile-calls" in BROKEN:  # torch.compile as an object whose signature cannot be read
+        module.compile = _NoSignature(module.compile)
+    if "precompile-entry" in BROKEN:  # a torch without precompile entries on code objects
+        frame = module._C._dynamo.eval_frame
+        for name in ("_load_precompile_entry", "_reset_precompile_entries"):
+            if hasattr(frame, name):
+                delattr(frame, name)
+
+
+def _dynamo_package(module):
+    if "compile-package" in BROKEN:
+        module.CompilePackage.install = _raise
+    if "guard-load" in BROKEN:  # torch's install calls its own function, not the one of that name now
+        load_guard_manager, install = module.load_guard_manager, module.CompilePackage.install
+
+        def install_by_another_name(self, backends):
+            replaced, module.load_guard_manager = module.load_guard_manager, load_guard_manager
+            try:
+                return install(self, backends)
+            finally:
+                module.load_guard_manager = replaced
+
+        module.CompilePackage.install = install_by_another_name
+    if "guarded-code" in BROKEN:
+        module.CompilePackage.add_guarded_code = _NoSignature(module.CompilePackage.add_guarded_code)
+
+
+def _dynamo_guards(module):
+    if "guard-filter" in BROKEN:
+        init = module.CheckFunctionManager.__init__
+
+        def __init__(self, *args, **kwargs):  # another signature than the hook reads
+            init(self, *args, **kwargs)
+
+        module.CheckFunctionManager.__init__ = __init__
+    if "dropped-guards" in BROKEN:  # torch logs under another name
+        import logging
+
+        module.log = logging.getLogger("torch._dynamo.guards.elsewhere")
+
+
+def _dynamo_config(module):
+    if "caching-precompile" in BROKEN:  # TORCH_CACHING_PRECOMPILE=1 not taken
+        module.caching_precompile = False
+
+
+def _bytecode_transformation(module):
+    if "unique-id" in BROKEN:  # torch names its globals from a counter of another name
+        import itertools
+
+        counter = itertools.count()
+        del module._unique_id_counter
+
+        def unique_id(name, with_uuid=False):
+            return f"{name}_{next(counter)}"
+
+        module.unique_id = unique_id
 
 
 def _triton_driver(module):
@@ -326,6 +383,10 @@ PATCHES = {
     "torch._functorch._aot_autograd.autograd_cache": _autograd_cache,
     "torch._inductor.compile_fx": _compile_fx,
     "torch.fx.experimental.symbolic_shapes": _symbolic_shapes,
+    "torch._dynamo.package": _dynamo_package,
+    "torch._dynamo.guards": _dynamo_guards,
+    "torch._dynamo.config": _dynamo_config,
+    "torch._dynamo.bytecode_transformation": _bytecode_transformation,
 }
 
 
@@ -338,6 +399,8 @@ BREAKERS = frozenset({
     "verify-setting", "precompile-logger", "logs", "metrics", "counters", "guard-failures", "compile-times",
     "megacache", "cpu-capability", "cpp-compiler", "compiler-search", "intel-compiler", "cache-dir", "aoti-compile", "aoti-loader",
     "keep-constants", "pytree", "module-internals", "joint-export", "triton-c-module", "triton-c-module-file",
+    "compile-calls", "precompile-entry", "compile-package", "guard-load", "unique-id", "caching-precompile",
+    "guard-filter", "guarded-code", "dropped-guards",
 })
 
 

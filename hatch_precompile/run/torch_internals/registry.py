@@ -146,9 +146,9 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
     Touchpoint("compile-times", DYNAMO_UTILS, "compile_times", "read", "build: compile time by phase "
                "(build/build_child.py)",
                broken="no phases in `report`"),
-    Touchpoint("megacache", "torch.compiler", "save_cache_artifacts", "read", "build: the Mega-Cache bytes "
-               "(build/build_child.py)",
-               broken="no `megacache.bin` (the cache dir is what makes the warm start)"),
+    Touchpoint("megacache", "torch.compiler", "save_cache_artifacts", "call", "build's second pass: torch writes "
+               "the Dynamo cache entries as it saves its Mega-Cache (build/dynamo_pass.py; the bytes are not kept)",
+               broken="no entries: the compiled functions are traced, warm from the shipped caches"),
     Touchpoint("cpu-capability", "torch.backends.cpu", "get_cpu_capability", "read", "build and load: the "
                "environment key (run/environment_key.py)",
                broken="build: a plain wheel, said in one line; load: skipped with the error"),
@@ -184,6 +184,39 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "call", "build and load_step: an exported step's inputs and outputs, flattened as the package "
                "takes them (build/export_contract.py, build/export_proof.py, run/exported_step.py)",
                broken="load_step: the step runs its fallback, with the reason in `step.reason`"),
+    Touchpoint("compile-calls", "torch", "compile", "wrap", "load: the package's own calls served from the Dynamo "
+               "cache entries its build shipped (run/served_compile.py); build's second pass: each call's options and "
+               "caller (build/dynamo_pass.py)",
+               broken="every call is torch's: traced, warm from the shipped caches"),
+    Touchpoint("precompile-entry", "torch._C._dynamo.eval_frame", "_load_precompile_entry, _reset_precompile_entries",
+               "call", "load and build: whether this torch takes Dynamo cache entries on a function's code "
+               "(run/torch_internals/dynamo_cache.py)",
+               broken="no second pass at build; at load, the compiled functions are traced"),
+    Touchpoint("compile-package", "torch._dynamo.package", "CompilePackage, PrecompileCacheEntry", "call",
+               "load: a shipped Dynamo cache entry installed on a compiled function's code, as torch installs its own "
+               "(run/torch_internals/dynamo_cache.py)",
+               broken="that function is traced; `served()` says why"),
+    Touchpoint("guard-load", "torch._dynamo.package", "load_guards_state, load_guard_manager", "wrap",
+               "load: while an entry is installed, each guarded code is matched to the index, and its guards "
+               "get one holding each dropped source to its object (run/torch_internals/dynamo_cache.py)",
+               broken="the entry is taken out again (its guarded codes were not all seen): the function is traced"),
+    Touchpoint("unique-id", "torch._dynamo.bytecode_transformation", "_unique_id_counter", "setting",
+               "load: Dynamo's name counter moved past the globals an installed entry brought, so that a later "
+               "trace names none of them again (run/torch_internals/dynamo_cache.py)",
+               broken="the entry is taken out again: the function is traced"),
+    Touchpoint("caching-precompile", "torch._dynamo.config", "caching_precompile", "setting", "build's second pass "
+               "only, through its environment (`TORCH_CACHING_PRECOMPILE=1`): the Dynamo cache entries "
+               "(build/dynamo_pass.py); never set in a user's process",
+               broken="no second pass: the compiled functions are traced, warm from the shipped caches"),
+    Touchpoint("guard-filter", "torch._dynamo.guards", "CheckFunctionManager.__init__", "wrap", "build's second "
+               "pass: every guard of a compile, with the object it holds (build/dynamo_pass.py)",
+               broken="no guard recorded: every guarded code is marked traced"),
+    Touchpoint("guarded-code", "torch._dynamo.package", "CompilePackage.add_guarded_code", "wrap", "build's second "
+               "pass: which guards each serialized guarded code lost (build/dynamo_pass.py)",
+               broken="no guarded code recorded: every one is marked traced"),
+    Touchpoint("dropped-guards", "torch._dynamo.guards", "log", "logging", "build's second pass: the guards torch "
+               "says it dropped, checked against those recorded, kept from printing (build/dynamo_pass.py)",
+               broken="only the recorded ones are checked; torch prints a line per dropped guard"),
     Touchpoint("module-internals", "torch.nn.Module", "_modules, _parameters, _buffers, _forward_pre_hooks, "
                "_forward_hooks, _backward_pre_hooks, _backward_hooks", "read",
                "load_step: an exported step's module, by identity (what was replaced) and its hooks "

@@ -1,0 +1,244 @@
+"""The build's second pass: the workloads again, under torch's ``caching_precompile``, for the Dynamo
+cache entries of the package's own ``torch.compile`` calls (served untraced: run/served_compile.py).
+
+Started by workload_run.py after the first pass (build_child.py), in a fresh process (a
+``torch.compile`` wrapper made at the package's import only records an entry where the flag was
+on when it was made), on a copy of the first pass's cache dir: every graph the first pass compiled
+is found there, so nothing is compiled again, and the first pass's entries (which users' traced
+calls hit) are left as they were. Steps and TorchScript modules are the first pass's: not saved
+again.
+
+While the workloads run, it records, for each guarded code torch serializes, which guards torch
+dropped (it cannot pickle an object's identity) and what the object each held to is, where a new
+process can tell it from any other (protocol/served_compiles.py), and the options and callers of each
+``torch.compile`` call. Writes ``dynamo/<key>.entry`` and ``dynamo/served.json`` into the spec's
+``out`` dir, for the functions the package compiled (its modules', or its steps' fallbacks).
+
+    (the child: supervisor.command(python, __name__, SPEC))
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import pickle
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hatch_precompile.child import observe, workload_loop
+from hatch_precompile.protocol import (
+    BUILDING_VAR,
+    CACHE_DIR_VAR,
+    DYNAMIC_THREADS_VAR,
+    DYNAMO_DIR,
+    EXIT_OK,
+    PACKAGE_VAR,
+    SERVED_FILE,
+    STEPS_DIR_VAR,
+    TORCHSCRIPT_DIR_VAR,
+    ChildResult,
+    Failure,
+    served_compiles,
+)
+from hatch_precompile.run.torch_internals import patching
+from hatch_precompile.run.torch_internals.registry import lookup
+
+CACHING_PRECOMPILE_VAR = "TORCH_CACHING_PRECOMPILE"  # torch's: read when torch._dynamo.config is imported
+
+
+class _Recorder:
+    """What the workloads' compiles leave for the index: dropped guards by guarded code, calls by function."""
+
+    def __init__(self, package: str) -> None:
+        self.package = package
+        self.entries: list[tuple[str, str, tuple[str, ...], bool, Any, bool]] = []  # the last guard filter's
+        self.filtered = False  # whether the guard filter saw the last compile's guards
+        self.logged: set[tuple[str, str]] = set()  # the guards torch said it dropped, since that filter
+        self.dropped: dict[str, list[dict[str, Any]] | str] = {}  # sha256 of a guarded code's guards -> index value
+        self.options: dict[str, set[str | None]] = {}  # source key -> options_key of each package call
+        self.modules: dict[str, tuple[str, str]] = {}  # source key -> (module, qualname)
+
+    def install(self, torch: Any) -> None:
+        patching.wrap("guard-filter", before=self._filter)
+        patching.wrap("guarded-code", before=self._guarded_code)
+        point = lookup("dropped-guards", "logging")
+        logging.getLogger(point.module).addFilter(self._dropped_log)
+        lookup("compile-calls", "wrap")
+        original = torch.compile
+
+        def compile(model: Any = None, **options: Any) -> Any:
+            if model is None:
+                return lambda fn: compile(fn, **options)
+            caller = sys._getframe(1).f_globals.get("__name__") or ""
+            self._call(model, options, caller)
+            return original(model, **options)
+
+        torch.compile = compile
+
+    def _call(self, model: Any, options: dict[str, Any], caller: str) -> None:
+        ours = caller == self.package or caller.startswith((self.package + ".", "hatch_precompile."))
+        found = served_compiles.function_key(model)
+        if ours and found is not None:
+            key, module, qualname, _ = found
+            self.options.setdefault(key, set()).add(served_compiles.options_key(options))
+            self.modules[key] = (module, qualname)
+
+    def _filter(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        inner = arguments.get("guard_filter_fn")
+        self.logged, self.filtered = set(), False
+
+        def recording(entries: Any) -> Any:
+            self.filtered = True
+            self.entries = [(e.orig_guard.name, e.guard_type, tuple(e.derived_guard_types or ()), bool(e.is_global),
+                             e.value if e.has_value else None, bool(e.has_value)) for e in entries]
+            return inner(entries) if inner is not None else [True] * len(entries)
+
+        return {"guard_filter_fn": recording}
+
+    def _dropped_log(self, record: logging.LogRecord) -> bool:
+        if "dropped with caching_precompile" in str(record.msg) and isinstance(record.args, tuple) and len(record.args) >= 2:
+            self.logged.add((str(record.args[0]), str(record.args[1])))
+            return False  # one line per guard of every compile: the index says it once
+        return True
+
+    def _guarded_code(self, arguments: dict[str, Any]) -> None:
+        state = arguments.get("guards_state")
+        if not isinstance(state, bytes):
+            return None
+        kept: list[dict[str, Any]] = []
+        reason = None if self.filtered else "its guards were not seen while it compiled"
+        named: set[tuple[str, str]] = set()
+        for source, guard_type, derived, is_global, value, has_value in self.entries:
+            if not {guard_type, *derived} & set(served_compiles.DROPPED):
+                continue
+            named.add((guard_type, source))
+            found = served_compiles.dropped_guard(source, guard_type, derived, is_global, value, has_value)
+            if isinstance(found, str):
+                reason = reason or found
+            else:
+                kept.append(found)
+        unknown = sorted(self.logged - named)
+        if unknown and reason is None:  # torch dropped a guard this version does not know it drops
+            reason = f"{unknown[0][0]} guard on {unknown[0][1]} (dropped by torch, unknown to this hatch-precompile)"
+        self.dropped[hashlib.sha256(state).hexdigest()] = reason if reason is not None else kept
+        return None
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[1]).read_text())
+    out = Path(spec["out"])
+    sys.path[:0] = spec["paths"]
+    package = spec.get("package") or ""
+    os.environ[BUILDING_VAR] = "1"
+    os.environ[PACKAGE_VAR] = package
+    for saved_by_the_first_pass in (STEPS_DIR_VAR, TORCHSCRIPT_DIR_VAR):
+        os.environ.pop(saved_by_the_first_pass, None)
+    os.environ.setdefault(DYNAMIC_THREADS_VAR, "1")
+    started = time.perf_counter()
+    import torch
+
+    from hatch_precompile.run.torch_internals import dynamo_cache
+
+    unsupported = dynamo_cache.unsupported(torch) or _flag_problem()
+    if unsupported:
+        workload_loop.write_result(out, ChildResult("unusable", unsupported))
+        return EXIT_OK
+    recorder = _Recorder(package)
+    recorder.install(torch)
+    cache_dir = os.environ[CACHE_DIR_VAR]
+
+    from torch._dynamo.utils import counters  # noqa: TID251  (the build's child reads torch's counters)
+
+    def measure(name: str, run: Any) -> dict[str, Any]:  # what the relayed line says: graphs traced, none compiled
+        began, before, (kernels, _) = time.perf_counter(), observe.snapshot(counters), observe.cache_usage(cache_dir)
+        run()
+        return {"name": name, "seconds": round(time.perf_counter() - began, 3),
+                "counters": observe.delta(before, observe.snapshot(counters)),
+                "kernels": observe.cache_usage(cache_dir)[0] - kernels}
+
+    workloads, stop = workload_loop.run_workloads(spec["workloads"], measure)
+    if isinstance(stop, Failure):
+        workload_loop.write_result(out, ChildResult("failed", failure=stop, workloads=workloads))
+        return EXIT_OK
+    lookup("megacache", "call")
+    try:
+        torch.compiler.save_cache_artifacts()  # writes each function's entry into the cache dir's dynamo/
+    except Exception as exc:
+        workload_loop.write_result(out, ChildResult("unusable", f"torch did not save its Dynamo cache entries: {exc!r}"))
+        return EXIT_OK
+    functions, notes = _index(recorder, Path(cache_dir) / DYNAMO_DIR, out / DYNAMO_DIR)
+    if functions:
+        (out / SERVED_FILE).write_text(served_compiles.dumps(torch.__version__, functions))
+    workload_loop.write_result(out, ChildResult("ok", workloads=workloads, data={
+        "functions": len(functions), "notes": notes, "seconds": round(time.perf_counter() - started, 3),
+        "guarded": sum(len(f.guarded) for f in functions.values()),
+        "traced": sum(isinstance(v, str) for f in functions.values() for v in f.guarded.values()),
+    }))
+    return EXIT_OK
+
+
+def possible(torch: Any) -> bool:
+    """Whether this torch has what the second pass needs: the flag, and precompile entries on code."""
+    from hatch_precompile.run.torch_internals import dynamo_cache
+
+    try:
+        from torch._dynamo import config  # noqa: TID251
+
+        return dynamo_cache.unsupported(torch) is None and hasattr(config, "caching_precompile")
+    except Exception:
+        return False
+
+
+def _flag_problem() -> str | None:
+    lookup("caching-precompile", "setting")
+    from torch._dynamo import config  # noqa: TID251
+
+    if not getattr(config, "caching_precompile", False):
+        return f"torch's caching_precompile is not on ({CACHING_PRECOMPILE_VAR}=1 was not taken)"
+    return None
+
+
+def _index(recorder: _Recorder, entries: Path, out: Path) -> tuple[dict[str, served_compiles.Function], list[str]]:
+    """Each entry of a function the package compiled, copied to ``out``, and its index record; and
+    what was left out, and why."""
+    functions: dict[str, served_compiles.Function] = {}
+    notes: list[str] = []
+    for key in sorted(recorder.options):
+        module, qualname = recorder.modules[key]
+        path = entries / key / "entry"
+        options = recorder.options[key]
+        if not path.is_file():
+            notes.append(f"{module}.{qualname}: torch saved no Dynamo cache entry for it (nothing compiled?)")
+            continue
+        if None in options:
+            notes.append(f"{module}.{qualname}: compiled with options that are not plain data (a backend function?)")
+            continue
+        data = path.read_bytes()
+        try:
+            entry = pickle.loads(data)
+            codes = entry.dynamo.codes
+            guarded = {hashlib.sha256(g.guards_state).hexdigest() for code in codes for g in code.guarded_codes}
+            made_for = (codes[0].python_module, entry.dynamo.fn_name, entry.dynamo.fn_first_lineno)
+        except Exception as exc:
+            notes.append(f"{module}.{qualname}: its Dynamo cache entry does not read back ({exc!r})")
+            continue
+        if made_for[0] != module or made_for[1] != qualname or served_compiles.source_key(qualname, made_for[2]) != key:
+            notes.append(f"{module}.{qualname}: its Dynamo cache entry is another function's ({made_for[0]}.{made_for[1]})")
+            continue
+        if not guarded:
+            notes.append(f"{module}.{qualname}: torch left no guarded code in its entry (bypassed)")
+            continue
+        (out / f"{key}.entry").parent.mkdir(parents=True, exist_ok=True)
+        (out / f"{key}.entry").write_bytes(data)
+        functions[key] = served_compiles.Function(
+            module, qualname, int(made_for[2]), f"{DYNAMO_DIR}/{key}.entry", tuple(sorted(o for o in options if o)),
+            {sha: recorder.dropped.get(sha, "its guards were not recorded while the workload ran") for sha in sorted(guarded)})
+    return functions, notes
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,187 @@
+"""The package's own ``torch.compile`` calls served without Dynamo tracing them.
+
+For a set that ships Dynamo cache entries (``dynamo/served.json``, protocol/served_compiles.py),
+``load()`` calls ``intercept``: from then on, ``torch.compile`` called by the package's own code
+(its caller is one of the package's modules) on a function or module its build compiled, with the
+options the build used, returns what torch returns, and that function's entry is installed on its
+code (run/torch_internals/dynamo_cache.py) -- so its first call runs the shipped graphs without
+tracing, every guard checked. Every other call of ``torch.compile`` is torch's, untouched: another
+package's, a function the build did not compile, other options; torch's ``caching_precompile``
+flag is never set. Where an entry cannot be installed, the function is compiled as without it
+(traced, its graphs warm from the shipped caches), and ``served()`` says why.
+
+Where the set is for a GPU and CUDA is not yet initialised, a function's entry is installed at its
+first call instead (installing loads its kernels, which would initialise CUDA in a process that
+may fork workers); a module compiled so is traced.
+
+Standard library at import; torch is the caller's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import sys
+import threading
+from typing import Any, Callable
+
+from hatch_precompile.protocol import served_compiles
+from hatch_precompile.protocol.names import SERVED_FILE
+from hatch_precompile.run.artifacts import ArtifactSet, Skip
+
+log = logging.getLogger("hatch_precompile")
+
+
+@dataclasses.dataclass
+class _Package:
+    found: ArtifactSet
+    functions: dict[str, served_compiles.Function]
+
+
+@dataclasses.dataclass
+class ProcessState:
+    """What lives for the process: the packages whose calls are served, what became of each function
+    (by source key: "served ..." or why not), and torch's own ``torch.compile``."""
+
+    packages: dict[str, _Package] = dataclasses.field(default_factory=dict)
+    outcomes: dict[str, str] = dataclasses.field(default_factory=dict)
+    tried: set[str] = dataclasses.field(default_factory=set)  # installed or refused: asked once per function
+    original: Callable[..., Any] | None = None
+    lock: threading.RLock = dataclasses.field(default_factory=threading.RLock)
+
+
+this_process = ProcessState()
+
+
+def intercept(package: str, found: ArtifactSet, torch: Any) -> str | None:
+    """Serve ``package``'s ``torch.compile`` calls from ``found``'s entries; why not (a note), or None."""
+    from hatch_precompile.run.torch_internals import dynamo_cache, patching
+
+    if not patching.enabled():
+        return None  # HATCH_PRECOMPILE_NO_PATCHES: torch untouched
+    unsupported = dynamo_cache.unsupported(torch)
+    if unsupported:
+        return unsupported
+    try:
+        built_with, functions = served_compiles.parse(found.read(SERVED_FILE))
+    except (Skip, served_compiles.ServedError) as exc:
+        return f"its compiled functions are traced: {exc}"
+    with this_process.lock:
+        this_process.packages[package] = _Package(found, functions)
+        if this_process.original is None:
+            this_process.original = torch.compile
+            torch.compile = _compile_wrapper(torch.compile)
+    return None
+
+
+def served() -> dict[str, str]:
+    """Each compiled function this process asked for, ``module.qualname`` -> what became of its entry."""
+    with this_process.lock:
+        return dict(this_process.outcomes)
+
+
+def compile_for(package: str, fn: Any, **options: Any) -> Any:
+    """``torch.compile(fn, **options)`` on ``package``'s behalf (a step's fallback): served as the
+    package's own call would be."""
+    import torch
+
+    original = this_process.original or torch.compile
+    compiled = original(fn, **options)
+    return _served(package, fn, options, compiled)
+
+
+def _compile_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def compile(model: Any = None, **options: Any) -> Any:
+        if model is None:  # @torch.compile(...): the decorator, served as the call it makes
+            return lambda fn: compile(fn, **options)
+        compiled = original(model, **options)
+        package = _package_of(sys._getframe(1).f_globals.get("__name__"))
+        return compiled if package is None else _served(package, model, options, compiled)
+
+    return compile
+
+
+def _package_of(module: Any) -> str | None:
+    if not isinstance(module, str):
+        return None
+    with this_process.lock:
+        return next((p for p in this_process.packages if module == p or module.startswith(p + ".")), None)
+
+
+def _served(package: str, model: Any, options: dict[str, Any], compiled: Any) -> Any:
+    """``compiled``, with the shipped entry of ``model`` installed (now, or at its first call)."""
+    try:
+        function = _shipped(package, model, options)
+    except Exception:  # never break a torch.compile call
+        log.debug("hatch-precompile: not serving %r", model, exc_info=True)
+        return compiled
+    if function is None:
+        return compiled
+    import torch
+
+    if this_process.packages[package].found.manifest.env.get("gpu") and not torch.cuda.is_initialized():
+        if not callable(compiled) or isinstance(model, torch.nn.Module):
+            _said(function, "traced: a module compiled before CUDA was initialised is not served")
+            return compiled
+        return _installed_at_first_call(package, model, function, compiled)
+    _install(package, model, function)
+    return compiled
+
+
+def _shipped(package: str, model: Any, options: dict[str, Any]) -> served_compiles.Function | None:
+    """The shipped function for this call, or None (said in ``served()`` where one was shipped)."""
+    found = served_compiles.function_key(model)
+    if found is None:
+        return None
+    key, module, qualname, _ = found
+    with this_process.lock:
+        function = this_process.packages[package].functions.get(key)
+    if function is None or (function.module, function.qualname) != (module, qualname):
+        return None
+    if served_compiles.options_key(options) not in function.options:
+        _said(function, "traced: compiled with other options than the build's")
+        return None
+    return function
+
+
+def _install(package: str, model: Any, function: served_compiles.Function) -> None:
+    from hatch_precompile.run.torch_internals import dynamo_cache
+
+    name = f"{function.module}.{function.qualname}"
+    with this_process.lock:
+        if name in this_process.tried:
+            return  # installed on its code already (every wrapper of it is served), or refused
+        this_process.tried.add(name)
+        try:
+            data = this_process.packages[package].found.read(function.entry)
+            counts, reasons = dynamo_cache.install(served_compiles.innermost(model), data, function.guarded,
+                                                   env_checked=True)
+        except (Skip, dynamo_cache.Refused) as exc:
+            _said(function, f"traced: {exc}")
+            return
+        except Exception as exc:  # torch moved: the function is traced, as without hatch-precompile
+            _said(function, f"traced: installing its entry failed: {exc!r}")
+            return
+        if not counts["served"]:
+            _said(function, f"traced: {reasons[0] if reasons else 'its entry holds no guarded code'}")
+            return
+        held = f", {counts['held']} object(s) held to the build's" if counts["held"] else ""
+        traced = f"; {counts['traced']} other(s) traced: {reasons[0]}" if counts["traced"] else ""
+        _said(function, f"served: {counts['served']} guarded code(s){held}{traced}")
+
+
+def _installed_at_first_call(package: str, model: Any, function: served_compiles.Function, compiled: Any) -> Any:
+    @functools.wraps(compiled)
+    def first_call(*args: Any, **kwargs: Any) -> Any:
+        _install(package, model, function)
+        return compiled(*args, **kwargs)
+
+    return first_call
+
+
+def _said(function: served_compiles.Function, outcome: str) -> None:
+    with this_process.lock:
+        this_process.outcomes[f"{function.module}.{function.qualname}"] = outcome
+    log.debug("hatch-precompile: %s.%s: %s", function.module, function.qualname, outcome)

@@ -1,0 +1,187 @@
+"""Torch's Dynamo cache entries installed on a function's code, every guard kept (run/served_compile.py).
+
+An entry (torch's ``PrecompileCacheEntry``, pickled by the build's second pass) holds Dynamo's
+output for a function: the transformed bytecode of each graph and resume function, the compiled
+graphs (AOTAutograd's bundled entries), and each guarded code's guards, serialized. Installed
+with ``CompilePackage.install`` as torch's ``caching_precompile`` installs it, each guarded code
+becomes a *precompile entry* of the function's code object: Dynamo's frame evaluation checks it
+first, at every call, and runs its code where its guards hold -- nothing traced, nothing compiled.
+Where they do not, Dynamo traces the call as it always does.
+
+Torch serializes a guard manager without the guards it cannot pickle (an object's identity).
+For each guarded code, the index names what was dropped (protocol/served_compiles.py): here the
+object at each such source is described and compared with the build's description (the same
+module, class, builtin, or function with the same code, defaults and closure), and a guard is
+added to the entry's guard manager that holds that source to that very object at every call, as
+Dynamo's own ID guard would. A guarded code whose dropped guards cannot be held so, whose guards
+the index does not know, or whose objects are other ones here, gets a guard that always fails: it
+is never run, and such a call is traced.
+
+Torch's own flag (``torch._dynamo.config.caching_precompile``) is never set here: it would drop
+those guards for every compile of the process.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import itertools
+import pickle
+import re
+import sys
+import threading
+from typing import Any, Callable
+
+from hatch_precompile.protocol import served_compiles
+from hatch_precompile.run.torch_internals.registry import lookup
+
+_lock = threading.Lock()  # one install at a time: the wrappers below are the package module's for its duration
+
+
+class Refused(Exception):
+    """The entry is not installed; the message says why (the function is traced, as without it)."""
+
+
+def unsupported(torch: Any) -> str | None:
+    """Why this torch cannot take a shipped entry (no precompile entries on code objects), or None."""
+    lookup("precompile-entry", "call")
+    frame = getattr(getattr(getattr(torch, "_C", None), "_dynamo", None), "eval_frame", None)
+    if not all(hasattr(frame, n) for n in ("_load_precompile_entry", "_reset_precompile_entries")):
+        return f"torch {torch.__version__} has no precompile entries (torch.compile traces as usual)"
+    return None
+
+
+def install(fn: Any, data: bytes, guarded: dict[str, Any], env_checked: bool) -> tuple[dict[str, int], list[str]]:
+    """Install the entry ``data`` on ``fn``'s code; what its guarded codes became (``{"served": n,
+    "held": objects held to the build's, "traced": guarded codes never run}``) and why each traced
+    one is. Raises Refused, having left
+    nothing installed. ``env_checked``: load() matched the set's environment key here (torch,
+    Python, GPU by NVML), so torch's own check of the same, which asks CUDA, is not asked again."""
+    lookup("compile-package", "call")
+    from torch._dynamo import package  # noqa: TID251  (the touchpoint's owner)
+
+    try:
+        entry = pickle.loads(data)
+        dynamo, backends = entry.dynamo, entry.backends
+        if env_checked:  # asking CUDA here would initialise it in the parent of fork-started workers
+            dynamo.check_versions = lambda: None
+        compile_package = package.CompilePackage(fn, dynamo)
+    except Exception as exc:  # another torch's entry, the package's source changed, torch moved
+        raise Refused(f"torch does not take the shipped Dynamo cache entry: {exc!r}") from None
+    counts = {"served": 0, "held": 0, "traced": 0}
+    reasons: list[str] = []
+    with _lock:
+        lookup("guard-load", "wrap")
+        load_state, load_manager = package.load_guards_state, package.load_guard_manager
+        digests: dict[int, str] = {}
+
+        def read_state(raw: bytes) -> Any:
+            state = load_state(raw)
+            digests[id(state)] = hashlib.sha256(raw).hexdigest()
+            return state
+
+        def build_manager(state: Any, code: Any, scope: dict[str, Any]) -> Any:
+            manager = load_manager(state, code, scope)
+            dropped = guarded.get(digests.get(id(state), ""), "its guards are not in the index")
+            check, held = _held(dropped, scope) if isinstance(dropped, list) else (None, dropped)
+            if check is None:
+                counts["traced"] += 1
+                reasons.append(str(held))
+                manager.root.add_lambda_guard(_never, ["hatch-precompile: not served (traced instead)"], None)
+            else:
+                counts["served"] += 1
+                counts["held"] += int(held)
+                manager.root.add_lambda_guard(check, ["hatch-precompile: objects found again by name"], None)
+            return manager
+
+        expected = sum(len(c.guarded_codes) for c in dynamo.codes if not getattr(c, "bypassed", False))
+        scopes = [vars(m) for m in {sys.modules.get(getattr(c, "python_module", "")) for c in dynamo.codes} if m]
+        names_before = [set(scope) for scope in scopes]
+        package.load_guards_state, package.load_guard_manager = read_state, build_manager
+        try:
+            compile_package.install(backends)
+            if counts["served"] + counts["traced"] != expected:  # torch built guards these wrappers did not see
+                raise RuntimeError(f"{expected} guarded code(s) in the entry, {counts['served'] + counts['traced']} seen")
+            _after_installed_names(dynamo)
+        except Exception as exc:
+            _quietly(compile_package.uninstall)
+            for scope, before in zip(scopes, names_before):  # what uninstall() leaves: the builtins dict, say
+                for name in set(scope) - before:
+                    scope.pop(name, None)
+            raise Refused(f"torch could not install the shipped Dynamo cache entry: {exc!r}") from None
+        finally:
+            package.load_guards_state, package.load_guard_manager = load_state, load_manager
+    return counts, reasons
+
+
+def _never(frame_locals: Any) -> bool:
+    return False
+
+
+def _held(dropped: list[dict[str, Any]], scope: dict[str, Any]) -> tuple[Callable[[Any], bool] | None, int | str]:
+    """A guard holding each source of ``dropped`` to the object there now, where that object is
+    described as the build's was, and how many it holds; (None, why not) where one is not."""
+    if not dropped:
+        return _always, 0
+    pins: dict[str, Any] = {"G": scope}
+    parts = []
+    for index, guard in enumerate(dropped):
+        source = guard["source"]
+        if not served_compiles.SOURCE.fullmatch(source):
+            return None, f"{source} is not a source this version evaluates"
+        try:
+            current = eval(source, {"G": scope})  # a checked path of names and keys: nothing is called
+        except Exception as exc:
+            return None, f"{source} is not there ({exc!r})"
+        if guard.get("code"):  # CLOSURE_MATCH: the function's code, as Dynamo holds it
+            current, source = getattr(current, "__code__", None), f"({source}).__code__"
+            found = {"kind": "code", "code": served_compiles.code_digest(current)} if current is not None else None
+        else:
+            found = served_compiles.describe(current)
+        if found != guard["described"]:  # another object than the build's: a monkeypatch, another version
+            return None, f"{source} is another object than the build's ({_what(current)})"
+        pins[f"_{index}"] = current
+        parts.append(f"({source}) is _{index}")
+    test = eval(builtins.compile("lambda _: " + " and ".join(parts), "<hatch-precompile guards>", "eval"), pins)
+
+    def check(frame_locals: Any) -> bool:
+        try:
+            return bool(test(frame_locals))
+        except Exception:  # a name deleted, an attribute gone: not the object the entry was made for
+            return False
+
+    return check, len(parts)
+
+
+def _what(value: Any) -> str:
+    return f"{getattr(value, '__module__', None) or type(value).__name__}.{getattr(value, '__qualname__', '?')}"
+
+
+def _always(frame_locals: Any) -> bool:
+    return True
+
+
+def _after_installed_names(dynamo: Any) -> None:
+    """Dynamo names the globals it installs with one counter (``__builtins_dict___0``,
+    ``__compiled_fn_1_...``); the entry brought globals of those names from the build's process,
+    so the counter moves past them: a later trace of the same module would otherwise make a name
+    the entry holds, and fail (torch does not do this itself)."""
+    lookup("unique-id", "setting")
+    from torch._dynamo import bytecode_transformation  # noqa: TID251
+
+    numbers = []
+    for code in getattr(dynamo, "codes", []):
+        module = sys.modules.get(getattr(code, "python_module", ""))
+        for name in vars(module) if module is not None else ():
+            if name.startswith("__"):
+                numbers += [int(n) for n in re.findall(r"_(\d+)(?=_|$)", name)]
+    if numbers:
+        counter = bytecode_transformation._unique_id_counter
+        bytecode_transformation._unique_id_counter = itertools.count(max(next(counter), max(numbers) + 1))
+
+
+def _quietly(call: Callable[[], Any]) -> None:
+    try:
+        call()
+    except Exception:
+        pass
