@@ -25,6 +25,7 @@ _LAZY = {
     "save_step": "build.step_capture",
     "StepMismatch": "build.step_capture",
     "StepCaptureError": "build.step_capture",
+    "served": "run.served_compile",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -91,6 +91,9 @@ def run(cmd, *, env=None, cwd=None, check=True, timeout=1200) -> subprocess.Comp
     # Exporting a step costs every build ~10 s: only the builds that test steps export them (they
     # say HATCH_PRECOMPILE_NO_STEPS=0); the rest ship the steps' warm fallback, as on a torch without.
     full_env["HATCH_PRECOMPILE_NO_STEPS"] = "1"
+    # Likewise the second pass (the compiled functions' Dynamo cache entries): the builds that test
+    # it, or stand for a user's build, say HATCH_PRECOMPILE_NO_DYNAMO_CACHE=0.
+    full_env["HATCH_PRECOMPILE_NO_DYNAMO_CACHE"] = "1"
     full_env["TMPDIR"] = TEST_TMPDIR
     if not GPUS_VISIBLE:  # the CPU path, on any machine: a GPU's tests are test_gpu.py's
         full_env["CUDA_VISIBLE_DEVICES"] = full_env["HIP_VISIBLE_DEVICES"] = ""
@@ -176,6 +179,14 @@ def run_fresh(python: Path, args: list, cache_dir: Path, env=None, pythonpath: P
         extra["PYTHONPATH"] = str(pythonpath)
     proc = run([python, *args], env=extra, cwd=cache_dir.parent)
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def inference_warm(result: dict) -> bool:
+    """The sample's compiled inference warm: served untraced from its shipped Dynamo cache entry
+    (nothing traced), or traced with its graph a hit (where the entry's guards stop it: another
+    thread count than the kernels allow, a set built without the second pass)."""
+    traced = result.get("first_predict_phases", {}).get("frames", 1)
+    return traced == 0 or result["aot_autograd"].get("autograd_cache_hit", 0) >= 1
 
 
 def run_sample(python: Path, cache_dir: Path, env=None, pythonpath: Path | None = None) -> dict:
@@ -267,7 +278,8 @@ def precompiled_build(tmp_path_factory) -> Path:
     the wheel (dist/), the build's output (build.log) and the temp dir it ran with (tmp/)."""
     def build(out: Path) -> None:
         (out / "tmp").mkdir()
-        env = {"CI": "true", "TMPDIR": str(out / "tmp"), "HATCH_PRECOMPILE_NO_STEPS": "0"}
+        env = {"CI": "true", "TMPDIR": str(out / "tmp"), "HATCH_PRECOMPILE_NO_STEPS": "0",
+               "HATCH_PRECOMPILE_NO_DYNAMO_CACHE": "0"}
         proc, _ = build_wheel(copy_project(out / "src" / "sample_pkg"), out / "dist", env=env)
         (out / "build.log").write_text(proc.stdout)
 

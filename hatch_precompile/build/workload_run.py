@@ -122,7 +122,7 @@ def _run_set(
         if note not in said:
             said.add(note)
             reporter.info(note)
-    if options.get("dynamo_cache", True) and child.data.get("dynamo_pass"):
+    if options.get("dynamo_cache", True) and child.data.get("dynamo_pass") and not variables.no_dynamo_cache(env):
         _served_compiles(python, run_dir, spec, {**env, CACHE_DIR_VAR: str(cache_dir)}, limits, reporter, out_dir)
     result = {**child.data, "workloads": child.workloads}
     return artifact_layout.lay_out(target, package, result, cache_dir=cache_dir, out_dir=out_dir,

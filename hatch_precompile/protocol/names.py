@@ -51,6 +51,7 @@ __all__ = [
     "STEPS_DIR_VAR",
     "STEPS_VERIFY_VAR",
     "NO_STEPS_VAR",
+    "NO_DYNAMO_CACHE_VAR",
     "PROOF_TIMEOUT_VAR",
     "PACKAGE_VAR",
     "CACHE_DIR_VAR",
@@ -111,6 +112,7 @@ TORCHSCRIPT_DIR_VAR = "HATCH_PRECOMPILE_TORCHSCRIPT_DIR"  # where save_torchscri
 STEPS_DIR_VAR = "HATCH_PRECOMPILE_STEPS_DIR"  # where save_step() writes
 STEPS_VERIFY_VAR = "HATCH_PRECOMPILE_VERIFY_STEPS"  # set in verify's child: save_step() checks the shipped step
 NO_STEPS_VAR = "HATCH_PRECOMPILE_NO_STEPS"  # a build ships no step: save_step() does nothing (faster builds)
+NO_DYNAMO_CACHE_VAR = "HATCH_PRECOMPILE_NO_DYNAMO_CACHE"  # no second pass: compiled functions traced (faster builds)
 PROOF_TIMEOUT_VAR = "HATCH_PRECOMPILE_PROOF_TIMEOUT"  # seconds a step's package may take to open and run in its proof
 PACKAGE_VAR = "HATCH_PRECOMPILE_PACKAGE"  # in a child: the package whose artifacts it builds or checks
 CACHE_DIR_VAR = "TORCHINDUCTOR_CACHE_DIR"  # torch's

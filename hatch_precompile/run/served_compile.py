@@ -87,8 +87,9 @@ def compile_for(package: str, fn: Any, **options: Any) -> Any:
     import torch
 
     original = this_process.original or torch.compile
-    compiled = original(fn, **options)
-    return _served(package, fn, options, compiled)
+    if package not in this_process.packages:
+        return original(fn, **options)
+    return _served(package, fn, options, original)
 
 
 def _compile_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -96,11 +97,25 @@ def _compile_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
     def compile(model: Any = None, **options: Any) -> Any:
         if model is None:  # @torch.compile(...): the decorator, served as the call it makes
             return lambda fn: compile(fn, **options)
-        compiled = original(model, **options)
         package = _package_of(sys._getframe(1).f_globals.get("__name__"))
-        return compiled if package is None else _served(package, model, options, compiled)
+        if package is None:
+            return original(model, **options)
+        return _served(package, model, options, original)
 
     return compile
+
+
+def _compiled(original: Callable[..., Any], model: Any, options: dict[str, Any]) -> Any:
+    """``original(model, **options)``, without its compiler config, which imports Inductor's whole
+    compiler (~1 s; nothing a served call runs needs it): the compiled object's public
+    ``get_compiler_config()`` makes it when asked."""
+    from hatch_precompile.run.torch_internals import compiler_config
+
+    with compiler_config.deferred() as backends:
+        compiled = original(model, **options)
+    if backends:
+        compiler_config.answer_later(compiled, backends[0])
+    return compiled
 
 
 def _package_of(module: Any) -> str | None:
@@ -110,15 +125,17 @@ def _package_of(module: Any) -> str | None:
         return next((p for p in this_process.packages if module == p or module.startswith(p + ".")), None)
 
 
-def _served(package: str, model: Any, options: dict[str, Any], compiled: Any) -> Any:
-    """``compiled``, with the shipped entry of ``model`` installed (now, or at its first call)."""
+def _served(package: str, model: Any, options: dict[str, Any], original: Callable[..., Any]) -> Any:
+    """``original(model, **options)``, with the shipped entry of ``model`` installed (now, or at its
+    first call) where one was shipped for this call."""
     try:
         function = _shipped(package, model, options)
     except Exception:  # never break a torch.compile call
         log.debug("hatch-precompile: not serving %r", model, exc_info=True)
-        return compiled
+        function = None
     if function is None:
-        return compiled
+        return original(model, **options)
+    compiled = _compiled(original, model, options)
     import torch
 
     if this_process.packages[package].found.manifest.env.get("gpu") and not torch.cuda.is_initialized():
@@ -155,9 +172,10 @@ def _install(package: str, model: Any, function: served_compiles.Function) -> No
             return  # installed on its code already (every wrapper of it is served), or refused
         this_process.tried.add(name)
         try:
-            data = this_process.packages[package].found.read(function.entry)
-            counts, reasons = dynamo_cache.install(served_compiles.innermost(model), data, function.guarded,
-                                                   env_checked=True)
+            found = this_process.packages[package].found
+            counts, reasons = dynamo_cache.install(served_compiles.innermost(model), found.read(function.entry),
+                                                   function.guarded, env_checked=True,
+                                                   any_threads=bool(found.manifest.settings.get("cpp.dynamic_threads")))
         except (Skip, dynamo_cache.Refused) as exc:
             _said(function, f"traced: {exc}")
             return

@@ -18,6 +18,7 @@ from hatch_precompile.protocol import (
     DEBUG_VAR,
     GLOBAL_SWITCH,
     HEARTBEAT_VAR,
+    NO_DYNAMO_CACHE_VAR,
     NO_PATCHES_VAR,
     NO_SPEEDUPS_VAR,
     NO_STEPS_VAR,
@@ -123,6 +124,13 @@ def no_steps(environ: Mapping[str, str] | None = None) -> bool:
     the switch's values; unset or empty is off; anything else is a ValueError naming it."""
     raw = _text(NO_STEPS_VAR, environ)
     return bool(raw) and switch_value(NO_STEPS_VAR, raw)
+
+
+def no_dynamo_cache(environ: Mapping[str, str] | None = None) -> bool:
+    """``HATCH_PRECOMPILE_NO_DYNAMO_CACHE``: a build without its second pass (the ``dynamo-cache``
+    option set false for one build). Takes the switch's values, as ``no_steps``."""
+    raw = _text(NO_DYNAMO_CACHE_VAR, environ)
+    return bool(raw) and switch_value(NO_DYNAMO_CACHE_VAR, raw)
 
 
 def steps_verify(environ: Mapping[str, str] | None = None) -> bool:

@@ -9,6 +9,7 @@ import torch
 from torch._dynamo.utils import counters
 from torch._inductor.runtime.cache_dir_utils import cache_dir
 
+import hatch_precompile
 import sample_pkg  # `python -m` imported it already, so import time is not measured here
 
 
@@ -44,9 +45,11 @@ def main() -> None:
     loss = trainer.step(images, labels).item()  # .item() waits for the GPU, if any
     step_seconds = time.perf_counter() - t0
     step_phases = compile_phases(compilation_metrics()[metrics_before:])
+    metrics_before = len(compilation_metrics())
     t0 = time.perf_counter()
     logits_sum = trainer.predict(images).double().sum().item()
     predict_seconds = time.perf_counter() - t0
+    predict_phases = compile_phases(compilation_metrics()[metrics_before:])
     # The training numbers stop here: where the classify step falls back to torch.compile, its
     # graph for a batch size the workload never used is its own compile, reported on its own.
     aot_autograd = dict(counters["aot_autograd"])
@@ -68,6 +71,8 @@ def main() -> None:
         "classify_error": classify_error,
         "classify_kernels_compiled": count_kernels() - kernels_before - kernels_compiled,
         "first_step_phases": step_phases,
+        "first_predict_phases": predict_phases,  # frames 0: served untraced from the shipped Dynamo cache entry
+        "served": hatch_precompile.served(),
         "step_route": sample_pkg.loss_step.route,
         "step_reason": sample_pkg.loss_step.reason,
         "loss": loss,
@@ -86,7 +91,8 @@ def main() -> None:
     print(f"precompiled caches:      {'loaded' if status.loaded else 'not loaded'} ({status.reason})")
     print(f"first training step:     {step_seconds:.2f} s  (loss {result['loss']:.4f}, on {result['device']}, "
           f"by {result['step_route']})")
-    print(f"first inference call:    {predict_seconds:.2f} s")
+    traced = "traced by Dynamo" if predict_phases["frames"] else "served untraced"
+    print(f"first inference call:    {predict_seconds:.2f} s  ({traced})")
     aot = result["aot_autograd"]
     print(
         f"AOTAutograd cache:       {aot.get('autograd_cache_hit', 0)} hit(s), "

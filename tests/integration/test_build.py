@@ -53,7 +53,10 @@ def test_precompiled_wheel_contents_and_tag(precompiled_wheel):
         assert entry["size"] == len(blobs[entry["sha256"]])
 
     files = manifest["files"]
-    assert "megacache.bin" in files and files["megacache.bin"]["size"] > 0
+    assert "megacache.bin" not in files and manifest["megacache"] is None  # nothing loaded it: not shipped
+    # The second pass: the package's compiled functions as Dynamo cache entries, with their index.
+    assert "dynamo/served.json" in files and sum(p.endswith(".entry") for p in files) == 3
+    assert "precompile: 3 compiled function(s) served without Dynamo tracing them (3 guarded code(s))" in output
     assert manifest["torchscript"] == {"classifier": "torchscript/classifier.pt"}
     assert any(p.startswith("inductor/aotautograd/") for p in files)
     assert any(p.startswith("inductor/fxgraph/") for p in files)

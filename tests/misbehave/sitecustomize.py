@@ -293,6 +293,16 @@ def _torch(module):
         logging.getLogger("torch._precompile").addFilter = _raise
     if "compile-calls" in BROKEN:  # torch.compile as an object whose signature cannot be read
         module.compile = _NoSignature(module.compile)
+    if "compiler-config" in BROKEN and hasattr(module, "_TorchCompileInductorWrapper"):  # gone from the backend
+        del module._TorchCompileInductorWrapper.get_compiler_config
+    if "global-state" in BROKEN:  # a global-state guard whose state is no longer JSON
+        guards = module._C._dynamo.guards
+
+        class GlobalStateGuard(guards.GlobalStateGuard):
+            def __getstate__(self):
+                return "not json"
+
+        guards.GlobalStateGuard = GlobalStateGuard
     if "precompile-entry" in BROKEN:  # a torch without precompile entries on code objects
         frame = module._C._dynamo.eval_frame
         for name in ("_load_precompile_entry", "_reset_precompile_entries"):
@@ -326,6 +336,14 @@ def _dynamo_guards(module):
             init(self, *args, **kwargs)
 
         module.CheckFunctionManager.__init__ = __init__
+    if "guard-state-tensor" in BROKEN:  # a plain function now: torch's own unpickling still works
+        unpickle = module.GuardsStatePickler.__dict__["_unpickle_tensor"].__func__
+        pickler = module.GuardsStatePickler
+
+        def _unpickle_tensor(meta, device, pytype, keys, grad):
+            return unpickle(pickler, meta, device, pytype, keys, grad)
+
+        pickler._unpickle_tensor = _unpickle_tensor
     if "dropped-guards" in BROKEN:  # torch logs under another name
         import logging
 
@@ -400,7 +418,8 @@ BREAKERS = frozenset({
     "megacache", "cpu-capability", "cpp-compiler", "compiler-search", "intel-compiler", "cache-dir", "aoti-compile", "aoti-loader",
     "keep-constants", "pytree", "module-internals", "joint-export", "triton-c-module", "triton-c-module-file",
     "compile-calls", "precompile-entry", "compile-package", "guard-load", "unique-id", "caching-precompile",
-    "guard-filter", "guarded-code", "dropped-guards",
+    "guard-filter", "guarded-code", "dropped-guards", "guard-state-tensor", "compiler-config",
+    "global-state",
 })
 
 

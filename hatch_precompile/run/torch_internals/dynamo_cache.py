@@ -24,13 +24,14 @@ those guards for every compile of the process.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import hashlib
 import itertools
 import pickle
 import re
 import sys
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from hatch_precompile.protocol import served_compiles
 from hatch_precompile.run.torch_internals.registry import lookup
@@ -51,12 +52,15 @@ def unsupported(torch: Any) -> str | None:
     return None
 
 
-def install(fn: Any, data: bytes, guarded: dict[str, Any], env_checked: bool) -> tuple[dict[str, int], list[str]]:
+def install(fn: Any, data: bytes, guarded: dict[str, Any], env_checked: bool,
+            any_threads: bool = False) -> tuple[dict[str, int], list[str]]:
     """Install the entry ``data`` on ``fn``'s code; what its guarded codes became (``{"served": n,
     "held": objects held to the build's, "traced": guarded codes never run}``) and why each traced
     one is. Raises Refused, having left
     nothing installed. ``env_checked``: load() matched the set's environment key here (torch,
-    Python, GPU by NVML), so torch's own check of the same, which asks CUDA, is not asked again."""
+    Python, GPU by NVML), so torch's own check of the same, which asks CUDA, is not asked again.
+    ``any_threads``: the set's kernels read the thread count when they run (``cpp.dynamic_threads``),
+    so the entry's guards take this process's count instead of the build machine's."""
     lookup("compile-package", "call")
     from torch._dynamo import package  # noqa: TID251  (the touchpoint's owner)
 
@@ -78,6 +82,8 @@ def install(fn: Any, data: bytes, guarded: dict[str, Any], env_checked: bool) ->
         def read_state(raw: bytes) -> Any:
             state = load_state(raw)
             digests[id(state)] = hashlib.sha256(raw).hexdigest()
+            if any_threads:
+                _this_thread_count(state)
             return state
 
         def build_manager(state: Any, code: Any, scope: dict[str, Any]) -> Any:
@@ -99,7 +105,8 @@ def install(fn: Any, data: bytes, guarded: dict[str, Any], env_checked: bool) ->
         names_before = [set(scope) for scope in scopes]
         package.load_guards_state, package.load_guard_manager = read_state, build_manager
         try:
-            compile_package.install(backends)
+            with _missing_grads_as_none():
+                compile_package.install(backends)
             if counts["served"] + counts["traced"] != expected:  # torch built guards these wrappers did not see
                 raise RuntimeError(f"{expected} guarded code(s) in the entry, {counts['served'] + counts['traced']} seen")
             _after_installed_names(dynamo)
@@ -112,6 +119,51 @@ def install(fn: Any, data: bytes, guarded: dict[str, Any], env_checked: bool) ->
         finally:
             package.load_guards_state, package.load_guard_manager = load_state, load_manager
     return counts, reasons
+
+
+@contextlib.contextmanager
+def _missing_grads_as_none() -> Iterator[None]:
+    """Torch pickles a parameter that had a ``.grad`` when it compiled with that grad as "missing",
+    and its own unpickler then raises (torch 2.13, 2.14: a module compiled after a training step);
+    the grad is no part of any guard, so it is read back as none while an entry is installed."""
+    lookup("guard-state-tensor", "wrap")
+    import torch
+    from torch._dynamo import guards  # noqa: TID251
+
+    pickler = guards.GuardsStatePickler
+    original = pickler.__dict__["_unpickle_tensor"]
+    unpickle = original.__func__
+
+    def _unpickle_tensor(cls: Any, meta: Any, device: Any, pytype: Any, keys: Any, grad: Any) -> Any:
+        return unpickle(cls, meta, device, pytype, keys, grad if grad is None or isinstance(grad, torch.Tensor) else None)
+
+    pickler._unpickle_tensor = classmethod(_unpickle_tensor)
+    try:
+        yield
+    finally:
+        pickler._unpickle_tensor = original
+
+
+def _this_thread_count(state: Any) -> None:
+    """The guarded code's global-state guard holds the thread count its build ran with (torch's
+    ``GlobalStateGuard``); where the kernels read it at run time, it holds this process's instead,
+    so an 8-core machine is served what a 2-core one built. Left as it is where it cannot be read."""
+    lookup("global-state", "setting")
+    import json
+
+    import torch
+
+    try:
+        guard = state.output_graph.global_state_guard
+        fields = json.loads(guard.__getstate__())
+        if not isinstance(fields, dict) or "num_threads" not in fields:
+            return
+        fields["num_threads"] = torch.get_num_threads()
+        replaced = type(guard)()
+        replaced.__setstate__(json.dumps(fields))
+        state.output_graph.global_state_guard = replaced
+    except Exception:  # served where the thread count is the build's; traced elsewhere
+        return
 
 
 def _never(frame_locals: Any) -> bool:

@@ -188,6 +188,11 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "cache entries its build shipped (run/served_compile.py); build's second pass: each call's options and "
                "caller (build/dynamo_pass.py)",
                broken="every call is torch's: traced, warm from the shipped caches"),
+    Touchpoint("compiler-config", "torch", "_TorchCompileInductorWrapper.get_compiler_config", "wrap",
+               "load: for a call the package's entry serves, asked when the compiled object's "
+               "`get_compiler_config()` is, not at the call (it imports Inductor's whole compiler; "
+               "run/torch_internals/compiler_config.py)",
+               broken="asked at the call, as torch does: the first call costs Inductor's compiler import"),
     Touchpoint("precompile-entry", "torch._C._dynamo.eval_frame", "_load_precompile_entry, _reset_precompile_entries",
                "call", "load and build: whether this torch takes Dynamo cache entries on a function's code "
                "(run/torch_internals/dynamo_cache.py)",
@@ -200,6 +205,15 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "load: while an entry is installed, each guarded code is matched to the index, and its guards "
                "get one holding each dropped source to its object (run/torch_internals/dynamo_cache.py)",
                broken="the entry is taken out again (its guarded codes were not all seen): the function is traced"),
+    Touchpoint("guard-state-tensor", "torch._dynamo.guards", "GuardsStatePickler._unpickle_tensor", "wrap",
+               "load: while an entry is installed, a tensor whose `.grad` torch pickled as missing (a parameter with "
+               "a gradient when it compiled; torch's own unpickler raises) is read back with none "
+               "(run/torch_internals/dynamo_cache.py)",
+               broken="the entry is not installed: the function is traced"),
+    Touchpoint("global-state", "torch._C._dynamo.guards", "GlobalStateGuard.__getstate__, __setstate__", "setting",
+               "load: an installed entry's global-state guard takes this process's thread count, where the set's "
+               "kernels read it when they run (run/torch_internals/dynamo_cache.py)",
+               broken="served where the thread count is the build machine's, traced elsewhere"),
     Touchpoint("unique-id", "torch._dynamo.bytecode_transformation", "_unique_id_counter", "setting",
                "load: Dynamo's name counter moved past the globals an installed entry brought, so that a later "
                "trace names none of them again (run/torch_internals/dynamo_cache.py)",

@@ -1,0 +1,206 @@
+"""A package that only calls torch.compile: its compiled functions served without Dynamo tracing them,
+every guard kept (run/served_compile.py), against a cold compile of the same calls.
+
+tests/compile_pkg is built once (both build passes); each case runs in one fresh process served and
+in one with PRECOMPILE=0 (compiled cold), and every output and gradient must be the cold compile's.
+A case Dynamo's guards let through is served (nothing traced); a case they stop is traced, as
+without hatch-precompile -- including the guards torch's caching_precompile drops (an object's
+identity: a monkeypatched function), which hatch-precompile holds itself.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, build_wheel, built_once, copy_project, run, unpack
+
+from integration.test_touchpoints import misbehaving
+
+pytestmark = pytest.mark.slow  # builds a wheel, runs torch in fresh processes
+
+COMPILE_PKG = ROOT / "tests" / "compile_pkg"
+
+
+@pytest.fixture(scope="session")
+def compile_build(tmp_path_factory) -> Path:
+    """tests/compile_pkg built (both passes) and unpacked under ``site/``; its output in ``build.log``."""
+    def build(out: Path) -> None:
+        proc, wheel = build_wheel(copy_project(out / "src" / "compile_pkg", COMPILE_PKG), out / "dist",
+                                  env={"HATCH_PRECOMPILE_NO_DYNAMO_CACHE": "0"})
+        (out / "build.log").write_text(proc.stdout)
+        unpack(wheel, out / "site")
+
+    return built_once(tmp_path_factory, "compile", build)
+
+
+# Each case: (how many frames Dynamo traced for it, what it computed). Run served, then cold.
+CASES = r"""
+import json, sys
+import torch
+import torch.nn.functional as F
+import compile_pkg
+from compile_pkg import model as M
+from torch._dynamo.utils import get_compilation_metrics
+from hatch_precompile.run import served_compile
+
+results = {}
+def case(name, run):
+    before = len(list(get_compilation_metrics()))
+    out = run()
+    results[name] = [len(list(get_compilation_metrics())) - before, out]
+
+def trained(net, x, y):  # the loss and every gradient, as a training step leaves them
+    loss = M.compiled_loss(net, x, y)
+    loss.backward()
+    return [loss.item()] + [p.grad.double().sum().item() for p in net.parameters()]
+
+def changed(module, name, value, run):
+    old = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        return run()
+    finally:
+        setattr(module, name, old)
+
+x, y = M.batch()
+case("first call", lambda: trained(M.make(), x, y))
+case("another model instance", lambda: trained(M.make(seed=5), x, y))
+def attribute():
+    net = M.make()
+    net.scale = 3.0
+    return trained(net, x, y)
+case("a changed module attribute", attribute)
+case("another shape", lambda: trained(M.make(), *M.batch(5)))
+case("another dtype", lambda: trained(M.make().double(), x.double(), y))
+def input_grad():
+    xr = x.clone().requires_grad_(True)
+    return trained(M.make(), xr, y) + [xr.grad.sum().item()]
+case("an input that requires grad", input_grad)
+case("eval against train", lambda: trained(M.make().eval(), x, y))
+case("a mutated global", lambda: changed(M, "LABEL_SMOOTHING", 0.1, lambda: trained(M.make(), x, y)))
+def mutated_dict():
+    M.CONFIG["temperature"] = 2.0
+    try:
+        return trained(M.make(), x, y)
+    finally:
+        M.CONFIG["temperature"] = 1.0
+case("a mutated global dict", mutated_dict)
+real_gelu = F.gelu
+case("a library function monkeypatched", lambda: changed(F, "gelu", lambda t, approximate="none": real_gelu(t) * 2,
+                                                           lambda: trained(M.make(), x, y)))
+with torch.no_grad():
+    case("a compiled module, another instance", lambda: [M.predictor(M.make(seed=7).eval())(x).sum().item()])
+    case("a compiled module in train()", lambda: [M.predictor(M.make(seed=7).train())(x).sum().item()])
+    case("a closure under no_grad", lambda: [M.scaled(torch.arange(32.0))(x).sum().item()])
+case("a closure over another object", lambda: [M.scaled(torch.arange(32.0))(x).sum().item()])
+# Another package's compile in the same process keeps every guard torch has: an object replaced.
+class Holder:
+    def __init__(self, w):
+        self.w = w
+holder = Holder(2.0)
+def outside(t):
+    return t * holder.w
+outside_compiled = torch.compile(outside)
+first = outside_compiled(x).sum().item()
+holder = Holder(3.0)
+case("another package's compile, a global replaced", lambda: [first, outside_compiled(x).sum().item()])
+print(json.dumps({"results": results, "served": served_compile.served(),
+                  "caching_precompile": torch._dynamo.config.caching_precompile,
+                  "reason": compile_pkg.precompile_status.reason}))
+"""
+
+SERVED = ("first call", "another model instance", "a compiled module, another instance", "a closure over another object")
+TRACED = ("a changed module attribute", "another shape", "another dtype", "an input that requires grad",
+          "eval against train", "a mutated global", "a mutated global dict", "a library function monkeypatched",
+          "a compiled module in train()", "a closure under no_grad", "another package's compile, a global replaced")
+
+
+def run_cases(site: Path, tmp_path: Path, name: str, env: dict[str, str] | None = None,
+              script: str = CASES) -> dict:
+    (tmp_path / name).mkdir()
+    proc = run([sys.executable, "-c", script], cwd=tmp_path / name,
+               env={"PYTHONPATH": str(site), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / name / "cache"), **(env or {})})
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_every_guard_is_kept_each_call_served_or_traced_as_a_cold_compile_computes(compile_build, tmp_path):
+    log = (compile_build / "build.log").read_text()
+    assert "precompile: 3 compiled function(s) served without Dynamo tracing them (3 guarded code(s))" in log, log
+    served = run_cases(compile_build / "site", tmp_path, "served")
+    cold = run_cases(compile_build / "site", tmp_path, "cold", {"PRECOMPILE": "0"})
+    assert served["reason"] == "installed" and not served["caching_precompile"]
+    assert sorted(served["served"]) == ["compile_pkg.model.MLP.forward", "compile_pkg.model.loss_fn",
+                                        "compile_pkg.model.scaled_by.<locals>.scaled_sum"], served["served"]
+    assert all(outcome.startswith("served: 1 guarded code(s)") for outcome in served["served"].values()), served["served"]
+    for name, (traced, outputs) in served["results"].items():
+        cold_traced, cold_outputs = cold["results"][name]
+        assert outputs == pytest.approx(cold_outputs, rel=1e-5, abs=1e-6), name
+        if name in SERVED:
+            assert traced == 0, f"{name}: served, so nothing traced"
+        else:
+            assert name in TRACED and traced >= 1, f"{name}: its guards stop the shipped code, so it is traced"
+    assert cold["results"]["first call"][0] >= 1  # the cold process really compiled
+    first, replaced = served["results"]["another package's compile, a global replaced"][1]
+    assert replaced == pytest.approx(first * 1.5)  # its identity guard was not dropped: recompiled for the new object
+
+
+MONKEYPATCHED_FIRST = r"""
+import json, torch
+import torch.nn.functional as F
+real = F.gelu
+F.gelu = lambda t, approximate="none": real(t) * 2  # before the package's import: its entry's gelu is not this
+import compile_pkg
+from compile_pkg import model as M
+from torch._dynamo.utils import get_compilation_metrics
+from hatch_precompile.run import served_compile
+net, (x, y) = M.make(), M.batch()
+got, want = M.compiled_loss(net, x, y).item(), M.loss_fn(net, x, y).item()
+print(json.dumps({"served": served_compile.served(), "traced": len(list(get_compilation_metrics())), "diff": abs(got - want)}))
+"""
+
+
+def test_a_function_monkeypatched_before_the_packages_import_is_traced_and_named(compile_build, tmp_path):
+    found = run_cases(compile_build / "site", tmp_path, "patched", script=MONKEYPATCHED_FIRST)
+    assert found["traced"] >= 1 and found["diff"] < 1e-6
+    assert found["served"]["compile_pkg.model.loss_fn"].startswith(
+        "traced: G['F'].gelu is another object than the build's (__main__.<lambda>)"), found["served"]
+
+
+FIRST_CALL = r"""
+import json
+import compile_pkg
+from compile_pkg import model as M
+from torch._dynamo.utils import get_compilation_metrics
+from hatch_precompile.run import served_compile
+net, (x, y) = M.make(), M.batch()
+loss = M.compiled_loss(net, x, y)
+loss.backward()
+eager = M.make()
+want = M.loss_fn(eager, x, y)
+want.backward()
+grads = max((a.grad - b.grad).abs().max().item() for a, b in zip(net.parameters(), eager.parameters()))
+print(json.dumps({"served": served_compile.served(), "traced": len(list(get_compilation_metrics())),
+                  "diff": abs(loss.item() - want.item()), "grads": grads}))
+"""
+
+
+@pytest.mark.parametrize("broken, outcome", [
+    ("compile-calls", "served: 1 guarded code(s)"),  # torch.compile an object of another kind: wrapped all the same
+    ("compiler-config", "served: 1 guarded code(s)"),  # the config asked at the call, as torch does
+    ("compile-package", "traced: torch could not install the shipped Dynamo cache entry"),
+    ("guard-load", "traced: torch could not install the shipped Dynamo cache entry: RuntimeError('1 guarded code(s)"),
+    ("unique-id", "traced: torch could not install the shipped Dynamo cache entry"),
+    ("precompile-entry", None),  # a torch without precompile entries: nothing wrapped, every call torch's
+])
+def test_a_served_compile_whose_torch_internals_misbehave_is_traced_never_wrong(compile_build, tmp_path, broken, outcome):
+    found = run_cases(compile_build / "site", tmp_path, broken, env=misbehaving(broken, compile_build / "site"),
+                      script=FIRST_CALL)
+    assert found["diff"] < 1e-6 and found["grads"] < 1e-6
+    if outcome is None:
+        assert found["served"] == {} and found["traced"] >= 1
+        return
+    assert found["served"]["compile_pkg.model.loss_fn"].startswith(outcome), found["served"]
+    assert (found["traced"] == 0) == outcome.startswith("served")
