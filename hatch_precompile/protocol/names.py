@@ -48,6 +48,7 @@ __all__ = [
     "STEPS_VERIFY_VAR",
     "NO_STEPS_VAR",
     "PROOF_TIMEOUT_VAR",
+    "TORCH_TRACE_VAR",
     "PACKAGE_VAR",
     "CACHE_DIR_VAR",
     "DYNAMIC_THREADS_VAR",
@@ -106,6 +107,7 @@ STEPS_DIR_VAR = "HATCH_PRECOMPILE_STEPS_DIR"  # where save_step() writes
 STEPS_VERIFY_VAR = "HATCH_PRECOMPILE_VERIFY_STEPS"  # set in verify's child: save_step() checks the shipped step
 NO_STEPS_VAR = "HATCH_PRECOMPILE_NO_STEPS"  # a build ships no step: save_step() does nothing (faster builds)
 PROOF_TIMEOUT_VAR = "HATCH_PRECOMPILE_PROOF_TIMEOUT"  # seconds a step's package may take to open and run in its proof
+TORCH_TRACE_VAR = "HATCH_PRECOMPILE_TORCH_TRACE"  # a dir: torch's structured trace of a build's workloads (tlparse)
 PACKAGE_VAR = "HATCH_PRECOMPILE_PACKAGE"  # in a child: the package whose artifacts it builds or checks
 CACHE_DIR_VAR = "TORCHINDUCTOR_CACHE_DIR"  # torch's
 # Torch's: kernels that read the thread count when they run, not the build machine's (set in a
