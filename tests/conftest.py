@@ -87,6 +87,7 @@ def run(cmd, *, env=None, cwd=None, check=True, timeout=1200) -> subprocess.Comp
     for name in ("TORCHINDUCTOR_CACHE_DIR", "VIRTUAL_ENV", "HATCH_PRECOMPILE_TARGET"):
         full_env.pop(name, None)  # each test says which environment a build is for
     full_env.pop("CI", None)  # a user's machine, wherever the suite runs; a test that builds as CI says so
+    full_env.pop("GITHUB_ACTIONS", None)  # likewise: a build's lines are folded only where a test asks
     full_env["XDG_CACHE_HOME"] = TEST_USER_CACHE  # keep the machine's ~/.cache out of it
     # Exporting a step costs every build ~10 s: only the builds that test steps export them (they
     # say HATCH_PRECOMPILE_NO_STEPS=0); the rest ship the steps' warm fallback, as on a torch without.
