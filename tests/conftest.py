@@ -87,6 +87,7 @@ def run(cmd, *, env=None, cwd=None, check=True, timeout=1200) -> subprocess.Comp
     for name in ("TORCHINDUCTOR_CACHE_DIR", "VIRTUAL_ENV", "HATCH_PRECOMPILE_TARGET"):
         full_env.pop(name, None)  # each test says which environment a build is for
     full_env.pop("CI", None)  # a user's machine, wherever the suite runs; a test that builds as CI says so
+    full_env.pop("GITHUB_ACTIONS", None)  # likewise: a build's lines are folded only where a test asks
     full_env["XDG_CACHE_HOME"] = TEST_USER_CACHE  # keep the machine's ~/.cache out of it
     # Exporting a step costs every build ~10 s: only the builds that test steps export them (they
     # say HATCH_PRECOMPILE_NO_STEPS=0); the rest ship the steps' warm fallback, as on a torch without.
@@ -274,12 +275,15 @@ def hp_dist(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def precompiled_build(tmp_path_factory) -> Path:
     """sample_pkg built with precompilation in this (the test) environment, on a CI runner as wheels
-    are (CI=true); every test that runs it does so without CI, as users' machines do. The dir holds
-    the wheel (dist/), the build's output (build.log) and the temp dir it ran with (tmp/)."""
+    are (CI=true, a GitHub Actions job), with torch's structured trace on, as a package's CI keeps
+    it: every test that runs the wheel shows that a traced build ships warm artifacts. Every test
+    that runs it does so without CI, as users' machines do. The dir holds the wheel (dist/), the
+    build's output (build.log), the temp dir it ran with (tmp/) and the trace (torch-trace/)."""
     def build(out: Path) -> None:
         (out / "tmp").mkdir()
-        env = {"CI": "true", "TMPDIR": str(out / "tmp"), "HATCH_PRECOMPILE_NO_STEPS": "0",
-               "HATCH_PRECOMPILE_NO_DYNAMO_CACHE": "0"}
+        env = {"CI": "true", "GITHUB_ACTIONS": "true", "TMPDIR": str(out / "tmp"), "HATCH_PRECOMPILE_NO_STEPS": "0",
+               "HATCH_PRECOMPILE_NO_DYNAMO_CACHE": "0",
+               "HATCH_PRECOMPILE_TORCH_TRACE": str(out / "torch-trace"), "HATCH_PRECOMPILE_HEARTBEAT": "5"}
         proc, _ = build_wheel(copy_project(out / "src" / "sample_pkg"), out / "dist", env=env)
         (out / "build.log").write_text(proc.stdout)
 

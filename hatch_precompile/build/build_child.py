@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hatch_precompile.build import dynamo_pass, empty_graphs, isa, step_capture
-from hatch_precompile.child import observe, workload_loop
+from hatch_precompile.child import observe, progress, workload_loop
 from hatch_precompile.protocol import (
     BUILDING_VAR,
     C_MODULES_DIR,
@@ -54,6 +54,7 @@ def main(argv: list[str]) -> int:
     os.environ.setdefault(DYNAMIC_THREADS_VAR, "1")  # an explicit choice of the builder's stays
 
     started = time.perf_counter()
+    progress.phase("importing torch")
     import torch
     import torch._dynamo  # noqa: F401  (torch 2.7.0 saved no Mega-Cache unless dynamo was imported first)
 
@@ -70,7 +71,7 @@ def main(argv: list[str]) -> int:
     compile_flags = isa.CompileFlags(portable=spec.get("cpu_target", "portable") == "portable")
     compile_flags.install()
     empty_graphs.EmptyGraphs().install()  # graphs with no call ship an entry too
-    observer = observe.Observer(os.environ.get(CACHE_DIR_VAR), logs=True)
+    observer = observe.Observer(os.environ.get(CACHE_DIR_VAR), logs=True, lines=True)
     import_seconds = time.perf_counter() - started
 
     def stopped(name: str, exc: BaseException) -> ChildResult | Failure:
@@ -87,6 +88,7 @@ def main(argv: list[str]) -> int:
         workload_loop.write_result(out, ChildResult("failed", failure=stop, workloads=workloads))
         return EXIT_WORKLOAD_FAILED
 
+    progress.phase("saving what compiling produced")
     workload_loop.write_result(out, ChildResult("ok", workloads=workloads, data={
         **environment,
         **_machine(compile_flags, kernel_commands),

@@ -54,6 +54,17 @@ def report(manifests: list[Manifest], stored: int, reporter: Reporter) -> None:
         )
 
 
+def total(manifests: list[Manifest], seconds: float) -> str:
+    """The build's last line: how long it took, from the hook's start to the wheel's tag, and where
+    the time went (each set's import of torch and workloads, from its manifest; the rest is saving
+    the caches, checking the kernels' needs and laying out the sets)."""
+    imported = sum(float(m.timings.get("torch_import_seconds") or 0) for m in manifests)
+    workloads = sum(float(w.get("seconds") or 0) for m in manifests for w in m.workloads)
+    rest = max(seconds - imported - workloads, 0.0)
+    return (f"done in {seconds:.1f} s: {len(manifests)} artifact set(s); importing torch {imported:.1f} s, the "
+            f"workloads {workloads:.1f} s, saving and laying out {rest:.1f} s")
+
+
 def check_instabilities(manifests: list[Manifest], options: Options, reporter: Reporter) -> None:
     """The ``graph-breaks`` and ``recompiles`` options: a notice at "warn", Instability at "error"."""
     from hatch_precompile.child import pitfalls

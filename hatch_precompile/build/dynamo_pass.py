@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.child import observe, workload_loop
+from hatch_precompile.child import observe, progress, workload_loop
 from hatch_precompile.protocol import (
     BUILDING_VAR,
     CACHE_DIR_VAR,
@@ -139,6 +139,7 @@ def main(argv: list[str]) -> int:
         os.environ.pop(saved_by_the_first_pass, None)
     os.environ.setdefault(DYNAMIC_THREADS_VAR, "1")
     started = time.perf_counter()
+    progress.phase("importing torch")
     import torch
 
     from hatch_precompile.run.torch_internals import dynamo_cache
@@ -164,6 +165,7 @@ def main(argv: list[str]) -> int:
     if isinstance(stop, Failure):
         workload_loop.write_result(out, ChildResult("failed", failure=stop, workloads=workloads))
         return EXIT_OK
+    progress.phase("saving the Dynamo cache entries")
     lookup("megacache", "call")
     try:
         torch.compiler.save_cache_artifacts()  # writes each function's entry into the cache dir's dynamo/

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from hatch_precompile.build import export_contract, step_check
 from hatch_precompile.build.reporter import STDOUT
-from hatch_precompile.child import package_proof
+from hatch_precompile.child import package_proof, progress
 from hatch_precompile.protocol import step_files
 from hatch_precompile.protocol.step_file import CONTRACT_FORMAT, EXPORTED
 from hatch_precompile.run import exported_step, variables
@@ -33,7 +33,8 @@ def proven_in_child(name: str, package: bytes, constants: dict[str, Any], inputs
     opens it: NotAvailable where the loader crashed or hung there (the step is not shipped, the
     build goes on), torch's error where it refused."""
     try:
-        return package_proof.prove(package, constants, inputs, variables.proof_timeout())
+        with progress.within(f"proving step {name!r} in a fresh process"):
+            return package_proof.prove(package, constants, inputs, variables.proof_timeout())
     except package_proof.LoaderCrashed as exc:
         raise step_check.NotAvailable(str(exc)) from None
     except package_proof.LoaderRefused as exc:

@@ -7,8 +7,12 @@ prints them (``STDOUT``), and child/supervisor.py relays its lines to the build;
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Callable
+
+from hatch_precompile.run import variables
 
 PREFIX = "precompile"
 
@@ -43,6 +47,20 @@ class Reporter:
     def line(self, text: str) -> None:
         """A line as it is: one that words its own prefix (the child's), or indents under the last."""
         self.show(text)
+
+    @contextlib.contextmanager
+    def group(self, title: str, said: bool = True) -> Iterator[None]:
+        """The lines said inside, folded under ``title`` in a GitHub Actions job's log (its
+        ``::group::`` command, which its runner reads after leading spaces, as ``pip -v`` indents);
+        elsewhere ``title`` is a line of its own where ``said``."""
+        folded = variables.github_actions()
+        if folded or said:
+            self.show(f"::group::{worded(title)}" if folded else worded(title))
+        try:
+            yield
+        finally:
+            if folded:
+                self.show("::endgroup::")
 
 
 def _print(text: str) -> None:

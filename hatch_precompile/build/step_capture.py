@@ -37,6 +37,7 @@ from typing import Any, Callable
 from hatch_precompile.build import step_verify
 from hatch_precompile.build.reporter import STDOUT
 from hatch_precompile.build.step_check import NotAvailable, StepMismatch, check_against_reference, with_backward
+from hatch_precompile.child import progress
 from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol import NO_STEPS_VAR, ON_FAILURE, STEP_CHECKS, check_artifact_name, step_files
 from hatch_precompile.protocol.step_file import CONTRACT_FORMAT, EXPORTED
@@ -118,9 +119,10 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
 
         shapes = export.input_shapes(name, fn, args, dynamic_shapes)  # the author's mistakes, as they are
     try:
-        if exported:
-            return export.save(name, fn, args, shapes, check, out, training=backward)
-        return _save_precompiled(name, fn, args, check, out)
+        with progress.within(f"capturing step {name!r} ({route} route)"):
+            if exported:
+                return export.save(name, fn, args, shapes, check, out, training=backward)
+            return _save_precompiled(name, fn, args, check, out)
     except StepMismatch:
         if on_failure == "error":
             raise
@@ -167,7 +169,8 @@ def _save_loss_precompiled(name: str, fn: Callable, args: tuple, check: str, out
     import torch
 
     try:
-        return _save_precompiled(name, with_backward(fn), args, check, out)
+        with progress.within(f"capturing step {name!r} ({PRECOMPILE_ROUTE} route)"):
+            return _save_precompiled(name, with_backward(fn), args, check, out)
     except NotAvailable as exc:
         STDOUT.warning(f"step {name!r} (precompile route) not captured: {exc}; load_step() runs {_FALLBACK}")
         return None

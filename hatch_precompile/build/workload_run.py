@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.build import artifact_layout, dynamo_pass
+from hatch_precompile.build import artifact_layout, dynamo_pass, torch_trace
 from hatch_precompile.build.reporter import PREFIX, Reporter
 from hatch_precompile.child import supervisor
 from hatch_precompile.errors import PrecompileError
@@ -58,6 +58,7 @@ def capture(
     device: str = "auto",
     cpu_target: str = "portable",
     heartbeat: float | None = None,
+    trace: Path | None = None,
     dynamo_cache: bool = True,
 ) -> Path | None:
     """Run ``workloads`` and build ``work_dir/_precompiled``; return it, or None if nothing compiled.
@@ -67,26 +68,35 @@ def capture(
     child's interpreter and environment (another environment's, see target.py). Each of
     ``capabilities`` (``ATEN_CPU_CAPABILITY`` values) gets a run and an artifact set of its own;
     none: one run as the machine is. ``device``, ``cpu_target`` and ``dynamo_cache`` are the options of those names;
-    ``heartbeat``, the seconds between a long workload's lines (None: the variable's, or 30).
+    ``heartbeat``, the seconds between a long phase's lines (None: the variable's, or 30);
+    ``trace``, the dir for torch's structured trace of the workloads (None:
+    ``HATCH_PRECOMPILE_TORCH_TRACE``'s, if set), a subdir per capability when there are several.
+    In a GitHub Actions job each run's lines are a group of the log (reporter.py).
     Raises WorkloadFailed on a raising, crashing or timed-out workload, Unusable when this torch
     cannot make trustworthy artifacts (CannotCompile when this machine cannot build kernels).
     """
     target = work_dir / DIRNAME
     made = 0
     said: set[str] = set()  # what every run of the workloads says alike: once
-    for capability in capabilities or (None,):
+    if trace is None and variables.torch_trace():
+        trace = Path(str(variables.torch_trace())).absolute()
+    runs = capabilities or (None,)
+    for capability in runs:
         run_dir = work_dir / f"run-{capability or 'native'}"
-        if capability:
-            reporter.info(f"artifact set for CPU capability {capability} (ATEN_CPU_CAPABILITY={capability})")
+        title = (f"artifact set for CPU capability {capability} (ATEN_CPU_CAPABILITY={capability})" if capability
+                 else f"running {', '.join(workloads)}")
         env = dict(os.environ if environ is None else environ)
         if capability:
             env["ATEN_CPU_CAPABILITY"] = capability
         if device == "cpu":  # torch then sees no GPU, and neither does the environment key
             env["CUDA_VISIBLE_DEVICES"] = env["HIP_VISIBLE_DEVICES"] = ""
-        manifest = _run_set(
-            root, run_dir, target, package, workloads, (timeout, heartbeat), reporter, python, env,
-            {"capability": capability, "device": device, "cpu_target": cpu_target, "dynamo_cache": dynamo_cache}, said,
-        )
+        traced = None if trace is None else trace / capability if capability and len(runs) > 1 else trace
+        with reporter.group(title, said=capability is not None):
+            manifest = _run_set(
+                root, run_dir, target, package, workloads, (timeout, heartbeat), reporter, python, env,
+                {"capability": capability, "device": device, "cpu_target": cpu_target,
+                 "dynamo_cache": dynamo_cache}, said, traced,
+            )
         made += manifest is not None
     if not made:
         shutil.rmtree(target, ignore_errors=True)
@@ -97,18 +107,26 @@ def capture(
 def _run_set(
     root: Path | None, run_dir: Path, target: Path, package: str, workloads: list[str],
     limits: tuple[float, float | None], reporter: Reporter, python: str, env: dict[str, str], options: dict[str, Any],
-    said: set[str],
+    said: set[str], trace: Path | None,
 ) -> Manifest | None:
     """One run of the workloads, laid out as ``target/sets/<name>``; None if it made no set.
     ``options``: the run's ``capability``, ``device`` and ``cpu_target``; ``said``: the notes an
-    earlier run gave already."""
+    earlier run gave already; ``trace``: where torch's structured trace goes, or None."""
     started = time.perf_counter()
     capability = options["capability"]
     cache_dir, out_dir = run_dir / "inductor-cache", run_dir / "out"
     cache_dir.mkdir(parents=True)
     paths = [] if root is None else [str(root)] + ([str(root / "src")] if (root / "src").is_dir() else [])
     spec = {"workloads": workloads, "paths": paths, "package": package, **options}
-    child = _run_child(python, run_dir, spec, {**env, CACHE_DIR_VAR: str(cache_dir)}, limits, reporter)
+    env = {**env, CACHE_DIR_VAR: str(cache_dir)}
+    before = set(torch_trace.logs(trace)) if trace is not None and trace.is_dir() else set()
+    try:
+        child = _run_child(python, run_dir, spec, env if trace is None else torch_trace.environ(env, trace), limits,
+                           reporter)
+    finally:  # a failed workload's trace is the one most worth reading
+        if trace is not None:
+            for line in torch_trace.render(trace, before, python).lines():
+                reporter.info(line)
     if child.status == "cannot_compile":
         raise CannotCompile(f"this machine cannot build C++ kernels: {child.detail}")
     if child.status == "unusable":
@@ -123,7 +141,7 @@ def _run_set(
             said.add(note)
             reporter.info(note)
     if options.get("dynamo_cache", True) and child.data.get("dynamo_pass") and not variables.no_dynamo_cache(env):
-        _served_compiles(python, run_dir, spec, {**env, CACHE_DIR_VAR: str(cache_dir)}, limits, reporter, out_dir)
+        _served_compiles(python, run_dir, spec, env, limits, reporter, out_dir)
     result = {**child.data, "workloads": child.workloads}
     return artifact_layout.lay_out(target, package, result, cache_dir=cache_dir, out_dir=out_dir,
                                    started=started, reporter=reporter)
@@ -156,8 +174,8 @@ def _served_compiles(python: str, run_dir: Path, spec: dict[str, Any], env: dict
     if made.is_dir():
         shutil.move(str(made), str(out_dir / DYNAMO_DIR))
     data = result.data
-    traced = f"; {data['traced']} of their guarded codes are traced (guards on objects no process can find again)" \
-        if data.get("traced") else ""
+    traced = (f"; {data['traced']} of their guarded codes are traced (a guard on an object of the call's, or on "
+              "one no new process can tell from another)") if data.get("traced") else ""
     reporter.info(f"{data.get('functions', 0)} compiled function(s) served without Dynamo tracing them "
                   f"({data.get('guarded', 0)} guarded code(s)){traced}; second pass {time.perf_counter() - started:.1f} s")
     for note in data.get("notes") or []:

@@ -18,7 +18,7 @@ import re
 import time
 from typing import Any, Callable
 
-from hatch_precompile.child import key_details, lookups
+from hatch_precompile.child import key_details, lookups, progress
 from hatch_precompile.run.torch_internals import patching
 
 log = logging.getLogger("hatch_precompile.observe")
@@ -27,7 +27,7 @@ log = logging.getLogger("hatch_precompile.observe")
 class Observer:
     """Measures workloads one after another in this process (torch already imported)."""
 
-    def __init__(self, cache_dir: str | None, logs: bool) -> None:
+    def __init__(self, cache_dir: str | None, logs: bool, lines: bool = False) -> None:
         import torch
         import torch._dynamo.utils as dynamo_utils
 
@@ -43,6 +43,8 @@ class Observer:
             except Exception:  # torch's logging API moved: no graph breaks or float64 in the report
                 log.debug("observer: no graph breaks or float64 recorded", exc_info=True)
         _call(dynamo_utils, "set_compilation_metrics_limit", 1_000_000)  # torch keeps 64 by default
+        # A line per graph as it is compiled (child/progress.py), where the parent shows progress.
+        self.lines = progress.CompileLines(dynamo_utils, lambda: cache_usage(cache_dir)[0]) if lines else None
 
     def measure(self, name: str, run: Callable[[], Any]) -> dict[str, Any]:
         """Run ``run`` and return what it compiled; its exceptions propagate."""
@@ -53,10 +55,14 @@ class Observer:
         float64_before = dict(self.logs.float64) if self.logs else {}
         kernels_before, bytes_before = cache_usage(self.cache_dir)
         _call(guard_failures, "clear")
+        if self.lines is not None:
+            self.lines.restart()
         _call(self.dynamo_utils, "clear_compilation_metrics")
         started = time.perf_counter()
         run()
         seconds = time.perf_counter() - started
+        if self.lines is not None:
+            self.lines.flush()
         kernels_after, bytes_after = cache_usage(self.cache_dir)
         keys = self.keys.take()
         graphs = compiled_graphs(self.dynamo_utils, self.signatures.by_id)

@@ -2,8 +2,10 @@
 
 One policy for every job: the child runs in its own process group (a timeout or an interrupt
 kills everything it started), its output is relayed line by line while its progress events
-become lines of the caller's, a workload that runs for minutes gets a heartbeat line, and what it
-reports is one ``protocol.ChildResult``. Another Python may run the job (build/target.py), and
+become lines of the caller's (a workload's start and end, each graph it compiled), a child that
+says nothing for a while gets a heartbeat line naming the phase it is in (child/progress.py:
+torch's import, a workload, a step's capture or proof, the saving after the workloads), and what
+it reports is one ``protocol.ChildResult``. Another Python may run the job (build/target.py), and
 this very hatch_precompile is the one it imports.
 """
 
@@ -52,6 +54,7 @@ class Job:
     relay: Say  # the child's own output lines
     timeout: float | None = None
     heartbeat: float = HEARTBEAT_SECONDS
+    phase: str = "importing torch"  # what the child does first, until it says otherwise
 
 
 def run(job: Job, work: Path, python: str = sys.executable, env: dict[str, str] | None = None) -> ChildResult:
@@ -113,7 +116,9 @@ class _Watch:
     def __init__(self, job: Job) -> None:
         self.job = job
         self.running: str | None = None
-        self.workload_started = time.monotonic()
+        self.workload_started = self.phase_started = time.monotonic()
+        self.phase = job.phase
+        self.within: list[tuple[str, float]] = []  # stretches of the phase (a step's capture, its proof)
         self.tail: deque[str] = deque(maxlen=40)
 
     def run(self, proc: subprocess.Popen) -> tuple[int, str | None, str, bool]:
@@ -132,9 +137,8 @@ class _Watch:
                 try:
                     line = lines.get(timeout=min(1.0, max(0.05, next_beat - now)))
                 except queue.Empty:
-                    if time.monotonic() >= next_beat and self.running:
-                        seconds = time.monotonic() - self.workload_started
-                        self.job.say(f"{self.job.prefix}: workload {self.running} still running ({seconds:.0f} s)")
+                    if time.monotonic() >= next_beat:
+                        self.job.say(self.beat())
                         next_beat = time.monotonic() + self.job.heartbeat
                     continue
                 if line is None:
@@ -145,26 +149,53 @@ class _Watch:
             if proc.poll() is None:  # an interrupt, or an error here: nothing may outlive the call
                 kill_group(proc)
 
+    def beat(self) -> str:
+        """The heartbeat: what the child is doing, and for how long."""
+        now = time.monotonic()
+        if self.running:
+            text = f"{self.job.prefix}: workload {self.running} still running ({now - self.workload_started:.0f} s)"
+        else:
+            text = f"{self.job.prefix}: still {self.phase} ({now - self.phase_started:.0f} s)"
+        if self.within:
+            what, since = self.within[-1]
+            text += f": {what} ({now - since:.0f} s)"
+        return text
+
     def _event(self, line: str) -> bool:
-        """Show one line of the child's; True when a workload started (the heartbeat restarts)."""
+        """Show one line of the child's; True when it said a line of progress (the heartbeat restarts)."""
         event = parse_event(line)
         if event is None:
             self.tail.append(line)
             self.job.relay(line)
             return False
-        say, prefix = self.job.say, self.job.prefix
-        if event["event"] == "start":
-            self.running = event["workload"]
+        say, prefix, kind = self.job.say, self.job.prefix, event["event"]
+        if kind == "start":
+            self.running, self.within = event["workload"], []
             self.workload_started = time.monotonic()
             of = f" ({event['index']}/{event['total']})" if event.get("total", 1) > 1 else ""
             say(f"{prefix}: running workload {self.running}{of}")
-            return True
-        if event["event"] == "done":
+        elif kind == "done":
             say_done(event, say, prefix)
-            self.running = None
-        elif event["event"] == "note":
+            self.running, self.within = None, []
+            self._enter_phase(f"working after workload {event['name']}")
+        elif kind == "compiled":
+            say(compiled_line(event, prefix))
+        elif kind == "note":
             say(f"{prefix}: {event['text']}")
-        return False
+        elif kind == "phase":
+            self.running, self.within = None, []
+            self._enter_phase(event["phase"])
+            return False
+        elif kind == "enter":
+            self.within.append((event["what"], time.monotonic()))
+            return False
+        elif kind == "leave":
+            self.within = [(what, since) for what, since in self.within if what != event["what"]]
+            return False
+        return True
+
+    def _enter_phase(self, phase: str) -> None:
+        self.phase, self.phase_started = phase, time.monotonic()
 
 
 def _pump(proc: subprocess.Popen, lines: queue.Queue) -> None:
@@ -172,6 +203,16 @@ def _pump(proc: subprocess.Popen, lines: queue.Queue) -> None:
     for line in proc.stdout:
         lines.put(line.rstrip("\n"))
     lines.put(None)
+
+
+def compiled_line(graph: dict[str, Any], prefix: str = "precompile") -> str:
+    """``graph 3 compiled in 4.92 s: forward (mypkg/model.py:30) [0/1]; 17 kernel(s) so far``, where
+    the kernels are the workload's; a backward is ``graph 3's backward compiled ...``."""
+    how = "served from the cache" if graph.get("from_cache") else "compiled"
+    number = f"graph {graph.get('number') or '?'}" + ("'s backward" if graph.get("kind") == "backward" else "")
+    where = f" ({graph['location']})" if graph.get("location") else ""
+    return (f"{prefix}: {number} {how} in {graph.get('seconds') or 0:.2f} s: {graph.get('function') or '?'}{where} "
+            f"[{graph.get('compile_id')}]; {graph.get('kernels', 0)} kernel(s) so far")
 
 
 def say_done(workload: dict[str, Any], say: Say, prefix: str = "precompile") -> None:

@@ -12,6 +12,7 @@ import atexit
 import os
 import shutil
 import tempfile
+import time
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ class PrecompileBuildHook(BuildHookInterface):
     def settings(self) -> settings_module.Settings:
         """The table, the environment and the preferences file, merged (build/settings.py)."""
         try:
-            return settings_module.load(self.config, self.PLUGIN_NAME, self.metadata.name)
+            return settings_module.load(self.config, self.PLUGIN_NAME, self.metadata.name, root=Path(self.root))
         except options_module.OptionError as exc:
             raise ValueError(str(exc)) from None
 
@@ -118,6 +119,7 @@ class PrecompileBuildHook(BuildHookInterface):
             self.reporter.info(f"off ({why}); building a plain wheel")
             return
         package = self._check_package(package)
+        started = time.monotonic()
         artifacts = self._capture(package)
         if artifacts is None:
             return
@@ -137,6 +139,7 @@ class PrecompileBuildHook(BuildHookInterface):
             build_data["tag"] = tag
         else:
             build_data["infer_tag"] = True
+        self.reporter.info(build_summary.total(manifests, time.monotonic() - started))
 
     def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
         self._cleanup()
@@ -164,13 +167,18 @@ class PrecompileBuildHook(BuildHookInterface):
         if removed:
             self.reporter.info(f"the workloads run without {', '.join(removed)}, as on users' "
                                "machines (it changes torch defaults that are part of every cache key)")
+        trace = self.settings.torch_trace
+        if trace is not None and (Path(self.root) / "PKG-INFO").is_file() and Path(self.root) in trace.parents:
+            self.reporter.notice(f"torch's trace goes to {trace}, inside the unpacked sdist this wheel is built from, "
+                                 "which the frontend removes after the build: set HATCH_PRECOMPILE_TORCH_TRACE to "
+                                 "an absolute path to keep it")
         try:
             artifacts = capture(
                 root=Path(self.root), work_dir=self._scratch(), package=package,
                 workloads=list(self.options.workloads), timeout=self.options.timeout,
                 reporter=self.reporter, python=where.python, environ=environ,
                 capabilities=self.options.cpu_capabilities, device=self.options.device,
-                cpu_target=self.options.cpu_target, heartbeat=self.settings.heartbeat,
+                cpu_target=self.options.cpu_target, heartbeat=self.settings.heartbeat, trace=trace,
                 dynamo_cache=self.options.dynamo_cache,
             )
         except Unusable as exc:  # not the workload's fault: the wheel is still good without

@@ -53,6 +53,7 @@ __all__ = [
     "NO_STEPS_VAR",
     "NO_DYNAMO_CACHE_VAR",
     "PROOF_TIMEOUT_VAR",
+    "TORCH_TRACE_VAR",
     "PACKAGE_VAR",
     "CACHE_DIR_VAR",
     "DYNAMIC_THREADS_VAR",
@@ -114,6 +115,7 @@ STEPS_VERIFY_VAR = "HATCH_PRECOMPILE_VERIFY_STEPS"  # set in verify's child: sav
 NO_STEPS_VAR = "HATCH_PRECOMPILE_NO_STEPS"  # a build ships no step: save_step() does nothing (faster builds)
 NO_DYNAMO_CACHE_VAR = "HATCH_PRECOMPILE_NO_DYNAMO_CACHE"  # no second pass: compiled functions traced (faster builds)
 PROOF_TIMEOUT_VAR = "HATCH_PRECOMPILE_PROOF_TIMEOUT"  # seconds a step's package may take to open and run in its proof
+TORCH_TRACE_VAR = "HATCH_PRECOMPILE_TORCH_TRACE"  # a dir: torch's structured trace of a build's workloads (tlparse)
 PACKAGE_VAR = "HATCH_PRECOMPILE_PACKAGE"  # in a child: the package whose artifacts it builds or checks
 CACHE_DIR_VAR = "TORCHINDUCTOR_CACHE_DIR"  # torch's
 # Torch's: kernels that read the thread count when they run, not the build machine's (set in a

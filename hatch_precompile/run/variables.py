@@ -28,6 +28,7 @@ from hatch_precompile.protocol import (
     STEPS_DIR_VAR,
     STEPS_VERIFY_VAR,
     TARGET_VAR,
+    TORCH_TRACE_VAR,
     TORCHSCRIPT_DIR_VAR,
     package_switch,
 )
@@ -102,6 +103,18 @@ def _seconds(name: str, default: float, environ: Mapping[str, str] | None) -> fl
     if not value > 0 or value == float("inf"):
         raise ValueError(f"{name}={raw!r} must be a positive number of seconds")
     return value
+
+
+def torch_trace(environ: Mapping[str, str] | None = None) -> str | None:
+    """``HATCH_PRECOMPILE_TORCH_TRACE``: the dir a build writes torch's structured trace of its
+    workloads into (beats the hook's ``torch-trace``); None where unset or empty."""
+    return _text(TORCH_TRACE_VAR, environ) or None
+
+
+def github_actions(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this runs in a GitHub Actions job (``GITHUB_ACTIONS=true``, set by its runner): a
+    build folds each artifact set's lines into a group of the job's log."""
+    return _text("GITHUB_ACTIONS", environ) == "true"
 
 
 def building(environ: Mapping[str, str] | None = None) -> bool:

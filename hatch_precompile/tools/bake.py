@@ -60,6 +60,7 @@ class Plan:
     cpu_target: str
     capabilities: tuple[str, ...]
     source: str
+    torch_trace: Path | None = None  # the table's `torch-trace`, or the variable's (build/settings.py)
     dynamo_cache: bool = True  # the table's `dynamo-cache`; a wheel's declaration: the default
 
 
@@ -79,7 +80,8 @@ def bake(wheel: Path, out_dir: Path, *, python: str, say: Callable[[str], None],
     dist_info = record.rsplit("/", 1)[0]
     plan = declaration(contents, dist_info, wheel, workloads, package, project)
     plan = Plan(plan.package, plan.workloads, timeout or plan.timeout, device or plan.device,
-                cpu_target or plan.cpu_target, capabilities or plan.capabilities, plan.source, plan.dynamo_cache)
+                cpu_target or plan.cpu_target, capabilities or plan.capabilities, plan.source, plan.torch_trace,
+                plan.dynamo_cache)
     root = plan.package.replace(".", "/")
     if not any(name.startswith(f"{root}/") for name in contents):
         raise BakeError(f"{wheel.name} has no package {plan.package!r} (from {plan.source}): give --package")
@@ -116,9 +118,12 @@ def declaration(contents: dict[str, bytes], dist_info: str, wheel: Path, workloa
     if project is None and _here_declares(contents, dist_info, wheel):
         project = Path(".")
     if project is not None:
+        from hatch_precompile.build import settings
+
         opts, where = _table(project)
         return Plan(package or opts.import_package or "", opts.workloads, opts.timeout, opts.device,
-                    opts.cpu_target, opts.cpu_capabilities, f"[{TABLE}] of {where}", opts.dynamo_cache)
+                    opts.cpu_target, opts.cpu_capabilities, f"[{TABLE}] of {where}",
+                    settings.torch_trace(opts, project if project.is_dir() else project.parent), opts.dynamo_cache)
     found = Declaration.parse(contents.get(f"{dist_info}/extra_metadata/{DECLARATION_FILE}", b"").decode("utf-8",
                                                                                                          "replace"))
     if found is not None and found.workloads:
@@ -227,7 +232,8 @@ def _run(wheel: Path, contents: dict[str, bytes], tmp: Path, plan: Plan, python:
     try:
         built = capture(root=None, work_dir=tmp / "work", package=plan.package, workloads=list(plan.workloads),
                         timeout=plan.timeout, reporter=Reporter(say, say), python=python, environ=env, device=plan.device,
-                        cpu_target=plan.cpu_target, capabilities=plan.capabilities, dynamo_cache=plan.dynamo_cache)
+                        cpu_target=plan.cpu_target, capabilities=plan.capabilities, trace=plan.torch_trace,
+                        dynamo_cache=plan.dynamo_cache)
     except WorkloadFailed as exc:
         hint = (f"\nbake: install {exc.missing_module!r} into the environment of {python}: bake puts only the "
                 "wheel itself on its path" if exc.missing_module else "")

@@ -9,11 +9,16 @@ from hatch_precompile.protocol import EXIT_OK, PREFERENCES_VAR
 from hatch_precompile.run import preferences, usercache, variables
 from hatch_precompile.tools import arguments
 
-say = arguments.say
-
 
 def configure(subparsers: Any) -> None:
-    p = subparsers.add_parser("status", help="preferences file, switches in effect, per-user cache")
+    p = arguments.command(subparsers, "status", "preferences file, switches in effect, per-user cache", f"""
+        Where this environment's preferences file is (${PREFERENCES_VAR}, else sys.prefix) and the
+        per-package switches in it, the PRECOMPILE and PRECOMPILE_<NAME> variables set, what `warm`
+        stored in the per-user cache, and for each PACKAGE given whether loading is on and which
+        rule says so (PRECOMPILE_<NAME> > PRECOMPILE > the preferences file > on).""", """
+        hatch-precompile status
+        hatch-precompile status mypkg other-pkg
+        hatch-precompile status --json""")
     p.add_argument("packages", nargs="*", metavar="PACKAGE", help="also show the decision for these")
     p.set_defaults(run=run)
 
@@ -21,21 +26,32 @@ def configure(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from hatch_precompile.tools import warm
 
+    say = arguments.result(args)
     file = preferences.path()
     source = f"from {PREFERENCES_VAR}" if variables.preferences_file() else "sys.prefix"
     say(f"preferences file: {file} ({source}; {'exists' if file.is_file() else 'does not exist'})")
-    if file.is_file():
-        entries = preferences.read(file, build=True)  # tomlkit where tomllib is missing
-        for key, value in entries.values():  # in file order
-            say(f"  [{key}] enable = {'true' if value else 'false'}")
-        if not entries:
-            say("  (no package switches)")
+    entries = preferences.read(file, build=True) if file.is_file() else {}  # tomlkit where tomllib is missing
+    for key, value in entries.values():  # in file order
+        say(f"  [{key}] enable = {'true' if value else 'false'}")
+    if file.is_file() and not entries:
+        say("  (no package switches)")
     switches_set = variables.all_switches()
     say("environment switches: " + (", ".join(f"{k}={v}" for k, v in switches_set.items()) or "none"))
     say(f"per-user cache (hatch-precompile warm): {usercache.base_dir()}")
-    for package, environments, size in warm.stored():
+    stored = warm.stored()
+    for package, environments, size in stored:
         say(f"  {package}: {environments} environment(s), {size / 1e6:.2f} MB")
-    for name in args.packages:
-        enabled, why = arguments.decide(name)
+    decisions = [(name, *arguments.decide(name)) for name in args.packages]
+    for name, enabled, why in decisions:
         say(f"{name}: {'on' if enabled else 'off'} ({why})")
+    if args.json:
+        arguments.print_json({
+            "preferences_file": {"path": str(file), "from": PREFERENCES_VAR if variables.preferences_file() else
+                                 "sys.prefix", "exists": file.is_file(),
+                                 "switches": {key: value for key, value in entries.values()}},
+            "environment_switches": switches_set,
+            "user_cache": {"directory": str(usercache.base_dir()),
+                           "packages": [{"package": p, "environments": e, "bytes": b} for p, e, b in stored]},
+            "packages": [{"name": name, "enabled": enabled, "why": why} for name, enabled, why in decisions],
+        })
     return EXIT_OK

@@ -20,6 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
+from hatch_precompile.build import torch_trace
 from hatch_precompile.child import pitfalls, supervisor
 from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol import BUILDING_VAR, CACHE_DIR_VAR, TORCHSCRIPT_DIR_VAR
@@ -61,27 +62,36 @@ def parse_command(command: list[str]) -> tuple[str, dict[str, Any]]:
     return sys.executable, {"kind": "entry", "name": name, "value": entries[0].value, "argv": [head, *rest]}
 
 
-def run(command: list[str], cache_dir: str | None, say: Callable[[str], None]) -> dict[str, Any]:
-    """Run the program observed; what the child reported."""
+def run(command: list[str], cache_dir: str | None, say: Callable[[str], None],
+        trace: Path | None = None) -> dict[str, Any]:
+    """Run the program observed; what the child reported. ``trace``: a dir for torch's structured
+    trace of the program, rendered by tlparse where it is installed (build/torch_trace.py)."""
     python, target = parse_command(command)
     with tempfile.TemporaryDirectory(prefix="hatch-precompile-snoop-") as tmp:
         env = {k: v for k, v in os.environ.items() if k not in (BUILDING_VAR, TORCHSCRIPT_DIR_VAR)}
         env[CACHE_DIR_VAR] = cache_dir or str(Path(tmp) / "cache")
         say(f"snoop: running {' '.join(command)} with "
-            + (f"the cache dir {cache_dir}" if cache_dir else "an empty Inductor cache dir"))
+            + (f"the cache dir {cache_dir}" if cache_dir else "an empty Inductor cache dir")
+            + (f", torch's trace into {trace}" if trace else ""))
+        before = set(torch_trace.logs(trace)) if trace is not None and trace.is_dir() else set()
         # The program's own output goes to stderr, so that stdout stays the report (--json). A
         # program runs as long as it runs: no timeout (an interrupt stops it and all it started).
         job = supervisor.Job("hatch_precompile.tools.snoop_child", {"target": target}, "snoop", say,
                          relay=lambda line: print(line, file=sys.stderr, flush=True))
         try:
-            child = supervisor.run(job, Path(tmp), python, env)
+            child = supervisor.run(job, Path(tmp), python, env if trace is None else torch_trace.environ(env, trace))
         except supervisor.ChildError as exc:
             raise SnoopError(f"the snoop process stopped before reporting: {exc.detail}") from None
+        finally:  # a program that crashed is the one whose trace is most worth reading
+            rendered = torch_trace.render(trace, before, python) if trace is not None else None
+            for line in rendered.lines() if rendered else []:
+                say(f"snoop: {line}")
     if child.status != "ok" or len(child.workloads) != 1:
         raise SnoopError(f"the snoop process reported {child.status}: {child.detail}")
     result = {**child.data, **child.workloads[0]}
     result["command"] = command
     result["fresh_cache"] = cache_dir is None
+    result["trace"] = rendered.as_json() if rendered else None
     return result
 
 
@@ -102,6 +112,7 @@ def analyse(result: dict[str, Any], tmin: float, manifests: Callable[[str], list
         "loads": result["loads"],
         "steps": result.get("steps") or [],
         "counters": result.get("counters", {}),
+        "trace": result.get("trace"),
     }
     return report
 
@@ -275,4 +286,6 @@ def render(report: dict[str, Any]) -> str:
         for item in report["pitfalls"]:
             out.append(f"  {item['kind']} at {item['location']}: {item['what']}")
             out.append(f"    fix: {item['fix']}")
+    if report.get("trace"):  # last, where the eye lands: the page that shows all of it
+        out.extend(report["trace"]["lines"])
     return "\n".join(out) + "\n"

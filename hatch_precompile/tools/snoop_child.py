@@ -18,7 +18,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.child import observe, workload_loop
+from hatch_precompile.child import observe, progress, workload_loop
 from hatch_precompile.protocol import CACHE_DIR_VAR, EXIT_OK, ChildResult
 
 
@@ -27,7 +27,8 @@ def main(argv: list[str]) -> int:
     out = Path(spec["out"])
     import torch._dynamo  # noqa: F401  (the observers read Dynamo's bookkeeping)
 
-    observer = observe.Observer(os.environ.get(CACHE_DIR_VAR), logs=True)
+    observer = observe.Observer(os.environ.get(CACHE_DIR_VAR), logs=True, lines=True)
+    progress.phase("running the program")
     ended: dict[str, Any] = {"exit_code": 0, "error": None}
 
     def program() -> None:

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.child import observe, workload_loop
+from hatch_precompile.child import observe, progress, workload_loop
 from hatch_precompile.protocol import CACHE_DIR_VAR, EXIT_OK, EXIT_WORKLOAD_FAILED, ChildResult
 
 
@@ -32,6 +32,7 @@ def main(argv: list[str]) -> int:
     from hatch_precompile.run import load_caches
 
     observer = observe.Observer(cache_dir, logs=False)
+    progress.phase(f"importing {package} and loading its artifacts")
     try:
         # Import first: the package's __init__ calls load() itself, and load() reads the
         # package through importlib.resources, which imports it.

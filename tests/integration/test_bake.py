@@ -92,11 +92,15 @@ def test_a_flit_wheel_baked_from_its_sdists_table_adds_a_set_when_baked_again(ru
     assert f"of {sdist}!sample_pkg-0.1.0/pyproject.toml" in proc.stdout
     (baked,) = (tmp_path / "baked").glob("*.whl")
     # Baked again for another CPU capability, from the declaration the baked wheel now carries: two sets.
-    proc = bake(baked, "-o", tmp_path / "twice", "--cpu-capabilities", "default")
-    assert f"the declaration in {baked.name}" in proc.stdout
+    proc = bake(baked, "-o", tmp_path / "twice", "--cpu-capabilities", "default", "--json")
+    assert f"the declaration in {baked.name}" in proc.stdout  # progress: on stderr under --json
     (twice,) = (tmp_path / "twice").glob("*.whl")
     sets = {n.split("/")[3] for n in members(twice) if n.startswith("sample_pkg/_precompiled/sets/")}
     assert len(sets) == 2 and any(s.startswith("default-") for s in sets), sets
+    document = json.loads(proc.stdout[proc.stdout.index('{\n "format"'):])
+    assert document == {"format": 1, "wheels": [{"input": str(baked), "output": str(twice), "sets": sorted(sets),
+                                                  "tag": twice.name.removesuffix(".whl").split("-", 2)[2],
+                                                  "bytes": twice.stat().st_size}]}
     # The same machine twice is refused, naming why.
     again = bake(baked, "-o", tmp_path / "again", check=False)
     assert again.returncode == 2 and "already has sample_pkg/_precompiled/" in again.stdout

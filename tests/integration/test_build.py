@@ -83,6 +83,42 @@ def test_precompiled_wheel_contents_and_tag(precompiled_wheel):
     assert re.search(r"precompile: captured 3 compiled graph\(s\), \d+ kernel binaries, 1 TorchScript module\(s\), 2 step\(s\)", output)
 
 
+def test_the_build_says_its_progress_folds_its_set_and_renders_torchs_trace(precompiled_build, precompiled_wheel):
+    """Built as in a GitHub Actions job, with HATCH_PRECOMPILE_TORCH_TRACE and a heartbeat every 5 s
+    (conftest.precompiled_build); tlparse is the test extra's, beside this Python."""
+    output = precompiled_wheel[1]
+    lines = output.splitlines()
+    # The set's lines are one group of the job's log; the summary after it; the total last.
+    start = lines.index("::group::precompile: running sample_pkg.precompile:workload")
+    end = lines.index("::endgroup::")
+    inside = lines[start:end]
+    assert any(line.startswith("precompile: workload sample_pkg.precompile:workload finished in ") for line in inside)
+    assert lines[end + 1].startswith("precompile: captured 3 compiled graph(s), ")
+    (last,) = [line for line in lines if line.startswith("precompile: done in ")]
+    assert re.fullmatch(r"precompile: done in [\d.]+ s: 1 artifact set\(s\); importing torch [\d.]+ s, the workloads "
+                        r"[\d.]+ s, saving and laying out [\d.]+ s", last)
+    assert [line for line in lines if line.startswith("precompile: ")][-1] == last
+    # One line per graph as it compiles: the training loss's forward and its backward, then predict's
+    # and classify's forward; the kernels the workload built so far, up to its summary's count.
+    graphs = [re.fullmatch(r"precompile: graph (\d+)('s backward)? compiled in [\d.]+ s: (\w+) \(sample_pkg/model\.py:"
+                           r"\d+\) \[\d+/0\]; (\d+) kernel\(s\) so far", line) for line in inside if " compiled in " in line]
+    assert all(graphs) and [(g[1], bool(g[2]), g[3]) for g in graphs] == [
+        ("1", False, "training_loss"), ("1", True, "training_loss"), ("2", False, "forward"), ("3", False, "classify")]
+    kernels = [int(g[4]) for g in graphs]
+    summary = re.search(r"finished in [\d.]+ s: 3 graph\(s\), .* (\d+) kernel\(s\)", output)
+    assert kernels == sorted(kernels) and 0 < kernels[-1] <= int(summary[1])
+    # The heartbeat names the phase: exporting the loss step takes longer than a beat.
+    assert any(re.fullmatch(r"precompile: workload sample_pkg\.precompile:workload still running \(\d+ s\): "
+                            r"capturing step 'loss' \(aotinductor route\) \(\d+ s\)", line) for line in inside)
+    # torch's own compile report, rendered by tlparse: the package's compiled function and its graph.
+    page = precompiled_build / "torch-trace" / "html" / "index.html"
+    assert f"precompile: torch's compile report (tlparse): {page}" in inside
+    html = page.read_text()
+    assert "sample_pkg/model.py:59 in training_loss" in html and "sample_pkg/model.py:30 in forward" in html
+    (graph,) = (page.parent / "-_0_0_0").glob("dynamo_output_graph_*.txt")
+    assert f"-_0_0_0/{graph.name}" in html and "cross_entropy" in graph.read_text()
+
+
 def test_the_build_leaves_nothing_in_the_temp_dir(precompiled_wheel, build_tmpdir):
     """Torch builds a ~150 MB prefix header per torch path into a dir under the temp dir that
     outlives the process; under an isolated build env's random path nothing ever uses it again."""

@@ -102,7 +102,11 @@ def test_workload_that_compiles_nothing_ships_nothing(tmp_path):
     [
         # Every option's messages are checked in process (test_options.py); these are the real
         # builds that show one of them, and the checks that need the project's files.
-        (WORKLOAD_TABLE + 'workloads = "x:y"\n', "Unknown option(s) `workloads` for build hook `precompile`"),
+        (WORKLOAD_TABLE + 'workloads = "x:y"\ntimeot = 3\ntimeout = "soon"\n', (  # every one at once
+            "Option `timeout` for build hook `precompile` must be a positive number of seconds, got 'soon'\n"
+            "Unknown option `timeot` for build hook `precompile`: did you mean `timeout`?\n"
+            "Unknown option `workloads` for build hook `precompile`: did you mean `workload`?\n"
+            "Known options for build hook `precompile`: cpu-capabilities, ")),
         ("[tool.hatch.build.hooks.precompile]\n", "Option `workload` for build hook `precompile` is required"),
         (
             '[tool.hatch.build.hooks.precompile]\nworkload = "elsewhere.mod:fn"\n',

@@ -83,6 +83,11 @@ def test_build_shows_per_workload_summary_and_float64(graph_break_build):
         r"[1-9]\d* recompile\(s\), [1-9]\d* kernel\(s\), [\d.]+ MB", output
     )
     assert f"float64 computed in a compiled graph at {source}:{line_of(source, 'x.double()')} (to_double)" in output
+    # a line per graph as it compiles, numbered across the workloads, the second's after its start
+    second = output.index("precompile: running workload sample_pkg.precompile:float64_workload (2/2)")
+    found = re.search(r"precompile: graph (\d+) compiled in [\d.]+ s: to_double \(sample_pkg/precompile\.py:\d+\) "
+                      r"\[\d+/0\]; [1-9]\d* kernel\(s\) so far", output)
+    assert found and found.start() > second and int(found[1]) > 1
 
 
 def test_graph_breaks_and_recompiles_are_recorded_and_shown(graph_break_build):
@@ -298,6 +303,11 @@ def test_warm_does_nothing_when_the_shipped_artifacts_match(runtime_python, tmp_
     env = {"HOME": str(tmp_path / "home"), "XDG_CACHE_HOME": str(tmp_path / "xdg")}
     proc = cli(runtime_python, "warm", "sample_pkg", env=env, cwd=tmp_path)
     assert "shipped artifacts already match this environment" in proc.stdout
+    scripted = split_run([runtime_python, "-m", "hatch_precompile", "warm", "--json", "sample_pkg"], env=env, cwd=tmp_path)
+    document = json.loads(scripted.stdout)
+    assert scripted.returncode == 0 and document["format"] == 1
+    assert (document["package"], document["action"]) == ("sample_pkg", "already matching")
+    assert document["matching"].startswith("torch ")
     assert not (tmp_path / "xdg").exists()
 
 
@@ -378,7 +388,9 @@ def test_progress_lines_stream_during_the_build(tmp_path, frontend):
     lines = timed_lines(cmd, {protocol.HEARTBEAT_VAR: "0.5"})
     text = "\n".join(line for _, line in lines)
     start = next(t for t, line in lines if "precompile: running workload sample_pkg.precompile:workload" in line)
+    importing = [t for t, line in lines if "precompile: still importing torch (" in line]
     beats = [t for t, line in lines if "precompile: workload sample_pkg.precompile:workload still running (" in line]
+    assert importing and importing[-1] < start, "the phase before the workload has its heartbeat too"
     done = next(t for t, line in lines if re.search(
         r"precompile: workload sample_pkg\.precompile:workload finished in [\d.]+ s: 0 graph\(s\), "
         r"0 graph break\(s\), 0 recompile\(s\), 0 kernel\(s\), 0\.00 MB", line))

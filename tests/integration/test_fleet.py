@@ -128,6 +128,10 @@ def test_merged_wheels_of_two_machines_behave_like_the_build_with_both(single_wh
     assert sorted(m["env"]["cpu_capability"] for m in sets.values()) == ["AVX2", "DEFAULT"]
     assert f"merge: {merged}: 2 artifact set(s): " in proc.stdout
     assert set(sets) <= set(sets_in(fleet_wheel[0])), "the same set names as the build that made both"
+    scripted = run([sys.executable, "-m", "hatch_precompile", "merge", "--json", "-o", tmp_path / "again", *single_wheels])
+    assert json.loads(scripted.stdout) == {"format": 1, "inputs": [str(w) for w in single_wheels],
+                                           "output": str(tmp_path / "again" / merged.name),
+                                           "bytes": merged.stat().st_size, "sets": sorted(sets)}
     # RECORD lists every member with its hash and size, and pip installs it.
     with zipfile.ZipFile(merged) as archive:
         record = archive.read("sample_pkg-0.1.0.dist-info/RECORD").decode()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
@@ -47,16 +48,23 @@ sys.exit(3)
 """
 
 
-def snoop(python, tmp_path, script: str, *args: str, check=True):
+def snoop(python, tmp_path, script: str, *args: str, check=True, env=None):
     path = tmp_path / "program.py"
     path.write_text(script)
     proc = run([python, "-m", "hatch_precompile", "snoop", "--json", *args, "--", "python", path], cwd=tmp_path,
-               check=check)
-    return proc, json.loads(proc.stdout[proc.stdout.index("{\n"):])
+               check=check, env=env)
+    return proc, json.loads(proc.stdout[proc.stdout.index('{\n "format"'):])
 
 
 def test_workload_shapes_are_all_served_by_the_shipped_artifacts(runtime_python, tmp_path):
-    _, report = snoop(runtime_python, tmp_path, WORKLOAD_SHAPES, "--out", str(tmp_path / "report.json"))
+    """With torch's own trace, rendered by tlparse (the test extra's: on PATH, as a user's would be)."""
+    from hatch_precompile.build import torch_trace
+
+    tlparse = torch_trace.tlparse()
+    assert tlparse, "the test extra installs tlparse"
+    on_path = {"PATH": f"{os.path.dirname(tlparse)}{os.pathsep}{os.environ.get('PATH', '')}"}
+    _, report = snoop(runtime_python, tmp_path, WORKLOAD_SHAPES, "--out", str(tmp_path / "report.json"),
+                      "--trace", "trace", env=on_path)
     ours = [g for g in report["graphs"] if g["distribution"] == "sample-pkg"]
     # Training ran the exported step, compiling nothing; inference one graph, from the artifacts.
     assert report["steps"] == [{"package": "sample_pkg", "name": "loss", "route": "aotinductor", "calls": 1}]
@@ -69,6 +77,20 @@ def test_workload_shapes_are_all_served_by_the_shipped_artifacts(runtime_python,
     assert json.loads((tmp_path / "report.json").read_text())["graphs"] == report["graphs"]
     seconds = [g["seconds"] for g in report["graphs"]]
     assert seconds == sorted(seconds, reverse=True)
+
+    # torch's compile report: the page lists the package's compiled function, and links the graph
+    # Dynamo made of it, with the model's convolution in it.
+    trace = report["trace"]
+    page = tmp_path / "trace" / "html" / "index.html"
+    assert trace["html"] == [str(page)] and trace["tlparse"] == tlparse
+    assert trace["lines"] == [f"torch's compile report (tlparse): {page}"]
+    (forward,) = [g for g in ours if g["function"] == "forward"]
+    html = page.read_text()
+    assert f"{forward['location']} in forward" in html
+    compile_dir = "-_{}_{}_0".format(*forward["compile_id"].split("/"))
+    graphs = list((page.parent / compile_dir).glob("dynamo_output_graph_*.txt"))
+    assert graphs and f"{compile_dir}/{graphs[0].name}" in html
+    assert "torch.conv2d" in graphs[0].read_text() and "l_images_" in graphs[0].read_text()
 
 
 def test_another_batch_size_is_a_gap_naming_the_function_and_both_shapes(runtime_python, tmp_path):

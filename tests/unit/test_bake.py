@@ -142,7 +142,22 @@ def test_bake_in_the_wheels_project_dir_reads_its_table_and_says_so(tmp_path, mo
     contents = wheelfile.read_wheel(wheel)
     plan = bake.declaration(contents, "tiny-1.0.dist-info", wheel, (), None, None)
     assert plan.workloads == ("tiny.work:workload",) and plan.timeout == 60
-    assert plan.source == "[tool.hatch-precompile] of ./pyproject.toml"
+    assert plan.source == "[tool.hatch-precompile] of ./pyproject.toml" and plan.torch_trace is None
+
+
+def test_bakes_torch_trace_is_the_tables_relative_to_the_project_unless_the_variable_says(tmp_path, monkeypatch):
+    from hatch_precompile.tools import bake, wheelfile
+
+    wheel = fake_wheel(tmp_path / "in")
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "pyproject.toml").write_text(
+        '[tool.hatch-precompile]\nworkload = "tiny.work:workload"\ntorch-trace = "trace"\n')
+    contents = wheelfile.read_wheel(wheel)
+    plan = bake.declaration(contents, "tiny-1.0.dist-info", wheel, (), None, tmp_path / "proj")
+    assert plan.torch_trace == tmp_path / "proj" / "trace"
+    monkeypatch.setenv("HATCH_PRECOMPILE_TORCH_TRACE", str(tmp_path / "ci-trace"))
+    assert bake.declaration(contents, "tiny-1.0.dist-info", wheel, (), None, tmp_path / "proj").torch_trace == \
+        tmp_path / "ci-trace"
 
 
 def test_bake_in_another_projects_dir_refuses_naming_both(tmp_path, monkeypatch):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 
 import pytest
@@ -148,3 +150,140 @@ def test_report_of_a_project_without_the_publishing_tools_says_which_extra(tmp_p
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "auditwheel" else find_spec(name, *a))
     with pytest.raises(elf.MissingTool, match=rf"^building {tmp_path}: .*pip install 'hatch-precompile\[publish\]'"):
         main_report._report_project(tmp_path)
+
+
+# -- the command line itself: help, defaults, --json, -q, -v -----------------------------------------
+
+
+def main(capsys, *argv: str) -> tuple[int, str, str]:
+    from hatch_precompile.tools import cli
+
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+SUBCOMMANDS = ("report", "verify", "warm", "bake", "merge", "snoop", "disable", "enable", "status")
+
+
+@pytest.mark.parametrize("command", SUBCOMMANDS)
+def test_every_command_has_a_description_examples_and_the_output_options(command, capsys):
+    with pytest.raises(SystemExit) as done:
+        main(capsys, command, "--help")
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    usage, summary, paragraph = text.split("\n\n")[:3]
+    assert usage.startswith(f"usage: hatch-precompile {command} ") and summary.endswith(".")
+    assert len(paragraph.split()) >= 25, "a paragraph that says what the command does"
+    examples = text.split("\nexamples:\n", 1)[1].splitlines()
+    assert examples and all(f"{line} ".startswith(f"  hatch-precompile {command} ") for line in examples)
+    for option in ("--json", "-v, --verbose", "-q, --quiet"):
+        assert f"  {option}" in text
+
+
+def test_defaults_are_shown_where_there_are_some(capsys):
+    from hatch_precompile.tools import cli
+
+    helps = {name: parser.format_help() for name, parser in cli.parser()._subparsers._group_actions[0].choices.items()}
+    flat = {name: " ".join(text.split()) for name, text in helps.items()}
+    assert "where the baked wheels are written (default: wheelhouse)" in flat["bake"]
+    assert "where the merged wheel is written (default: wheelhouse)" in flat["merge"]
+    assert "seconds for all workloads (default: 1800)" in flat["verify"] and "(default: 1800)" in flat["warm"]
+    assert "seconds for all workloads (default: the declared timeout, else 1800)" in flat["bake"]
+    assert "leave out graphs compiled faster (default: 0)" in flat["snoop"]
+    assert "(default: None)" not in " ".join(flat.values()) and "(default: False)" not in " ".join(flat.values())
+
+
+def test_bake_and_merge_write_into_wheelhouse_by_default():
+    from hatch_precompile.tools import cli
+
+    assert cli.parser().parse_args(["bake", "a.whl"]).out == "wheelhouse"
+    assert cli.parser().parse_args(["merge", "a.whl", "b.whl"]).out == "wheelhouse"
+    assert cli.parser().parse_args(["bake", "-o", "out", "a.whl"]).out == "out"
+
+
+def test_output_options_before_or_after_the_command():
+    from hatch_precompile.tools import cli
+
+    for argv in (["--json", "-q", "status"], ["status", "--json", "-q"]):
+        args = cli.parser().parse_args(argv)
+        assert (args.json, args.quiet, args.verbose) == (True, 1, 0), argv
+    assert cli.parser().parse_args(["-v", "status"]).verbose == 1
+    assert cli.parser().parse_args(["status"]).json is False
+
+
+def test_status_and_the_switches_as_json(tmp_path, monkeypatch, capsys):
+    file = tmp_path / "prefs.toml"
+    monkeypatch.setenv(protocol.PREFERENCES_VAR, str(file))
+    monkeypatch.setenv("PRECOMPILE_OTHER_PKG", "1")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    code, out, _ = main(capsys, "disable", "--json", "Sample.Pkg", "other_pkg")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["format"] == 1 and doc["preferences_file"] == str(file)
+    assert [(p["name"], p["table"], p["enable"], p["effective"], p["why"]) for p in doc["packages"]] == [
+        ("Sample.Pkg", "sample-pkg", False, False, f"{file}: [sample-pkg] enable = false"),
+        ("other_pkg", "other-pkg", False, True, "PRECOMPILE_OTHER_PKG=1"),
+    ]
+    code, out, _ = main(capsys, "--json", "status", "sample_pkg")
+    doc = json.loads(out)
+    assert code == 0 and doc["format"] == 1
+    assert doc["preferences_file"] == {"path": str(file), "from": protocol.PREFERENCES_VAR, "exists": True,
+                                       "switches": {"sample-pkg": False, "other-pkg": False}}
+    assert doc["environment_switches"] == {"PRECOMPILE_OTHER_PKG": "1"}
+    assert doc["user_cache"] == {"directory": str(tmp_path / "xdg" / "hatch-precompile"), "packages": []}
+    assert doc["packages"] == [{"name": "sample_pkg", "enabled": False, "why": f"{file}: [sample-pkg] enable = false"}]
+    code, out, _ = main(capsys, "-q", "status")
+    assert code == 0 and out.startswith(f"preferences file: {file} (from {protocol.PREFERENCES_VAR}; exists)\n")
+
+
+@pytest.mark.parametrize(("argv", "command", "kind", "message", "exit_code"), [
+    (["merge", "--json", "a.whl"], "merge", "MergeError", "give two wheels or more", 2),
+    (["bake", "--json", "--timeout", "0", "a.whl"], "bake", "UsageError", "--timeout must be positive", 2),
+    (["--json", "warm", "no_such_package_anywhere"], "warm", "TargetNotFound",
+     "no installed package named 'no_such_package_anywhere'", 2),
+    (["snoop", "--json", "--", "no-such-tool"], "snoop", "SnoopError",
+     "'no-such-tool' is neither python (a script, -m module, -c code) nor a console script", 2),
+    (["bake", "--json", "--timeout", "soon", "a.whl"], "bake", "UsageError",
+     "hatch-precompile bake: error: argument --timeout: invalid float value: 'soon'", 2),
+    (["--json", "status", "--no-such-flag"], "status", "UsageError",
+     "hatch-precompile: error: unrecognized arguments: --no-such-flag", 2),
+])
+def test_an_error_under_json_is_a_json_document_with_the_same_exit_status(argv, command, kind, message, exit_code,
+                                                                           capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    try:
+        code, out, err = main(capsys, *argv)
+    except SystemExit as exc:  # argparse's own usage errors exit from parse_args
+        code, (out, err) = exc.code, capsys.readouterr()
+    assert code == exit_code
+    doc = json.loads(out)
+    assert doc["format"] == 1 and set(doc) == {"format", "error"}
+    assert (doc["error"]["command"], doc["error"]["kind"], doc["error"]["exit_code"]) == (command, kind, exit_code)
+    assert doc["error"]["message"].startswith(message), doc
+    assert message in err, "the error's line is said on stderr too, for a person"
+
+
+def test_report_finding_nothing_is_one_document_with_the_error(tmp_path, capsys):
+    import zipfile
+
+    wheel = tmp_path / "plain-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("plain/__init__.py", "")
+    code, out, err = main(capsys, "report", "--json", str(wheel))
+    doc = json.loads(out)
+    assert code == 1 and doc["format"] == 1 and doc["kind"] == "wheel" and doc["artifacts"] == []
+    assert doc["error"]["kind"] == "NotFound" and doc["error"]["exit_code"] == 1
+    assert doc["error"]["message"].startswith(f"{wheel} has no precompiled artifacts") and "has no precompiled" in err
+
+
+def test_verbose_turns_on_the_debug_log_here_and_in_the_children(monkeypatch, capsys):
+    import logging
+
+    monkeypatch.delenv(protocol.DEBUG_VAR, raising=False)
+    logger = logging.getLogger("hatch_precompile")
+    monkeypatch.setattr(logger, "handlers", [])
+    monkeypatch.setattr(logger, "level", logging.NOTSET)
+    monkeypatch.delattr(logger, "_hatch_precompile_debug", raising=False)
+    main(capsys, "status", "-v")
+    assert os.environ[protocol.DEBUG_VAR] == "1" and logger.level == logging.DEBUG

@@ -104,10 +104,56 @@ class TestCpuCapabilities:
                  bad("cpu-capabilities", 'an array of ATEN_CPU_CAPABILITY names (e.g. ["default", "avx2"])', repr(value)))
 
 
-def test_unknown_options_are_named_with_the_known_ones():
-    rejected({**WORKLOAD, "workloads": "x:y", "timeot": 3},
-             "Unknown option(s) `timeot`, `workloads` for build hook `precompile`; known options: "
-             + ", ".join(sorted(options.FIELDS)))
+def test_unknown_options_are_named_each_with_the_one_meant_and_the_known_ones():
+    rejected({**WORKLOAD, "workloads": "x:y", "timeot": 3, "colour": "blue"},
+             "Unknown option `colour` for build hook `precompile`\n"
+             "Unknown option `timeot` for build hook `precompile`: did you mean `timeout`?\n"
+             "Unknown option `workloads` for build hook `precompile`: did you mean `workload`?\n"
+             "Known options for build hook `precompile`: " + ", ".join(sorted(options.FIELDS)))
+    # hatchling's own keys are meant too, in a hook's table
+    rejected({**WORKLOAD, "dependency": []}, "Unknown option `dependency` for build hook `precompile`: did you "
+             "mean `dependencies`?\nKnown options for build hook `precompile`: " + ", ".join(sorted(options.FIELDS)))
+
+
+def test_every_bad_option_is_named_at_once_in_the_options_order():
+    with pytest.raises(OptionError) as caught:
+        options.parse({"workload": "no-colon", "timeout": "soon", "device": "tpu", "timeot": 3, "enable": 1}, HOOK)
+    assert caught.value.problems == [
+        "Option `workload` for build hook `precompile`: entry 'no-colon' must look like 'package.module:function'",
+        bad("enable", "a boolean", "1"),
+        bad("timeout", "a positive number of seconds", "'soon'"),
+        bad("device", "one of auto, cpu, cuda", "'tpu'"),
+        "Unknown option `timeot` for build hook `precompile`: did you mean `timeout`?",
+        "Known options for build hook `precompile`: " + ", ".join(sorted(options.FIELDS)),
+    ]
+    assert str(caught.value) == "\n".join(caught.value.problems)
+
+
+def test_bakes_table_is_named_as_a_file_and_has_no_hatchling_keys():
+    where = "[tool.hatch-precompile] of ./pyproject.toml"
+    with pytest.raises(OptionError) as caught:
+        options.parse({**WORKLOAD, "dependencies": [], "timeut": 1}, HOOK, where=where)
+    assert caught.value.problems == [
+        f"Unknown option `dependencies` in {where}",
+        f"Unknown option `timeut` in {where}: did you mean `timeout`?",
+        f"Known options in {where}: " + ", ".join(sorted(options.FIELDS)),
+    ]
+
+
+class TestTorchTrace:
+    def test_a_directory_relative_to_the_project_and_the_variable_beats_it(self, tmp_path):
+        assert parse().torch_trace is None and parse(torch_trace="trace").torch_trace == "trace"
+        assert settings.load({**WORKLOAD, "torch-trace": "trace"}, HOOK, "p", {}, root=tmp_path).torch_trace == \
+            tmp_path / "trace"
+        assert settings.load(WORKLOAD, HOOK, "p", {}, root=tmp_path).torch_trace is None
+        env = {"HATCH_PRECOMPILE_TORCH_TRACE": str(tmp_path / "elsewhere")}
+        assert settings.load({**WORKLOAD, "torch-trace": "trace"}, HOOK, "p", env, root=tmp_path).torch_trace == \
+            tmp_path / "elsewhere"
+
+    @pytest.mark.parametrize("value", ["", "  ", 3, ["a"], True])
+    def test_wrong(self, value):
+        rejected({**WORKLOAD, "torch-trace": value},
+                 bad("torch-trace", "a directory (a path, relative to the project)", repr(value)))
 
 
 def test_hatchlings_own_keys_are_not_unknown():
@@ -148,6 +194,15 @@ def test_switches_beat_the_preferences_file_which_beats_the_table(tmp_path):
 def test_bad_variables_are_named(environ, message):
     with pytest.raises(OptionError, match=re.escape(message)):
         settings.load(WORKLOAD, HOOK, "my-pkg", environ)
+
+
+def test_the_tables_and_the_variables_problems_are_said_together():
+    with pytest.raises(OptionError) as caught:
+        settings.load({**WORKLOAD, "timeot": 3}, HOOK, "my-pkg", {"PRECOMPILE": "maybe", "HATCH_PRECOMPILE_HEARTBEAT": "0"})
+    assert [line.split(":")[0] for line in caught.value.problems] == [
+        "Unknown option `timeot` for build hook `precompile`", "Known options for build hook `precompile`",
+        "build hook `precompile`", "build hook `precompile`"]
+    assert "PRECOMPILE='maybe'" in caught.value.problems[2] and "HEARTBEAT='0'" in caught.value.problems[3]
 
 
 def test_a_bad_preferences_file_is_named(tmp_path):

@@ -96,9 +96,10 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
     Touchpoint("dynamo-compile", CONVERT_FRAME, "_compile", "wrap", "load: the first compile starts the "
                "torch-key and triton-key prefetches (run/warm_shortcuts.py) and asks the compiler's --version "
                "(run/key_matching.py); build, verify, snoop: each graph's call "
-               "(child/observe.py)",
+               "(child/observe.py); build, snoop: a line per graph as it is compiled (child/progress.py)",
                broken="no call signatures recorded (snoop's gaps say less); the keys are hashed when "
-               "torch needs them, not before; a compiler that does not work is not said ahead"),
+               "torch needs them, not before; a compiler that does not work is not said ahead; a build's "
+               "lines per graph come at the workload's end"),
     Touchpoint("key-details", CODECACHE, "FxGraphHashDetails.__init__", "wrap", "build, verify, snoop: what each key "
                "is made of, AOTAutograd's subclass included (child/key_details.py)",
                broken="no key details recorded (`why` says less)"),
