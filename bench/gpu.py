@@ -15,7 +15,7 @@ hatchling, hatch-precompile and their dependencies for pip's isolated build env.
 2. fresh processes, each with an empty ``TORCHINDUCTOR_CACHE_DIR`` and ``HOME``, make the first
    training step and then the first inference call: eager (``torch.compile`` as the identity),
    cold (``PRECOMPILE=0``), Mega-Cache by hand (``PRECOMPILE=0`` + ``load_cache_artifacts`` of the
-   wheel's ``megacache.bin``), precompiled, and each ``--variant`` (a precompiled row of sample_pkg
+   Mega-Cache the cold row saved), precompiled, and each ``--variant`` (a precompiled row of sample_pkg
    with more variables; ``BENCH_PROFILE=FILE`` profiles its first step);
 3. every process runs with ``bench/gpu_count/sitecustomize.py``, which counts real Triton
    compiles and run-time autotuning benchmarks and times each phase of the first step (imports,
@@ -82,6 +82,13 @@ if profile:
 t = time.perf_counter(); out = trainer.predict(inputs).double().sum().item(); predict = time.perf_counter() - t
 t = time.perf_counter(); trainer.step(inputs, targets).item(); second = time.perf_counter() - t
 from torch._dynamo.utils import counters
+if os.environ.get("BENCH_SAVE_MEGACACHE"):  # the cold row: what Mega-Cache by hand loads in its own row
+    open(os.environ["BENCH_SAVE_MEGACACHE"], "wb").write(torch.compiler.save_cache_artifacts()[0])
+try:
+    import hatch_precompile
+    served = hatch_precompile.served()  # what became of each compiled function's shipped Dynamo cache entry
+except Exception:
+    served = None
 import importlib.util
 def _no_pyc(module):  # its source was compiled in this process: no bytecode file Python could use
     path = getattr(module, "__file__", None) or ""
@@ -94,7 +101,7 @@ print("@@" + json.dumps({
     "cuda_initialized_by_import": cuda_initialized_by_import,
     "loaded": bool(getattr(pkg, "precompile_status", None)),
     "reason": getattr(getattr(pkg, "precompile_status", None), "reason", None),
-    "aot_autograd": dict(counters["aot_autograd"]),
+    "aot_autograd": dict(counters["aot_autograd"]), "served": served,
     "inductor": {k: v for k, v in counters["inductor"].items()
                  if "cache" in k or "bundler" in k or "autotune" in k or "select_algorithm" in k},
     "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
@@ -251,8 +258,11 @@ def _bundled_ptxas() -> str | None:
 
 
 def measure(package: str, path: str, megacache: Path | None, scratch: Path, extra: dict[str, str]) -> dict:
+    """One fresh process of ``path``; the cold one saves its Mega-Cache to ``megacache`` (the wheel
+    ships none: nothing loads it), which the Mega-Cache row then loads, as the recipe goes."""
     env = fresh_env(scratch, {**extra, **({"PRECOMPILE": "0"} if path != "precompiled" else {}),
-                              **({"BENCH_EAGER": "1"} if path == "eager" else {})})
+                              **({"BENCH_EAGER": "1"} if path == "eager" else {}),
+                              **({"BENCH_SAVE_MEGACACHE": str(megacache)} if path == "cold" and megacache else {})})
     result = run_json([sys.executable, "-c", HARNESS, package, str(megacache) if path == "megacache" else "-"], env)
     result["counted"] = counted(env)
     result["phases"] = phases(env)
@@ -386,7 +396,7 @@ def main() -> int:
             for line in entry["build_lines"]:
                 print("   " + line, flush=True)
             found = installed_set(name)
-            megacache = None
+            megacache = scratch / f"megacache-{name}.bin"  # written by the cold row
             if found:
                 directory, manifest = found
                 entry["timings"] = manifest["timings"]
@@ -395,8 +405,6 @@ def main() -> int:
                 entry["best_configs"] = sum(p.endswith(".best_config") for p in manifest["files"])
                 print(f"   timings {entry['timings']}, workloads {entry['workload_seconds']}, "
                       f"{entry['best_configs']} tuned configs shipped", flush=True)
-                if "megacache.bin" in manifest["files"]:
-                    megacache = directory / "blobs" / manifest["files"]["megacache.bin"]["sha256"]
             paths = ["cold", "precompiled"] if args.quick and name != "sample_pkg" else args.paths
             rows = [(path, path, extra) for path in paths]
             rows += [(variant, "precompiled", {**extra, **{k: v.format(scratch=scratch, out=args.out) for k, v in env.items()}})
@@ -404,7 +412,7 @@ def main() -> int:
             entry["runs"] = {row: [] for row, _, _ in rows}
             for repeat in range(args.repeats):
                 for row, path, env in rows:
-                    if path == "megacache" and megacache is None:
+                    if path == "megacache" and not megacache.is_file():  # no cold row ran before it
                         continue
                     run = measure(name, path, megacache, scratch, env)
                     entry["runs"][row].append(run)
@@ -412,6 +420,8 @@ def main() -> int:
                           f"  aot {run['aot_autograd']}  counted {run['counted']}  loaded={run['loaded']}", flush=True)
                     print(f"   {'':12s} phases {run['phases']}  modules without .pyc {run.get('modules_without_pyc')}"
                           f" ({run.get('torch_modules')} torch modules loaded)", flush=True)
+                    if run.get("served"):
+                        print(f"   {'':12s} served untraced: {run['served']}", flush=True)
             results["projects"][spec] = entry
             if name == "sample_pkg" and "probe" not in results and cuda:
                 results["probe"] = probe(scratch)

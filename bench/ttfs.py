@@ -15,7 +15,9 @@ For each consumer project (default: sample_pkg; any project that uses the hook a
 3. measures, in fresh processes with an empty ``TORCHINDUCTOR_CACHE_DIR`` each, alternating the
    paths every repeat: ``import pkg`` (after torch), the first compiled inference call, and TTFS
    (from before ``import torch`` to the end of the first training step) for
-   cold / Mega-Cache by hand / precompiled / the builder's hot cache dir / ``torch.compile`` with
+   cold / Mega-Cache by hand (the bytes the workload's cold run saved) / traced (the precompiled wheel
+   built without its second pass: every compiled function traced at its first call, its graphs
+   warm) / precompiled / the builder's hot cache dir / ``torch.compile`` with
    ``TORCH_COMPILE_DISABLE=1`` (Dynamo imported, nothing compiled) / eager (no torch.compile);
    each first call is split, from torch's own compile timers, into Dynamo's tracing, the backend
    (for a warm start: the cache loads), the rest of the frame compiles (guards) and the rest of
@@ -48,7 +50,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import zipfile
 from pathlib import Path
 
 import pairs
@@ -56,7 +57,7 @@ import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH = os.environ.get("BENCH_TORCH", "torch==2.13.0")
-PATHS = ("cold", "megacache", "precompiled", "hot-cache", "compile-off", "eager")
+PATHS = ("cold", "megacache", "traced", "precompiled", "hot-cache", "compile-off", "eager")
 
 # Runs inside the venv under test. argv: mode package bench-module megacache-file-or-dash eager-0-or-1
 # reference-file-or-dash. A bench module with ``trainer()`` is trained STEPS steps in "train_step":
@@ -211,20 +212,20 @@ def bench_project(spec: str, out: Path, repeats: int, hp_wheel_dir: Path, builde
             builds[kind].append(seconds)
     plain_wheel = next((work / "wheel-off").glob("*.whl"))
     pre_wheel = wheels
-    # The workload's own cold run: what the build would cost without us.
-    runner = f"import importlib; [getattr(importlib.import_module(m), f)() for m, f in {[w.split(':') for w in workloads]!r}]"
+    traced_wheel = None  # today's route: the caches only, each compiled function traced at its first call
+    if "traced" in paths:
+        _, traced_wheel = timed_build(builder, project, work / "wheel-traced", PRECOMPILE="1",
+                                      HATCH_PRECOMPILE_NO_DYNAMO_CACHE="1")
+    # The workload's own cold run: what the build would cost without us; its Mega-Cache bytes are
+    # what the documented recipe saves and loads (the wheel ships none: nothing loads it).
+    megacache = work / "megacache.bin"
+    runner = (f"import importlib, torch; [getattr(importlib.import_module(m), f)() for m, f in "
+              f"{[w.split(':') for w in workloads]!r}]; "
+              f"open({str(megacache)!r}, 'wb').write(torch.compiler.save_cache_artifacts()[0])")
     with tempfile.TemporaryDirectory() as cache:
         started = time.perf_counter()
         sh(builder, "-c", runner, env=clean_env(TORCHINDUCTOR_CACHE_DIR=cache, PYTHONPATH=str(project)))
         workload_cold = time.perf_counter() - started
-
-    # Mega-Cache bytes from the build-time run, as the documented recipe ships them.
-    megacache = work / "megacache.bin"
-    with zipfile.ZipFile(pre_wheel) as archive:
-        (set_manifest,) = [n for n in archive.namelist()
-                           if n.startswith(f"{package}/_precompiled/sets/") and n.endswith("/manifest.json")]
-        digest = json.loads(archive.read(set_manifest))["files"]["megacache.bin"]["sha256"]
-        megacache.write_bytes(archive.read(f"{package}/_precompiled/blobs/{digest}"))
     # The builder's own hot cache dir: the workload run once more in the build venv.
     hot = work / "hot-cache"
     if "hot-cache" in paths:
@@ -233,9 +234,11 @@ def bench_project(spec: str, out: Path, repeats: int, hp_wheel_dir: Path, builde
     hp = next(hp_wheel_dir.glob("*.whl"))
     venv_pre = make_venv(work / "venv-precompiled", TORCH, hp, pre_wheel)
     venv_plain = make_venv(work / "venv-plain", TORCH, hp, plain_wheel)
+    venv_traced = make_venv(work / "venv-traced", TORCH, hp, traced_wheel) if traced_wheel else None
     # Prime each venv once (pyc, page cache, the per-environment C++ header); not counted.
-    for python in (venv_pre, venv_plain):
-        measure(python, "infer", package, module)
+    for python in (venv_pre, venv_plain, venv_traced):
+        if python is not None:
+            measure(python, "infer", package, module)
     # The eager program's parameters after its training steps: what every path's are compared with.
     reference = work / "eager-params.pt"
     reference.unlink(missing_ok=True)
@@ -244,6 +247,7 @@ def bench_project(spec: str, out: Path, repeats: int, hp_wheel_dir: Path, builde
     setups = {
         "cold": dict(python=venv_plain),
         "megacache": dict(python=venv_plain, megacache=str(megacache)),
+        "traced": dict(python=venv_traced),  # built without the second pass: today's route
         "precompiled": dict(python=venv_pre),
         "hot-cache": dict(python=builder, cache_from=hot, env={"PYTHONPATH": str(project)}),
         # torch.compile still imports Dynamo when disabled: the floor of any torch.compile user.
@@ -320,13 +324,21 @@ def summarize(result: dict) -> dict:
             "ttfs precompiled / eager program (<= 1.2x)": paired(runs, "precompiled", "eager", "train_step", "total"),
             "first step precompiled / eager's, optimizer included (<= 2x)":
                 paired(runs, "precompiled", "eager", "train_step", "first_step"),
+            **({"ttfs traced (no second pass) / eager program": paired(runs, "traced", "eager", "train_step", "total"),
+                "first step traced / eager's": paired(runs, "traced", "eager", "train_step", "first_step")}
+               if "traced" in table else {}),
             "steady step precompiled / torch.compile's (<= 1.05x)":
                 paired(runs, "precompiled", "cold", "train_step", "steady_step"),
             f"params after {runs['precompiled']['train_step'][0]['steps']} steps, precompiled vs eager (max abs)":
                 pre["param_diff"],
             "params, torch.compile vs eager (max abs: the spread compiling shows)": cold["param_diff"],
         }
-    targets = {**training,
+    inference = {"first inference from start, precompiled / eager program (<= 1.2x)":
+                 paired(runs, "precompiled", "eager", "infer", "total")} if "eager" in table else {}
+    if "traced" in table and inference:
+        inference["first inference from start, traced (no second pass) / eager program"] = paired(
+            runs, "traced", "eager", "infer", "total")
+    targets = {**training, **inference,
         "ttfs precompiled vs cold (>= 10x)": paired(runs, "cold", "precompiled", "train_step", "total"),
         "ttfs precompiled vs megacache (>= 3x)":
             paired(runs, "megacache", "precompiled", "train_step", "total") if "megacache" in table else None,
@@ -365,7 +377,7 @@ def print_summary(result: dict, summary: dict) -> None:
                   f"compiler modules imported by the trainer's construction (its optimizer): "
                   f"{row['compiler_after_trainer'] or 'none'}, by the first step: {row['compiler_imported_by_the_step'] or 'none'}")
     print("the first call, split (s): Dynamo tracing / backend (cache loads when warm) / other compile / run")
-    for path in ("cold", "precompiled", "hot-cache"):
+    for path in ("cold", "traced", "precompiled", "hot-cache"):
         if path not in summary["table"]:
             continue
         for mode in ("train_step", "infer"):

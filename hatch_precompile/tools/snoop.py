@@ -111,6 +111,7 @@ def analyse(result: dict[str, Any], tmin: float, manifests: Callable[[str], list
         "pitfalls": pitfalls.find(result, graphs),
         "loads": result["loads"],
         "steps": result.get("steps") or [],
+        "served": result.get("served") or {},
         "counters": result.get("counters", {}),
         "trace": result.get("trace"),
     }
@@ -266,6 +267,10 @@ def render(report: dict[str, Any]) -> str:
         if "coverage" in p:
             line += f"; coverage {p['coverage']:.0%} of its graphs served by its artifacts ({p['artifacts']})"
         out.append(line)
+    if report.get("served"):
+        out.append("compiled functions shipped as Dynamo cache entries (served: no trace, no compile):")
+        for function, outcome in sorted(report["served"].items()):
+            out.append(f"  {function}: {outcome}")
     if report.get("steps"):
         out.append("shipped steps, calls by route (aotinductor and precompiled: no compile; fallback: torch.compile):")
         for step in report["steps"]:

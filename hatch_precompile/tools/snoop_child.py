@@ -46,7 +46,7 @@ def main(argv: list[str]) -> int:
     for graph in record["graphs"]:
         graph["distribution"] = owners(graph.get("location"))
     workload_loop.write_result(out, ChildResult("ok", workloads=[record], data={**ended, "loads": _loads(owners),
-                                                                        "steps": _steps()}))
+                                                                        "steps": _steps(), "served": _served()}))
     return EXIT_OK
 
 
@@ -94,6 +94,12 @@ def _steps() -> list[dict[str, Any]]:
         return []
     return [{"package": package, "name": name, "route": route, "calls": calls}
             for (package, name, route), calls in sorted(shipped_steps.this_process.served.items())]
+
+
+def _served() -> dict[str, str]:
+    """What became of each compiled function a package shipped as a Dynamo cache entry (run/served_compile.py)."""
+    served_compile = sys.modules.get("hatch_precompile.run.served_compile")
+    return served_compile.served() if served_compile is not None else {}
 
 
 def _loads(owners: Any) -> list[dict[str, Any]]:

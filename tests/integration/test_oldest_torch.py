@@ -86,8 +86,10 @@ def test_oldest_torch_first_compile_in_a_fresh_process_is_warm_and_raises_nothin
         version = run([python, "-c", "import torch; print(torch.__version__)"]).stdout.strip().splitlines()[-1]
         links = " ".join([os.environ.get("PIP_FIND_LINKS", ""), str(hp_dist)]).strip()
         proc = run([python, "-m", "pip", "install", "-v", copy_project(tmp_path / "sample_pkg")],
-                   env={"PIP_FIND_LINKS": links})
+                   env={"PIP_FIND_LINKS": links, "HATCH_PRECOMPILE_NO_DYNAMO_CACHE": "0"})
         assert f"precompile: building artifacts for torch {version} of the target environment" in proc.stdout
+        # A torch without precompile entries on code objects: no second pass, today's route unchanged.
+        assert "second pass" not in proc.stdout and "served without Dynamo tracing" not in proc.stdout
         eager = first_calls(python, tmp_path / "eager", "training", TORCH_COMPILE_DISABLE="1", PRECOMPILE="0")
         assert eager["aot_autograd"] == {} and not eager["precompiled"]
         for first in ("training", "inference"):
