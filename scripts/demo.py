@@ -87,6 +87,10 @@ def main() -> None:
     cold, warm = results["plain"], results["precompiled"]
     print(f"\nfirst training step: {cold['first_step_seconds'] / warm['first_step_seconds']:.1f}x faster "
           f"precompiled; same loss: {cold['loss']:.6f} vs {warm['loss']:.6f}")
+    traced = warm.get("first_predict_phases", {}).get("frames")
+    print(f"first inference call (a plain torch.compile of the model): {warm['first_predict_seconds']:.2f} s "
+          f"precompiled, {'served from its Dynamo cache entry, nothing traced' if traced == 0 else 'traced by Dynamo'}; "
+          f"{cold['first_predict_seconds']:.2f} s compiled cold")
     print(f"first served call (sample_pkg.classify_step, batch 7): {warm['first_classify_seconds'] * 1e3:.1f} ms by "
           f"{warm['classify_route']} (nothing compiled), against {cold['first_classify_seconds']:.2f} s compiled cold")
     print(f"measured with torch {warm['torch']}, Python {platform.python_version()}, {os.cpu_count()} cores, {_cpu()}")

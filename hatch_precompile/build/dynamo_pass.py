@@ -59,7 +59,8 @@ class _Recorder:
         self.filtered = False  # whether the guard filter saw the last compile's guards
         self.logged: set[tuple[str, str]] = set()  # the guards torch said it dropped, since that filter
         self.dropped: dict[str, list[dict[str, Any]] | str] = {}  # sha256 of a guarded code's guards -> index value
-        self.options: dict[str, set[str | None]] = {}  # source key -> options_key of each package call
+        self.options: dict[str, list[dict[str, Any] | None]] = {}  # source key -> each package call's keywords
+        # (None: not plain data, such as a backend given as a function)
         self.modules: dict[str, tuple[str, str]] = {}  # source key -> (module, qualname)
 
     def install(self, torch: Any) -> None:
@@ -71,21 +72,24 @@ class _Recorder:
         original = torch.compile
 
         def compile(model: Any = None, **options: Any) -> Any:
-            if model is None:
-                return lambda fn: compile(fn, **options)
             caller = sys._getframe(1).f_globals.get("__name__") or ""
-            self._call(model, options, caller)
-            return original(model, **options)
+            if model is None:  # the decorator: its caller's call
+                return lambda fn: self._call(fn, options, caller, original)
+            return self._call(model, options, caller, original)
 
         torch.compile = compile
 
-    def _call(self, model: Any, options: dict[str, Any], caller: str) -> None:
+    def _call(self, model: Any, options: dict[str, Any], caller: str, original: Any) -> Any:
+        """``original(model, **options)``, its options recorded where the package made the call."""
         ours = caller == self.package or caller.startswith((self.package + ".", "hatch_precompile."))
         found = served_compiles.function_key(model)
         if ours and found is not None:
             key, module, qualname, _ = found
-            self.options.setdefault(key, set()).add(served_compiles.options_key(options))
+            plain = dict(options) if served_compiles.options_key(options) is not None else None
+            if plain not in self.options.setdefault(key, []):
+                self.options[key].append(plain)
             self.modules[key] = (module, qualname)
+        return original(model, **options)
 
     def _filter(self, arguments: dict[str, Any]) -> dict[str, Any]:
         inner = arguments.get("guard_filter_fn")
@@ -184,13 +188,17 @@ def main(argv: list[str]) -> int:
 
 
 def possible(torch: Any) -> bool:
-    """Whether this torch has what the second pass needs: the flag, and precompile entries on code."""
+    """Whether this torch has all that serving an entry takes: the flag, precompile entries on code,
+    and Dynamo's cache entries with their guards read back one by one (torch 2.10 on; 2.8 and 2.9
+    have some of it, older none). Where not, no second pass: nothing is shipped that load() would refuse."""
     from hatch_precompile.run.torch_internals import dynamo_cache
 
     try:
-        from torch._dynamo import config  # noqa: TID251
+        from torch._dynamo import config, package  # noqa: TID251
 
-        return dynamo_cache.unsupported(torch) is None and hasattr(config, "caching_precompile")
+        needed = ("CompilePackage", "PrecompileCacheEntry", "load_guards_state", "load_guard_manager")
+        return (dynamo_cache.unsupported(torch) is None and hasattr(config, "caching_precompile")
+                and all(hasattr(package, name) for name in needed))
     except Exception:
         return False
 
@@ -239,7 +247,7 @@ def _index(recorder: _Recorder, entries: Path, out: Path) -> tuple[dict[str, ser
         (out / f"{key}.entry").parent.mkdir(parents=True, exist_ok=True)
         (out / f"{key}.entry").write_bytes(data)
         functions[key] = served_compiles.Function(
-            module, qualname, int(made_for[2]), f"{DYNAMO_DIR}/{key}.entry", tuple(sorted(o for o in options if o)),
+            module, qualname, int(made_for[2]), f"{DYNAMO_DIR}/{key}.entry", tuple(o for o in options if o is not None),
             {sha: recorder.dropped.get(sha, "its guards were not recorded while the workload ran") for sha in sorted(guarded)})
     return functions, notes
 

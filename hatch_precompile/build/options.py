@@ -153,7 +153,7 @@ class Options:
     dynamo_cache: bool = _option(
         "dynamo-cache", True, _boolean,
         "the workloads run a second time under torch's `caching_precompile`, and the package's own "
-        "`torch.compile` calls are served from those Dynamo cache entries, untraced, every guard kept (torch 2.9+; "
+        "`torch.compile` calls are served from those Dynamo cache entries, untraced, every guard kept (torch 2.10+; "
         "see [loading](docs/reference/loading.md#compiled-functions-served-untraced)); `false`: a faster build, "
         "whose compiled functions are traced at their first call", {"type": "boolean"})
     cpu_target: str = _option(

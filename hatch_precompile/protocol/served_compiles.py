@@ -33,8 +33,6 @@ DROPPED = ("ID_MATCH", "CLOSURE_MATCH", "WEAKREF_ALIVE", "DICT_VERSION")
 BY_NAME = ("ID_MATCH", "CLOSURE_MATCH", "FUNCTION_MATCH", "CLASS_MATCH", "MODULE_MATCH", "BUILTIN_MATCH")
 # A source a new process evaluates: a name in the code's globals, then attributes and keys.
 SOURCE = re.compile(r"G\['[A-Za-z_][A-Za-z0-9_]*'\](?:\.[A-Za-z_][A-Za-z0-9_]*|\['[A-Za-z0-9_.]*'\]|\[\d+\])*")
-# torch.compile's keywords a shipped entry was compiled under (backend by name only).
-OPTIONS = ("fullgraph", "dynamic", "backend", "mode", "options", "disable")
 
 
 class ServedError(ValueError):
@@ -49,7 +47,7 @@ class Function:
     qualname: str
     firstlineno: int
     entry: str  # the entry's logical path in the set
-    options: tuple[str, ...]  # options_key() of each torch.compile call that compiled it
+    options: tuple[dict[str, Any], ...]  # the keywords of each torch.compile call that compiled it, as given
     guarded: dict[str, Any]  # sha256 of a guarded code's guards -> [dropped guard], or a reason (unservable)
 
 
@@ -81,11 +79,18 @@ def function_key(fn: Any) -> tuple[str, str, str, int] | None:
     return source_key(qualname, code.co_firstlineno), module, qualname, code.co_firstlineno
 
 
+def takes(function: Function, options: dict[str, Any]) -> bool:
+    """Whether a ``torch.compile`` call with keywords ``options`` is one the build compiled ``function``
+    with (each side with torch's defaults filled in, so that a default given or left out is the same)."""
+    key = options_key(options)
+    return key is not None and key in {options_key(given) for given in function.options}
+
+
 def options_key(options: dict[str, Any]) -> str | None:
     """torch.compile's keywords as one comparable string, or None where one is not plain data (a
     backend given as a callable, say): such a call is never served."""
     plain: dict[str, Any] = {"fullgraph": False, "dynamic": None, "backend": "inductor", "mode": None, "options": None,
-                             "disable": False}
+                             "disable": False, "name": None, "recompile_limit": None, "isolate_recompiles": False}
     for name, value in options.items():
         if name not in plain:
             return None
@@ -200,7 +205,7 @@ def parse(text: str | bytes) -> tuple[str, dict[str, Function]]:
         try:
             function = Function(module=_str(raw["module"]), qualname=_str(raw["qualname"]),
                                 firstlineno=int(raw["firstlineno"]), entry=_str(raw["entry"]),
-                                options=tuple(_str(o) for o in raw["options"]), guarded=_guarded(raw["guarded"]))
+                                options=tuple(_keywords(o) for o in raw["options"]), guarded=_guarded(raw["guarded"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise ServedError(f"served.json: function {key!r}: {exc!r}") from None
         if source_key(function.qualname, function.firstlineno) != key:
@@ -213,6 +218,12 @@ def _str(value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{value!r} is not a string")
     return value
+
+
+def _keywords(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise TypeError(f"{value!r} is not an object of keywords")
+    return dict(value)
 
 
 def _guarded(value: Any) -> dict[str, Any]:

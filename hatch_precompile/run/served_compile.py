@@ -95,9 +95,9 @@ def compile_for(package: str, fn: Any, **options: Any) -> Any:
 def _compile_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def compile(model: Any = None, **options: Any) -> Any:
-        if model is None:  # @torch.compile(...): the decorator, served as the call it makes
-            return lambda fn: compile(fn, **options)
         package = _package_of(sys._getframe(1).f_globals.get("__name__"))
+        if model is None:  # @torch.compile(...): the decorator, its caller's as the call it makes
+            return lambda fn: original(fn, **options) if package is None else _served(package, fn, options, original)
         if package is None:
             return original(model, **options)
         return _served(package, model, options, original)
@@ -157,7 +157,7 @@ def _shipped(package: str, model: Any, options: dict[str, Any]) -> served_compil
         function = this_process.packages[package].functions.get(key)
     if function is None or (function.module, function.qualname) != (module, qualname):
         return None
-    if served_compiles.options_key(options) not in function.options:
+    if not served_compiles.takes(function, options):
         _said(function, "traced: compiled with other options than the build's")
         return None
     return function
