@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from hatch_precompile.protocol import FileEntry, Manifest, sha256
-from hatch_precompile.run import artifacts, cache_install, load_caches
+from hatch_precompile.run import artifacts, cache_install, load_caches, private_dirs
 
 FILES = {
     "inductor/aotautograd/akey/entry": b"aot entry",
@@ -150,17 +150,34 @@ def test_symlink_out_of_the_artifact_dir(tmp_path, monkeypatch, env_here, cache)
 
 
 def assert_foreign_entry_kept(package, cache):
-    """An entry that is already in the cache dir stays as it is; the rest of the set is installed."""
+    """A whole entry already in the cache dir (another process was first: the same size) stays as
+    it is; the rest of the set is installed."""
     (cache / "ab").mkdir(parents=True)
-    (cache / "ab" / "cabkernel.main.so").write_bytes(b"somebody else's entry")
+    first = b"x" * len(FILES["inductor/ab/cabkernel.main.so"])
+    (cache / "ab" / "cabkernel.main.so").write_bytes(first)
     result = load_caches.load(package)
     assert result.loaded and (result.installed, result.present) == (len(FILES) - 1, 1)
-    assert (cache / "ab" / "cabkernel.main.so").read_bytes() == b"somebody else's entry"
+    assert (cache / "ab" / "cabkernel.main.so").read_bytes() == first
 
 
 def test_existing_entries_are_never_overwritten(tmp_path, monkeypatch, env_here, cache):
     package, _ = ship(tmp_path, monkeypatch, env_here)
     assert_foreign_entry_kept(package, cache)
+
+
+@pytest.mark.parametrize("left", [b"", b"\x7fELF"], ids=["empty", "truncated"])
+def test_a_file_cut_short_is_replaced_whole(tmp_path, monkeypatch, env_here, cache, left):
+    """What a power loss leaves (a file of the right name, empty or cut short) is not counted as
+    present: it is replaced by a rename, so no process ever sees it half written."""
+    package, _ = ship(tmp_path, monkeypatch, env_here)
+    (cache / "ab").mkdir(parents=True)
+    kernel = cache / "ab" / "cabkernel.main.so"
+    kernel.write_bytes(left)
+    result = load_caches.load(package)
+    assert result.loaded and (result.installed, result.present) == (len(FILES), 0)
+    assert kernel.read_bytes() == FILES["inductor/ab/cabkernel.main.so"]
+    assert stat.S_IMODE(kernel.stat().st_mode) == 0o755
+    assert not [p for p in files_in(cache) if p.name.endswith(".tmp")]
 
 
 def test_planted_symlink_in_the_cache_dir_is_not_followed(tmp_path, monkeypatch, env_here, cache):
@@ -210,14 +227,25 @@ def test_cache_dir_owned_by_another_user_is_refused(tmp_path, monkeypatch, env_h
     package, _ = ship(tmp_path, monkeypatch, env_here)
     cache.mkdir(mode=0o700)
     os.chown(cache, OTHER_UID, OTHER_UID)
-    assert_skipped(package, cache, f"refusing the Inductor cache dir {cache}: {cache} is owned by another user (uid {OTHER_UID})")
+    assert_skipped(package, cache, f"refusing the Inductor cache dir {cache}: {cache} is owned by uid {OTHER_UID}, "
+                   "not by this user (uid 0 (root)); torch itself still compiles into it and loads what it finds "
+                   "there: set TORCHINDUCTOR_CACHE_DIR to a dir of your own")
 
 
-def test_group_writable_cache_dir_is_refused(tmp_path, monkeypatch, env_here, cache):
+@pytest.mark.parametrize("mode", [0o770, 0o775, 0o777, 0o2775])
+def test_a_cache_dir_of_ours_that_others_may_write_is_tightened_and_used(tmp_path, monkeypatch, env_here, cache, mode):
+    """As torch makes it under umask 002 (0775): nobody else can have put anything there that the
+    owner checks of each entry would not catch, so it is made 0700 and used, without a word."""
     package, _ = ship(tmp_path, monkeypatch, env_here)
     cache.mkdir()
-    cache.chmod(0o770)
-    assert_skipped(package, cache, f"{cache} is writable by its group (mode 0770; chmod go-w it)")
+    cache.chmod(mode)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = load_caches.load(package)
+    assert result.loaded and result.installed == len(FILES)
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o700
 
 
 def test_world_writable_dir_on_the_way_is_refused_unless_sticky(tmp_path, monkeypatch, env_here, cache):
@@ -226,7 +254,8 @@ def test_world_writable_dir_on_the_way_is_refused_unless_sticky(tmp_path, monkey
     shared.chmod(0o777)
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(shared / "cache"))
     package, _ = ship(tmp_path, monkeypatch, env_here)
-    assert_skipped(package, shared / "cache", f"{shared} is writable by all users (mode 0777")
+    assert_skipped(package, shared / "cache", f"{shared} is writable by all users (mode 0777) and not sticky, so another "
+                   "account can replace what is in it; torch itself still compiles into it")
     shared.chmod(0o1777)  # sticky, like /tmp: others cannot replace what is ours in it
     package, _ = ship(tmp_path, monkeypatch, env_here)
     assert load_caches.load(package).loaded
@@ -242,7 +271,7 @@ def test_symlink_on_the_way_owned_by_another_user_is_refused(tmp_path, monkeypat
     package, _ = ship(tmp_path, monkeypatch, env_here)
     with pytest.warns(load_caches.PrecompileWarning):
         result = load_caches.load(package)
-    assert not result.loaded and f"{cache} is a symlink owned by another user (uid {OTHER_UID})" in result.reason
+    assert not result.loaded and f"{cache} is a symlink owned by uid {OTHER_UID}" in result.reason
     assert files_in(elsewhere) == []
 
 
@@ -329,7 +358,7 @@ def test_without_hard_links_an_entry_is_still_never_replaced(tmp_path, monkeypat
 
     monkeypatch.setattr(os, "link", no_hard_links)
     if not rename_noreplace:
-        monkeypatch.setattr(cache_install, "_renameat2", lambda: None)
+        monkeypatch.setattr(private_dirs, "renameat2_function", lambda: None)
     package, _ = ship(tmp_path, monkeypatch, env_here)
     assert_foreign_entry_kept(package, cache)
     assert (cache / "aotautograd" / "akey" / "entry").read_bytes() == FILES["inductor/aotautograd/akey/entry"]
@@ -358,26 +387,35 @@ def test_relative_cache_dir_is_made_absolute_where_torch_reads_it(tmp_path, monk
 
 
 NO_USER = """
-import os, sys
+import json, os, sys
 sys.path.insert(0, sys.argv[1])
+import torch
+from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 from hatch_precompile.run import artifacts, cache_install
-import getpass, pwd, re, tempfile
 for name in ("LOGNAME", "USER", "LNAME", "USERNAME", "TORCHINDUCTOR_CACHE_DIR"):
     os.environ.pop(name, None)
 os.setuid(54321)  # a uid with no passwd entry, as in containers run with --user
+found = [default_cache_dir(), str(cache_install.inductor_cache_dir())]
+torch.__version__ = "2.7.1"  # before 2.13, torch's own default_cache_dir() raises KeyError here
 try:
-    print(cache_install.inductor_cache_dir())
+    found.append(str(cache_install.inductor_cache_dir()))
 except artifacts.Skip as skip:
-    print(skip)
+    found.append(str(skip))
+print(json.dumps(found))
 """
 
 
 @needs_root
-def test_unknown_user_is_a_clear_skip():
+def test_a_uid_without_a_name_gets_the_dir_torch_uses_or_a_clear_skip_where_torch_fails():
+    import json
     import subprocess
     import sys
+    import tempfile
 
     proc = subprocess.run([sys.executable, "-c", NO_USER, str(Path(load_caches.__file__).parents[2])],
                           capture_output=True, text=True, check=True)
-    assert proc.stdout.startswith("cannot tell which cache dir torch will use: getpass.getuser() failed"), proc.stdout
-    assert "set TORCHINDUCTOR_CACHE_DIR" in proc.stdout
+    by_torch, ours, older = json.loads(proc.stdout.splitlines()[-1])
+    assert ours == by_torch == os.path.join(tempfile.gettempdir(), "torchinductor_uid_54321")
+    assert older.startswith("torch 2.7 cannot name its default cache dir for uid 54321, which has no user name "
+                            "(getpass.getuser() failed: KeyError("), older
+    assert older.endswith("and will fail at the first compile: set TORCHINDUCTOR_CACHE_DIR"), older
