@@ -216,6 +216,27 @@ def test_switched_off_loads_nothing_and_says_why(tmp_path, monkeypatch, env_here
     assert files_in(cache) == []
 
 
+def test_an_invalid_switch_value_is_said_once_and_loads_nothing(tmp_path, monkeypatch, env_here, cache):
+    monkeypatch.setenv("PRECOMPILE", "maybe")
+    monkeypatch.setattr(load_caches, "_warned", set())
+    first, _ = ship(tmp_path, monkeypatch, env_here)
+    second, _ = ship(tmp_path, monkeypatch, env_here)
+    with pytest.warns(load_caches.PrecompileWarning) as said:
+        results = [load_caches.load(first), load_caches.load(second)]
+    assert [str(w.message) for w in said] == [
+        "hatch-precompile: PRECOMPILE='maybe' is not a valid switch value: use one of 1, on, true, yes or 0, false, "
+        "no, off; precompiled caches are not loaded while it is set so"]
+    assert not any(r.loaded for r in results) and files_in(cache) == []
+
+
+@pytest.mark.parametrize(("value", "loads"), [("1", False), ("yes", False), ("0", True), ("false", True), ("", True)])
+def test_only_a_building_flag_set_on_keeps_loading_off(tmp_path, monkeypatch, env_here, cache, value, loads):
+    monkeypatch.setenv("HATCH_PRECOMPILE_BUILDING", value)
+    package, _ = ship(tmp_path, monkeypatch, env_here)
+    result = load_caches.load(package)
+    assert result.loaded is loads and (loads or result.reason == "a precompile workload is running")
+
+
 # -- the cache-dir boundary ------------------------------------------------------------------------
 
 needs_root = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="chown needs root")
