@@ -106,7 +106,7 @@ def disabled_reason(package: str) -> str | None:
     try:
         enabled, why = switch.decide(package, default=True)
     except switch.GateValueError as exc:  # off, as a value set to turn it off would be, and said once
-        _warn_once(f"hatch-precompile: {exc}; precompiled caches are not loaded while it is set so", 4)
+        _warn_once(f"hatch-precompile: {exc}; precompiled caches are not loaded while it is set so", 5)
         return str(exc)
     return None if enabled else f"disabled by {why}"
 

@@ -37,7 +37,7 @@ def get(kind: str, key: str, valid: Callable[[str], bool]) -> str | None:
     try:
         directory = usercache.store_dir(kind)
     except private_dirs.Untrusted as exc:
-        _distrust(kind, exc)
+        _distrust(exc)
         return None
     except (OSError, ValueError):  # none yet, no home
         return None
@@ -60,7 +60,7 @@ def put(kind: str, key: str, value: str) -> None:
         with usercache.store_dir(kind, create=True) as directory:
             directory.replace(key, f"{key}\n{value}\n".encode(), 0o600)
     except private_dirs.Untrusted as exc:
-        _distrust(kind, exc)
+        _distrust(exc)
     except (OSError, ValueError):
         pass
 
@@ -69,11 +69,12 @@ def printable_line(value: str) -> bool:
     return value.isprintable() and len(value) < 1000
 
 
-def _distrust(kind: str, problem: Exception) -> None:
-    """Say once per process that a memo dir another account could write is not used."""
+def _distrust(problem: Exception) -> None:
+    """Say once per process and problem that memos another account could write are not used (the
+    three kinds share their parent dir: one line where it is the one at fault)."""
     with _lock:
-        if kind in _said:
+        if str(problem) in _said:
             return
-        _said.add(kind)
-    warnings.warn(f"hatch-precompile: not using the per-user memos of {kind[1:]}: {problem}; the checks they "
-                  "would skip run as usual", PrecompileWarning, stacklevel=4)
+        _said.add(str(problem))
+    warnings.warn(f"hatch-precompile: not using the per-user memos: {problem}; the checks they would skip run "
+                  "as usual", PrecompileWarning, stacklevel=4)

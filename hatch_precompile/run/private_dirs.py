@@ -7,6 +7,7 @@ store of ``warm``, the memos that let a process skip a check) must be what this 
 - a dir is this user's when this user owns it (or root does) and no other account can write it;
   one of ours with group or other write bits (made under umask 002) is tightened to 0700 and used,
   since nobody else can have put anything the per-entry owner checks would not catch;
+- a file is read only if this user (or root) owns it and nobody else may write it;
 - below a dir that was checked, each dir is opened relative to its parent's descriptor with
   ``O_NOFOLLOW`` (where the OS has no directory descriptors, each component is checked instead),
   so that no symlink is followed and a path swapped after the check is not the one used;
@@ -191,6 +192,11 @@ class Dir:
 
     def rename(self, name: str, target: "Dir", new_name: str) -> None:
         os.rename(self._name(name), target._name(new_name), src_dir_fd=self.fd, dst_dir_fd=target.fd)
+
+    def open_file(self, name: str, flags: int, mode: int = 0o600) -> int:
+        """``os.open`` of ``name`` in this dir, never through a symlink."""
+        return os.open(self._name(name), flags | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), mode,
+                       dir_fd=self.fd)
 
     def read(self, name: str, limit: int | None = None) -> bytes:
         """The bytes of the regular file ``name``, never through a symlink, only if this user (or

@@ -145,7 +145,7 @@ def test_a_memo_dir_another_account_owns_is_not_used_and_said_once(tmp_path, mon
         memos.put(memos.COMPILERS, "k2", "g++ 13")
         assert memos.get(memos.COMPILERS, "k2", memos.printable_line) is None
     assert [str(w.message) for w in said] == [
-        f"hatch-precompile: not using the per-user memos of compilers: {directory} is owned by uid {OTHER_UID}, not "
+        f"hatch-precompile: not using the per-user memos: {directory} is owned by uid {OTHER_UID}, not "
         "by this user (uid 0 (root)); the checks they would skip run as usual"]
     assert sorted(p.name for p in directory.iterdir()) == ["k1"]
 
