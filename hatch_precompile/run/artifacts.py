@@ -124,8 +124,11 @@ def all_sets(package: str) -> list[ArtifactSet]:
 
 def _warmed(package: str) -> ArtifactSet | None:
     directory = usercache.package_dir(package)
-    if directory is None or not directory.is_dir():
-        return None  # the common case costs one stat, and no torch import
+    try:
+        if directory is None or not directory.is_dir():
+            return None  # the common case costs one stat, and no torch import
+    except OSError:
+        pass  # a store this user cannot look into: stored_sets says whose it is
     env = environment_key()
     try:
         found = usercache.stored_sets(package, env)

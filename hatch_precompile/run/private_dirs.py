@@ -150,6 +150,9 @@ class Dir:
 
     def private_sub(self, name: str, shown: Path | str) -> "Dir":
         """``sub``, checked by make_private (raises Untrusted, or FileNotFoundError)."""
+        problem = foreign(shown, self.lstat(name))  # first: another's 0700 dir cannot even be opened
+        if problem:
+            raise Untrusted(problem)
         try:
             child = self.sub(name)
         except OSError as exc:

@@ -70,14 +70,21 @@ def entries(package: str) -> list[Path]:
     """Every stored artifact dir of ``package`` (one per environment that warmed it) in a store
     of this user's; none in one another account could write."""
     directory = package_dir(package)
-    if directory is None or not directory.is_dir():
+    if directory is None:
         return []
+    found = []
     try:
         with store_dir(directory.name) as stored:
-            names = stored.names()
+            for name in stored.names():
+                try:
+                    with stored.private_sub(name, directory / name) as entry:
+                        entry.lstat(SETS_DIR)
+                except OSError:  # not a set's dir (.lock), or not this user's
+                    continue
+                found.append(directory / name)
     except OSError:
         return []
-    return [directory / name for name in names if (directory / name / SETS_DIR).is_dir()]
+    return found
 
 
 class Stored:

@@ -103,15 +103,16 @@ def _warm(package: str, workloads: list[str], timeout: float, say: Callable[[str
 
 def stored() -> list[tuple[str, int, int]]:
     """(package, environments, bytes) of every package ``warm`` stored for, by name."""
-    base = usercache.base_dir()
-    if base is None or not base.is_dir():
+    try:
+        with usercache.store_dir() as base:
+            names = [name for name in base.names() if not name.startswith(".")]
+    except OSError:  # none, or not this user's (load() says so where it would be used)
         return []
     found = []
-    for directory in sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        entries = usercache.entries(directory.name)
+    for name in names:
+        entries = usercache.entries(name)
         if entries:  # other hatch-precompile caches live here too
-            found.append((directory.name, len(entries),
-                          sum(f.stat().st_size for e in entries for f in e.rglob("*") if f.is_file())))
+            found.append((name, len(entries), sum(f.stat().st_size for e in entries for f in e.rglob("*") if f.is_file())))
     return found
 
 

@@ -75,6 +75,16 @@ def test_a_store_another_account_wrote_is_not_read(tmp_path, monkeypatch, env_he
     assert stat.S_IMODE(store.stat().st_mode) == 0o777  # another's: not ours to change
 
 
+@needs_root
+def test_the_tools_list_no_entry_of_a_store_another_account_owns(tmp_path, monkeypatch, env_here, cache):
+    from hatch_precompile.tools import warm
+
+    package, entry = warmed(tmp_path, monkeypatch, env_here)
+    assert usercache.entries(package) == [entry] and [p for p, _, _ in warm.stored()] == [entry.parent.name]
+    os.chown(entry.parent, OTHER_UID, OTHER_UID)
+    assert usercache.entries(package) == [] and warm.stored() == []
+
+
 @pytest.mark.parametrize("where", ["entry", "blob"])
 def test_a_symlink_in_the_store_is_not_followed(tmp_path, monkeypatch, env_here, cache, where):
     package, entry = warmed(tmp_path, monkeypatch, env_here)
