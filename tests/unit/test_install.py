@@ -322,7 +322,12 @@ import resource, signal, sys
 from pathlib import Path
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 sys.path.insert(0, sys.argv[1])
-from hatch_precompile.run import artifacts, cache_install
+from hatch_precompile.run import artifacts, cache_install, private_dirs
+if sys.argv[4] == "no-hard-links":  # as on vfat or exFAT: no link(), and no renameat2 either
+    def no_hard_links(*args, **kwargs):
+        raise PermissionError(1, "Operation not permitted")
+    import os
+    os.link, private_dirs.renameat2_function = no_hard_links, lambda: None
 found = artifacts.find(sys.argv[2])
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))  # the first big file fails part-way
 try:
@@ -332,16 +337,19 @@ except artifacts.Skip as skip:
 """
 
 
-def test_a_write_that_fails_part_way_leaves_nothing(tmp_path, monkeypatch, env_here, cache):
-    """A real kernel error (EFBIG from a file-size limit, as ENOSPC from a full disk) at file 6."""
+@pytest.mark.parametrize("links", ["hard-links", "no-hard-links"])
+def test_a_write_that_fails_part_way_leaves_nothing(tmp_path, monkeypatch, env_here, cache, links):
+    """A real kernel error (EFBIG from a file-size limit, as ENOSPC from a full disk) at file 6; also
+    where the last-resort copy is used (before, it wrote under the final name, and left half of
+    ``bb/big`` there)."""
     files = {f"inductor/aa/small{n}": b"x" * 100 for n in range(5)} | {"inductor/bb/big": b"y" * 10000}
     package, _ = ship(tmp_path, monkeypatch, env_here, files=files)
     import subprocess
     import sys
 
     env = dict(os.environ, PYTHONPATH=str(tmp_path / "site"))
-    proc = subprocess.run([sys.executable, "-c", FULL_DISK, str(Path(load_caches.__file__).parents[2]), package, cache],
-                          env=env, capture_output=True, text=True, check=True)
+    proc = subprocess.run([sys.executable, "-c", FULL_DISK, str(Path(load_caches.__file__).parents[2]), package, cache,
+                           links], env=env, capture_output=True, text=True, check=True)
     assert "cannot write bb/big into the Inductor cache dir" in proc.stdout and "File too large" in proc.stdout
     assert files_in(cache) == [] and not (cache / "aa").exists() and not (cache / "bb").exists()
 
@@ -368,10 +376,11 @@ def test_temp_names_are_unpredictable(tmp_path, monkeypatch, env_here, cache):
     assert all(re.fullmatch(r"\.hatch-precompile-[0-9a-f]{16}\.tmp", name) for name in opened), opened
 
 
-@pytest.mark.parametrize("rename_noreplace", [True, False], ids=["renameat2", "exclusive-create"])
+@pytest.mark.parametrize("rename_noreplace", [True, False], ids=["renameat2", "rename-where-none-is"])
 def test_without_hard_links_an_entry_is_still_never_replaced(tmp_path, monkeypatch, env_here, cache, rename_noreplace):
     """link() fails as on vfat (EPERM); such a filesystem cannot be mounted here, so link is
-    made to fail. renameat2(RENAME_NOREPLACE) is used where Linux has it, else O_EXCL."""
+    made to fail. renameat2(RENAME_NOREPLACE) is used where Linux has it, else a whole temp file is
+    renamed into place where no entry is."""
     import errno
 
     def no_hard_links(*args, **kwargs):
@@ -384,6 +393,33 @@ def test_without_hard_links_an_entry_is_still_never_replaced(tmp_path, monkeypat
     assert_foreign_entry_kept(package, cache)
     assert (cache / "aotautograd" / "akey" / "entry").read_bytes() == FILES["inductor/aotautograd/akey/entry"]
     assert not [p for p in files_in(cache) if p.name.endswith(".tmp")]
+
+
+@needs_root
+def test_without_hard_links_a_nearly_full_disk_never_shows_half_a_file(tmp_path, monkeypatch, env_here, cache):
+    """A 64 KiB tmpfs, a 40 KB file, link() failing as on vfat and no renameat2: the temp file fits,
+    a second copy would not. The last resort renames the temp file into place (before, it copied it
+    under the final name, ran out of space and left 24576 of the 40000 bytes there, for good)."""
+    import errno
+    import subprocess
+
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs CAP_SYS_ADMIN)")
+    try:
+        def no_hard_links(*args, **kwargs):
+            raise PermissionError(errno.EPERM, "Operation not permitted")
+
+        monkeypatch.setattr(os, "link", no_hard_links)
+        monkeypatch.setattr(private_dirs, "renameat2_function", lambda: None)
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(mount / "cache"))  # the fixture's dir, on the tmpfs
+        big = {"inductor/bb/big": b"y" * 40_000}
+        package, _ = ship(tmp_path, monkeypatch, env_here, files=big)
+        assert load_caches.load(package).loaded
+        assert [(p.name, p.stat().st_size) for p in files_in(mount / "cache")] == [("big", 40_000)]
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
 
 
 def test_python_abi_is_part_of_the_key(tmp_path, monkeypatch, env_here, cache):
