@@ -21,6 +21,10 @@ class PrecompileError(Exception):
     exit_code = EXIT_USAGE
 
 
+class PrecompileWarning(UserWarning):
+    """Precompiled caches, a step or the per-user store were not used; the program compiles as usual."""
+
+
 class UsageError(PrecompileError):
     """A command line, option or target that names nothing usable."""
 

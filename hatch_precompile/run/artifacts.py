@@ -26,7 +26,7 @@ from hatch_precompile.protocol import (
     first_mismatch,
     sha256,
 )
-from hatch_precompile.run import machine, usercache
+from hatch_precompile.run import machine, private_dirs, usercache
 
 
 class Skip(PrecompileError):
@@ -124,15 +124,25 @@ def all_sets(package: str) -> list[ArtifactSet]:
 
 def _warmed(package: str) -> ArtifactSet | None:
     directory = usercache.package_dir(package)
-    if directory is None or not directory.is_dir():
-        return None  # the common case costs one stat, and no torch import
-    root = usercache.env_dir(package, environment_key())
-    if root is None or not (root / SETS_DIR).is_dir():
-        return None
     try:
-        manifests = {entry.name: (entry / MANIFEST_FILE).read_bytes() for entry in (root / SETS_DIR).iterdir()}
+        if directory is None or not directory.is_dir():
+            return None  # the common case costs one stat, and no torch import
+    except OSError:
+        pass  # a store this user cannot look into: stored_sets says whose it is
+    env = environment_key()
+    try:
+        found = usercache.stored_sets(package, env)
+    except private_dirs.Untrusted as exc:  # another account could have written it: never read
+        raise Skip(f"ignoring what `hatch-precompile warm` stored in {usercache.env_dir(package, env)}: {exc}; "
+                   "remove it, or set XDG_CACHE_HOME to a dir of your own") from None
+    except OSError as exc:
+        raise Skip(f"warmed artifacts in {usercache.env_dir(package, env)}: {exc}") from None
+    if found is None:
+        return None
+    root, manifests = found
+    try:
         return choose(package, root, manifests, warmed=True)
-    except (Skip, OSError) as skip:
+    except Skip as skip:
         raise Skip(f"warmed artifacts in {root}: {skip}") from None
 
 

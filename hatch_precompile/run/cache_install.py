@@ -3,16 +3,19 @@
 Torch's default cache dir sits in a shared ``/tmp``, and what goes there is native code that
 torch will ``dlopen``. So:
 
-- the cache dir must be ours and writable by nobody else, every existing dir on the way to it
-  owned by us or root and writable by nobody else unless sticky (like ``/tmp``), and no symlink on
-  the way owned by another user; missing dirs are created ``0700``;
+- the cache dir must be ours and writable by nobody else (one of ours that the group may write,
+  as torch makes it under umask 002, is tightened to 0700 and used); every existing dir on the
+  way to it owned by us or root and writable by nobody else unless sticky (like ``/tmp``), and no
+  symlink on the way owned by another user; missing dirs are created ``0700`` (private_dirs.py);
 - every file is read and hashed before the first one is written;
 - below the cache dir, work is relative to directory descriptors opened without following
   symlinks, so no component of a destination path is followed through one (where the OS has no
   directory descriptors, every component is checked instead);
+- a file already at a destination counts only if it is a regular file of ours with the size
+  the manifest gives (one cut short by a power loss is replaced, by a rename: whole or not at all);
 - each file is written under an unpredictable temp name in its destination dir and hard-linked
   into place: an existing entry is never replaced and nobody sees half a file. Where hard links
-  are not supported, it is renamed with ``RENAME_NOREPLACE`` (Linux), else created exclusively;
+  are not supported, it is renamed with ``RENAME_NOREPLACE`` (Linux), else renamed after a look;
 - if anything fails part-way (a full disk, a symlink met at file 20), what this call linked is
   removed again, and the caller reports the reason.
 
@@ -21,12 +24,9 @@ Needs no torch: the caller passes the kernels' install paths (relocate.py).
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import getpass
 import os
 import re
-import secrets
 import stat
 import sys
 import tempfile
@@ -34,14 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from hatch_precompile.protocol import CACHE_DIR_VAR, INDUCTOR_DIR
-from hatch_precompile.run import relocate
+from hatch_precompile.run import private_dirs, relocate
 from hatch_precompile.run.artifacts import ArtifactSet, Skip
+from hatch_precompile.run.private_dirs import Dir, quietly
 
-_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-_HAS_DIR_FDS = all(f in os.supports_dir_fd for f in (os.open, os.mkdir, os.link, os.unlink, os.rmdir))
-# What link() says on filesystems that have no hard links (vfat, some network and FUSE mounts).
-_NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV, errno.ENOSYS, errno.EACCES}
+# Torch names its default dir after the user; from 2.13 a uid with no passwd entry (a container run
+# with --user, OpenShift's arbitrary uids) gets "uid_<uid>" instead of an error (pytorch PR 184208).
+UID_FALLBACK_SINCE = (2, 13)
 
 
 def inductor_cache_dir() -> Path:
@@ -57,12 +56,32 @@ def inductor_cache_dir() -> Path:
         return Path(configured)
     try:
         user = getpass.getuser()
-    except Exception as exc:  # no passwd entry for this uid: torch itself cannot name the dir
-        raise Skip(
-            f"cannot tell which cache dir torch will use: getpass.getuser() failed ({exc!r}); "
-            f"set {CACHE_DIR_VAR}"
-        ) from None
+    except (KeyError, ModuleNotFoundError, OSError) as exc:  # no passwd entry for this uid
+        version = _torch_version()
+        if version is None or version < UID_FALLBACK_SINCE:
+            raise Skip(
+                f"torch {'.'.join(map(str, version or ())) or '(unknown version)'} cannot name its default "
+                f"cache dir for uid {os.getuid() if hasattr(os, 'getuid') else '?'}, which has no user name "
+                f"(getpass.getuser() failed: {exc!r}), and will fail at the first compile: set {CACHE_DIR_VAR}"
+            ) from None
+        user = f"uid_{os.getuid()}" if hasattr(os, "getuid") else "unknown_user"
     return Path(tempfile.gettempdir()) / ("torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
+
+
+def _torch_version() -> tuple[int, int] | None:
+    """(major, minor) of the torch this process uses (imported by now: the environment key)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        try:
+            from importlib import metadata
+
+            text = metadata.version("torch")
+        except Exception:  # not installed, or its metadata unreadable
+            return None
+    else:
+        text = str(getattr(torch, "__version__", ""))
+    match = re.match(r"(\d+)\.(\d+)", text)
+    return (int(match[1]), int(match[2])) if match else None
 
 
 def destinations(artifacts: ArtifactSet, torch_dir: str | None, compiler: str = "") -> dict[str, str]:
@@ -89,13 +108,14 @@ def install(artifacts: ArtifactSet, wanted: dict[str, str], cache_dir: Path) -> 
 
     Raises Skip, having written nothing that stays, when any of it cannot be done safely."""
     cache_dir = prepare(cache_dir)
-    pending = {dest: source for source, dest in wanted.items() if not os.path.lexists(cache_dir / dest)}
-    present = len(wanted) - len(pending)
-    blobs = {dest: artifacts.read(source) for dest, source in pending.items()}  # all verified first
-    installed = 0
     with _Writer(cache_dir) as writer:
+        size = {dest: artifacts.manifest.files[source].size for source, dest in wanted.items()}
+        pending = {dest: source for source, dest in wanted.items() if not writer.present(dest, size[dest])}
+        present = len(wanted) - len(pending)
+        blobs = {dest: artifacts.read(source) for dest, source in pending.items()}  # all verified first
+        installed = 0
         for dest, blob in blobs.items():
-            if writer.write_new(dest, blob):
+            if writer.write(dest, blob):
                 installed += 1
             else:
                 present += 1
@@ -104,11 +124,10 @@ def install(artifacts: ArtifactSet, wanted: dict[str, str], cache_dir: Path) -> 
 
 def prepare(cache_dir: Path) -> Path:
     """The cache dir's real path, once it exists and is safe to write code into (else Skip)."""
-    refuse = f"refusing the Inductor cache dir {cache_dir}:"
     for existing in [p for p in (cache_dir, *cache_dir.parents) if os.path.lexists(p)]:
         info = os.lstat(existing)
-        if stat.S_ISLNK(info.st_mode) and _foreign(info):
-            raise Skip(f"{refuse} {existing} is a symlink owned by another user (uid {info.st_uid})")
+        if stat.S_ISLNK(info.st_mode) and not private_dirs.trusted_owner(info):
+            raise Skip(_refusal(cache_dir, f"{existing} is a symlink owned by {private_dirs.owner(info.st_uid)}"))
     missing = [p for p in (cache_dir, *cache_dir.parents) if not os.path.lexists(p)]
     for directory in reversed(missing):
         try:
@@ -119,32 +138,36 @@ def prepare(cache_dir: Path) -> Path:
             raise Skip(f"cannot create the Inductor cache dir {cache_dir}: {exc}") from None
     real = Path(os.path.realpath(cache_dir))
     for ancestor in reversed(real.parents):
-        problem = _unsafe(ancestor, os.lstat(ancestor), mine=False)
+        problem = _shared_ancestor(ancestor, os.lstat(ancestor))
         if problem:
-            raise Skip(f"{refuse} {problem}")
-    problem = _unsafe(real, os.lstat(real), mine=True)
-    if problem:
-        raise Skip(f"{refuse} {problem}")
+            raise Skip(_refusal(cache_dir, problem))
+    try:
+        with Dir.open(str(real)) as opened:
+            private_dirs.make_private(opened, real)  # torch made it 0775 under umask 002: 0700 now
+    except private_dirs.Untrusted as exc:
+        raise Skip(_refusal(cache_dir, str(exc))) from None
+    except OSError as exc:
+        raise Skip(f"cannot open the Inductor cache dir {cache_dir}: {exc}") from None
     return real
 
 
-def _foreign(info: os.stat_result) -> bool:
-    return hasattr(os, "geteuid") and info.st_uid not in (os.geteuid(), 0)
-
-
-def _unsafe(path: Path, info: os.stat_result, mine: bool) -> str | None:
-    """Why another user could change what is at or under ``path``, or None."""
-    if not hasattr(os, "geteuid"):
-        return None  # no POSIX owners (Windows): the OS's ACLs are the user's business
+def _shared_ancestor(path: Path, info: os.stat_result) -> str | None:
+    """Why another account could replace what is in the dir ``path`` (a cache dir's ancestor), or None."""
+    if not private_dirs.HAS_OWNERS:
+        return None
     if not stat.S_ISDIR(info.st_mode):
         return f"{path} is not a directory"
-    if (mine and info.st_uid != os.geteuid()) or _foreign(info):
-        return f"{path} is owned by another user (uid {info.st_uid})"
-    writable = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-    if writable and (mine or not info.st_mode & stat.S_ISVTX):
-        who = "all users" if info.st_mode & stat.S_IWOTH else "its group"
-        return f"{path} is writable by {who} (mode {stat.S_IMODE(info.st_mode):04o}; chmod go-w it)"
-    return None
+    problem = private_dirs.foreign(path, info)
+    if problem is None and not info.st_mode & stat.S_ISVTX and private_dirs.writable_by_others(path, info):
+        problem = f"{private_dirs.writable_by_others(path, info)} and not sticky, so another account can replace what is in it"
+    return problem
+
+
+def _refusal(cache_dir: Path, problem: str) -> str:
+    """The one line for a cache dir another account could write: what, and what torch does there."""
+    torch_does = ("torch itself still compiles into it and loads what it finds there" if os.access(cache_dir, os.W_OK)
+                  else "torch itself cannot write there, and its compiles fail")
+    return f"refusing the Inductor cache dir {cache_dir}: {problem}; {torch_does}: set {CACHE_DIR_VAR} to a dir of your own"
 
 
 class _Writer:
@@ -152,51 +175,91 @@ class _Writer:
 
     def __init__(self, cache_dir: Path) -> None:
         self.cache_dir = cache_dir
-        self.dirs: dict[tuple[str, ...], _Dir] = {}
+        self.dirs: dict[tuple[str, ...], Dir] = {}
         self.made: list[tuple[tuple[str, ...], str]] = []  # dirs this call created
-        self.linked: list[tuple[tuple[str, ...], str]] = []  # entries this call created
+        self.linked: list[tuple[tuple[str, ...], str]] = []  # entries this call created or replaced
+        self.unfit: set[str] = set()  # entries there, but not a whole file of ours
 
     def __enter__(self) -> "_Writer":
-        self.dirs[()] = _Dir.open(str(self.cache_dir))
+        self.dirs[()] = Dir.open(str(self.cache_dir))
         return self
 
     def __exit__(self, kind: Any, error: Any, trace: Any) -> None:
         try:
             if kind is not None:
                 for parts, name in reversed(self.linked):
-                    _quietly(self.dirs[parts].unlink, name)
+                    quietly(self.dirs[parts].unlink, name)
                 for parts, name in reversed(self.made):
-                    _quietly(self.dirs[parts].rmdir, name)  # fails if another process filled it
+                    quietly(self.dirs[parts].rmdir, name)  # fails if another process filled it
         finally:
             for directory in self.dirs.values():
                 directory.close()
 
-    def write_new(self, dest: str, blob: bytes) -> bool:
-        """Put ``blob`` at ``dest`` unless an entry is there; False if one was (someone was first)."""
+    def present(self, dest: str, size: int) -> bool:
+        """Whether ``dest`` is a regular file of ours of ``size`` bytes. One that is not (a file cut
+        short by a power loss, another account's) is replaced by ``write``."""
+        *parts, name = dest.split("/")
+        directory = self._open(tuple(parts), create=False)
+        try:
+            info = directory.lstat(name) if directory is not None else None
+        except FileNotFoundError:
+            info = None
+        except OSError as exc:
+            raise Skip(f"cannot look at {dest} in the Inductor cache dir {self.cache_dir}: {exc}") from None
+        if info is None:
+            return False
+        if stat.S_ISREG(info.st_mode) and info.st_size == size and private_dirs.trusted_owner(info):
+            return True
+        self.unfit.add(dest)
+        return False
+
+    def write(self, dest: str, blob: bytes) -> bool:
+        """Put ``blob`` at ``dest`` unless an entry is there; False if one was (someone was first).
+        An entry ``present`` found unfit is replaced, by a rename."""
         *parts, name = dest.split("/")
         directory = self._dir(tuple(parts))
-        tmp = f".hatch-precompile-{secrets.token_hex(8)}.tmp"
         mode = 0o755 if name.endswith(".so") else 0o644
+        tmp = None
         try:
-            directory.create(tmp, blob, mode)
-            linked = directory.link_new(tmp, name, blob, mode)
+            if dest in self.unfit:
+                directory.replace(name, blob, mode)
+                linked = True
+            else:
+                tmp = directory.write_temp(blob, mode)
+                linked = directory.link_new(tmp, name)
         except OSError as exc:
             raise Skip(f"cannot write {dest} into the Inductor cache dir {self.cache_dir}: {exc}") from None
         finally:
-            _quietly(directory.unlink, tmp)
+            if tmp is not None:
+                quietly(directory.unlink, tmp)
         if linked:
             self.linked.append((tuple(parts), name))
         return linked
 
-    def _dir(self, parts: tuple[str, ...]) -> "_Dir":
-        """The dir ``parts`` below the cache dir, made (0700) where missing, never a symlink."""
+    def _dir(self, parts: tuple[str, ...]) -> Dir:
+        """The dir ``parts`` below the cache dir, never a symlink, made (0700) where missing."""
+        directory = self._open(parts, create=True)
+        if directory is None:  # only an existing dir's lookup finds none
+            raise Skip(f"cannot make {'/'.join(parts)} in the Inductor cache dir {self.cache_dir}")
+        return directory
+
+    def _open(self, parts: tuple[str, ...], create: bool) -> Dir | None:
+        """The dir ``parts`` below the cache dir, never a symlink; made (0700) where missing, or
+        None there unless ``create``."""
         if parts not in self.dirs:
-            parent = self._dir(parts[:-1])
+            parent = self._open(parts[:-1], create)
+            if parent is None:
+                return None
             try:
-                parent.mkdir(parts[-1])
-                self.made.append((parts[:-1], parts[-1]))
+                if create:
+                    parent.mkdir(parts[-1])
+                    self.made.append((parts[:-1], parts[-1]))
+                else:
+                    parent.lstat(parts[-1])
             except FileExistsError:
                 pass
+            except FileNotFoundError:
+                return None
             except OSError as exc:
                 raise Skip(f"cannot write to the Inductor cache dir {self.cache_dir}: {exc}") from None
             try:
@@ -206,94 +269,3 @@ class _Writer:
                     f"{self.cache_dir / '/'.join(parts)} in the Inductor cache dir is a symlink or not a directory"
                 ) from None
         return self.dirs[parts]
-
-
-class _Dir:
-    """A directory: an fd opened without following symlinks, or (no dir fds) a checked path."""
-
-    def __init__(self, fd: int | None, path: str) -> None:
-        self.fd = fd
-        self.path = path
-
-    @classmethod
-    def open(cls, path: str) -> "_Dir":
-        return cls(os.open(path, _DIR_FLAGS) if _HAS_DIR_FDS else None, path)
-
-    def sub(self, name: str) -> "_Dir":
-        path = os.path.join(self.path, name)
-        if self.fd is not None:
-            return _Dir(os.open(name, _DIR_FLAGS, dir_fd=self.fd), path)
-        if not stat.S_ISDIR(os.lstat(path).st_mode):  # lstat: a symlink is not a dir
-            raise NotADirectoryError(path)
-        return _Dir(None, path)
-
-    def _name(self, name: str) -> str:
-        return name if self.fd is not None else os.path.join(self.path, name)
-
-    def mkdir(self, name: str) -> None:
-        os.mkdir(self._name(name), 0o700, dir_fd=self.fd)
-
-    def rmdir(self, name: str) -> None:
-        os.rmdir(self._name(name), dir_fd=self.fd)
-
-    def unlink(self, name: str) -> None:
-        os.unlink(self._name(name), dir_fd=self.fd)
-
-    def create(self, name: str, blob: bytes, mode: int) -> None:
-        """Create ``name`` exclusively (never through a symlink) holding ``blob``."""
-        with os.fdopen(os.open(self._name(name), _NEW_FILE, mode, dir_fd=self.fd), "wb") as handle:
-            handle.write(blob)
-
-    def link_new(self, tmp: str, name: str, blob: bytes, mode: int) -> bool:
-        """Give the file ``tmp`` the name ``name`` unless that exists (False); never replaces."""
-        try:
-            os.link(self._name(tmp), self._name(name), src_dir_fd=self.fd, dst_dir_fd=self.fd)
-            return True
-        except FileExistsError:
-            return False
-        except OSError as exc:
-            if exc.errno not in _NO_HARD_LINKS:
-                raise
-        renamed = self._rename_noreplace(tmp, name)
-        if renamed is not None:
-            return renamed
-        try:  # last resort: nothing is replaced, but a reader may see the file while it is written
-            self.create(name, blob, mode)
-            return True
-        except FileExistsError:
-            return False
-
-    def _rename_noreplace(self, tmp: str, name: str) -> bool | None:
-        """renameat2(RENAME_NOREPLACE): True; False if ``name`` exists; None where unsupported."""
-        renameat2 = _renameat2()
-        if renameat2 is None:
-            return None
-        at = self.fd if self.fd is not None else -100  # AT_FDCWD
-        if renameat2(at, os.fsencode(self._name(tmp)), at, os.fsencode(self._name(name)), 1) == 0:
-            return True
-        code = ctypes.get_errno()
-        if code == errno.EEXIST:
-            return False
-        if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
-            return None
-        raise OSError(code, os.strerror(code), name)
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-
-
-def _renameat2() -> Any:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):
-        return None
-
-
-def _quietly(call: Any, name: str) -> None:
-    try:
-        call(name)
-    except OSError:
-        pass

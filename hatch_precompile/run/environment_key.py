@@ -26,7 +26,7 @@ import sysconfig
 from importlib import metadata
 from typing import Any
 
-from hatch_precompile.run import gpu, usercache
+from hatch_precompile.run import gpu, memos
 
 
 def cxx_command() -> str:
@@ -48,37 +48,53 @@ def compiler_version(command: str) -> str:
 
 # A compiler binary's own name: a wrapper (ccache, distcc) may change compilers behind one file.
 _COMPILER_NAME = re.compile(r"(^|[-_/])(g\+\+|gcc|c\+\+|cc|clang\+\+|clang)(-[\d.]+)?$")
+# The first bytes of an executable object file: ELF, Mach-O (32/64 bits, either byte order, fat), PE.
+_OBJECT_MAGIC = (b"\x7fELF", b"\xfe\xed\xfa\xce", b"\xfe\xed\xfa\xcf", b"\xce\xfa\xed\xfe", b"\xcf\xfa\xed\xfe",
+                 b"\xca\xfe\xba\xbe", b"MZ")
+
+
+def is_compiler_binary(real: str) -> bool:
+    """Whether the file ``real`` (a resolved path) is a compiler's own binary, whose ``--version``
+    holds for as long as the file is unchanged: named as a compiler, and an executable object file.
+    Not a script, whatever its name (Spack's ``cc``, Nix's ``g++``: they run whichever compiler
+    they were set up with), nor a link to ccache, sccache or distcc (it resolves to their name)."""
+    if not _COMPILER_NAME.search(os.path.basename(real)):
+        return False
+    try:
+        with open(real, "rb") as handle:
+            head = handle.read(4)
+    except OSError:
+        return False
+    return head.startswith(_OBJECT_MAGIC)
+
+
+def _valid_version(line: str) -> bool:
+    return memos.printable_line(line) and not line.startswith("unavailable")
 
 
 @functools.lru_cache(maxsize=None)
 def remembered_compiler_version(command: str) -> str:
     """``compiler_version``, remembered per user by the compiler file's identity (path, inode,
     size, times), so that a warm process starts no compiler just to name it: a compiler replaced
-    or upgraded is another file, and asked again. A wrapper is always asked."""
+    or upgraded is another file, and asked again. A wrapper or a script is always asked."""
     found = shutil.which(command)
     if found is None:
         return "unavailable (not found)"
     real = os.path.realpath(found)
-    base = usercache.base_dir()
-    if base is None or not _COMPILER_NAME.search(os.path.basename(real)):
+    if not is_compiler_binary(real):
         return compiler_version(command)
     try:
         st = os.stat(real)
-        identity = f"{real}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}"
-        memo = base / ".compilers" / hashlib.sha256(identity.encode()).hexdigest()  # dot: never a package name
-        if memo.is_file():
-            return memo.read_text().strip() or compiler_version(command)
     except OSError:
         return compiler_version(command)
+    identity = f"{real}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}"
+    key = hashlib.sha256(identity.encode()).hexdigest()
+    remembered = memos.get(memos.COMPILERS, key, _valid_version)
+    if remembered is not None:
+        return remembered
     version = compiler_version(command)
-    if not version.startswith("unavailable"):
-        try:
-            memo.parent.mkdir(parents=True, exist_ok=True)
-            temporary = memo.with_name(f"{memo.name}.{os.getpid()}")
-            temporary.write_text(version)
-            temporary.replace(memo)  # whole or absent, for a process reading it now
-        except OSError:
-            pass  # a read-only home: asked again next time
+    if _valid_version(version):
+        memos.put(memos.COMPILERS, key, version)
     return version
 
 

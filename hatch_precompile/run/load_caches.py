@@ -14,6 +14,7 @@ import threading
 import warnings
 from pathlib import Path
 
+from hatch_precompile.errors import PrecompileWarning
 from hatch_precompile.protocol import CACHE_DIR_VAR, SERVED_FILE
 from hatch_precompile.run import (
     artifacts,
@@ -27,10 +28,6 @@ from hatch_precompile.run import (
 from hatch_precompile.run.torch_internals import import_hook, registry
 
 log = logging.getLogger("hatch_precompile")
-
-
-class PrecompileWarning(UserWarning):
-    """Shipped artifacts were not used; the program compiles as usual."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,12 +100,13 @@ def note_once(note: str) -> None:
 
 
 def disabled_reason(package: str) -> str | None:
-    """Why loading is off for ``package`` (a quiet skip), or None."""
+    """Why loading is off for ``package`` (a quiet skip, but for an invalid switch value), or None."""
     if variables.building():
         return "a precompile workload is running"
     try:
         enabled, why = switch.decide(package, default=True)
-    except switch.GateValueError as exc:
+    except switch.GateValueError as exc:  # off, as a value set to turn it off would be, and said once
+        _warn_once(f"hatch-precompile: {exc}; precompiled caches are not loaded while it is set so", 5)
         return str(exc)
     return None if enabled else f"disabled by {why}"
 

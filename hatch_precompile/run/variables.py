@@ -117,9 +117,15 @@ def github_actions(environ: Mapping[str, str] | None = None) -> bool:
     return _text("GITHUB_ACTIONS", environ) == "true"
 
 
+def _flag(name: str, environ: Mapping[str, str] | None) -> bool:
+    """A flag of ours: on when set to anything but empty or an off value (``0``, ``false``, ...)."""
+    raw = _text(name, environ)
+    return bool(raw) and raw.lower() not in OFF_VALUES
+
+
 def building(environ: Mapping[str, str] | None = None) -> bool:
-    """Set in a build's child: load() stays off while the workload runs."""
-    return bool(_text(BUILDING_VAR, environ))
+    """Set in a build's child: load() stays off while the workload runs (not for ``=0``)."""
+    return _flag(BUILDING_VAR, environ)
 
 
 def torchscript_dir(environ: Mapping[str, str] | None = None) -> str | None:
@@ -148,7 +154,7 @@ def no_dynamo_cache(environ: Mapping[str, str] | None = None) -> bool:
 
 def steps_verify(environ: Mapping[str, str] | None = None) -> bool:
     """Set in verify's child: save_step() runs the shipped step against the workload's function."""
-    return bool(_text(STEPS_VERIFY_VAR, environ))
+    return _flag(STEPS_VERIFY_VAR, environ)
 
 
 def package(environ: Mapping[str, str] | None = None) -> str | None:
@@ -173,7 +179,7 @@ def debug_log(environ: Mapping[str, str] | None = None) -> None:
 
 def no_patches(environ: Mapping[str, str] | None = None) -> bool:
     """``HATCH_PRECOMPILE_NO_PATCHES`` (or ``..._NO_SPEEDUPS``): leave torch's internals as they are."""
-    return bool(_text(NO_PATCHES_VAR, environ) or _text(NO_SPEEDUPS_VAR, environ))
+    return _flag(NO_PATCHES_VAR, environ) or _flag(NO_SPEEDUPS_VAR, environ)
 
 
 def as_on_users_machines(environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:

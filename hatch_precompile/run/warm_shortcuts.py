@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from hatch_precompile.protocol import Manifest
-from hatch_precompile.run import environment_key, usercache
+from hatch_precompile.run import environment_key, memos, usercache
 from hatch_precompile.run.torch_internals import patching, prefetch, settings
 
 _pending = threading.local()
@@ -103,30 +103,26 @@ class TritonKeyMemo:
     A changed Triton changes it, even a file rewritten with its old mtime (the ctime moves)."""
 
     def __init__(self) -> None:
-        self._read_under: Path | None = None
+        self._read_under: str | None = None
 
     def get(self) -> str | None:
-        self._read_under = self._path()
-        try:
-            return self._read_under.read_text() if self._read_under is not None else None
-        except OSError:
+        self._read_under = self._fingerprint()
+        if self._read_under is None:
             return None
+        return memos.get(memos.TRITON_KEYS, self._read_under, memos.printable_line)
 
     def put(self, value: object) -> None:
-        path = self._path()
-        if not isinstance(value, str) or path is None or path != self._read_under:
+        fingerprint = self._fingerprint()
+        if not isinstance(value, str) or fingerprint is None or fingerprint != self._read_under:
             return  # no Triton, or it changed while torch hashed it
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        temp.write_text(value)
-        os.replace(temp, path)
+        if memos.printable_line(value):  # an empty or garbled key is never pinned
+            memos.put(memos.TRITON_KEYS, fingerprint, value)
 
     @staticmethod
-    def _path() -> Path | None:
-        base = usercache.base_dir()
+    def _fingerprint() -> str | None:
         spec = importlib.util.find_spec("triton")
         roots = list(spec.submodule_search_locations or []) if spec is not None else []
-        if base is None or len(roots) != 1:
+        if usercache.base_dir() is None or len(roots) != 1:
             return None
         hasher = hashlib.sha256(f"{roots[0]}\0{sys.implementation.cache_tag}".encode())
         for directory, subdirs, files in os.walk(roots[0]):
@@ -135,7 +131,7 @@ class TritonKeyMemo:
                 stat = os.stat(os.path.join(directory, name), follow_symlinks=False)
                 hasher.update(f"\n{os.path.relpath(os.path.join(directory, name), roots[0])}\0{stat.st_size}\0"
                               f"{stat.st_mtime_ns}\0{stat.st_ctime_ns}\0{stat.st_ino}\0{stat.st_dev}".encode())
-        return base / ".triton-keys" / hasher.hexdigest()  # dot: never a package name
+        return hasher.hexdigest()
 
 
 def _shows_no_gpu(manifest: Manifest) -> bool:
@@ -234,21 +230,20 @@ def _probe_library(arguments: dict[str, Any]) -> Any:
 
 def _remembered_probe(arguments: dict[str, Any]) -> Any:
     library = _probe_library(arguments)
-    marker = _probe_marker(library) if isinstance(library, str) else None
-    return True if marker is not None and marker.is_file() else patching.PASS
+    key = _probe_key(library) if isinstance(library, str) else None
+    passed = key is not None and memos.get(memos.ISA_PROBES, key, lambda value: value == memos.PASSED)
+    return True if passed else patching.PASS
 
 
 def _remember_probe(arguments: dict[str, Any], ok: Any) -> None:
     library = _probe_library(arguments)
-    marker = _probe_marker(library) if ok is True and isinstance(library, str) else None
-    if marker is not None:
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.touch()
+    key = _probe_key(library) if ok is True and isinstance(library, str) else None
+    if key is not None:
+        memos.put(memos.ISA_PROBES, key, memos.PASSED)
 
 
-def _probe_marker(library: str) -> Path | None:
-    """Where a successful probe of ``library`` on this machine is remembered; None: do not."""
-    base = usercache.base_dir()
+def _probe_key(library: str) -> str | None:
+    """What a successful probe of ``library`` on this machine is remembered under; None: do not."""
     try:
         flags = next(
             (line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")),
@@ -257,11 +252,11 @@ def _probe_marker(library: str) -> Path | None:
         blob = Path(library).read_bytes()
     except OSError:
         return None
-    if base is None or flags is None:
+    if usercache.base_dir() is None or flags is None:
         return None
     torch = sys.modules.get("torch")
     hasher = hashlib.sha256(blob)
     # Not the install path: a build env's result holds for the same torch installed elsewhere.
     for part in (getattr(torch, "__version__", ""), sys.version_info[:2], platform.release(), flags):
         hasher.update(b"\0" + str(part).encode())
-    return base / ".isa-probes" / hasher.hexdigest()  # dot: never a package name
+    return hasher.hexdigest()

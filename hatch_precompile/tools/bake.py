@@ -21,7 +21,6 @@ import os
 import shutil
 import tarfile
 import tempfile
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -96,8 +95,9 @@ def bake(wheel: Path, out_dir: Path, *, python: str, say: Callable[[str], None],
     target = out_dir / file_name.with_tag(tag)
     if target.resolve() == wheel.resolve():
         raise BakeError(f"-o {out_dir} would overwrite the input {wheel}: give another directory")
-    wheelfile.write_wheel(target, contents, baked, record)
-    _check_written(target, contents, record, dist_info)
+    modes = wheelfile.read_modes(wheel)
+    wheelfile.write_wheel(target, contents, baked, record, modes)
+    _check_written(target, contents, modes, record, dist_info)
     sets = sorted({n.split(f"/{SETS_DIR}/", 1)[1].split("/", 1)[0] for n in baked if f"/{DIRNAME}/{SETS_DIR}/" in n})
     say(f"bake: wrote {target} ({target.stat().st_size / 1e6:.2f} MB; tag {tag}; artifact set(s) {', '.join(sets)})")
     return target
@@ -222,8 +222,7 @@ def _run(wheel: Path, contents: dict[str, bytes], tmp: Path, plan: Plan, python:
     from hatch_precompile.build.workload_run import CannotCompile, Unusable, WorkloadFailed, capture
 
     site = tmp / "site"
-    with zipfile.ZipFile(wheel) as archive:
-        archive.extractall(site)
+    wheelfile.unpack(wheel, site)  # its modes kept: a workload may run a script the package ships
     paths = [str(site)] + [str(p) for p in sorted(site.glob("*.data/p*lib"))]  # purelib, platlib
     env, removed = variables.as_on_users_machines(os.environ)
     if removed:
@@ -295,12 +294,16 @@ def _tag(baked: dict[str, bytes], wheel: Path, dist_info: str) -> str:
     return f"{interpreter}-{abi_tag}-{wheelfile.least_compatible(platforms)}"
 
 
-def _check_written(target: Path, original: dict[str, bytes], record: str, dist_info: str) -> None:
-    """Every input file but RECORD and WHEEL is in the new wheel byte for byte, and RECORD is right."""
-    written = wheelfile.read_wheel(target)
+def _check_written(target: Path, original: dict[str, bytes], modes: dict[str, int], record: str,
+                   dist_info: str) -> None:
+    """Every input file but RECORD and WHEEL is in the new wheel byte for byte, with its mode, and
+    RECORD is right."""
+    written, written_modes = wheelfile.read_wheel(target), wheelfile.read_modes(target)
     for name, data in original.items():
         if name not in (record, f"{dist_info}/WHEEL") and written.get(name) != data:
             raise BakeError(f"{target}: {name} is not the input's byte for byte (a bug: please report it)")
+        if written_modes.get(name) != modes.get(name):
+            raise BakeError(f"{target}: {name} lost the input's file mode (a bug: please report it)")
     problem = wheelfile.record_problem(written, record)
     if problem:
         raise BakeError(f"{target}: {problem} (a bug: please report it)")

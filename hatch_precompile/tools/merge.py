@@ -10,6 +10,7 @@ whose environment key is the running process's, as for a wheel built with ``cpu-
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
 from hatch_precompile.errors import PrecompileError
@@ -31,17 +32,24 @@ def merge(wheels: list[Path], out_dir: Path) -> tuple[Path, list[str]]:
             f"the wheels must be one project, version, Python and ABI; got {', '.join(sorted(w.name for w in wheels))}"
         )
     members = [wheelfile.read_wheel(wheel) for wheel in wheels]
+    modes = [wheelfile.read_modes(wheel) for wheel in wheels]
     first, record = members[0], wheelfile.record_name(members[0], wheels[0])
     wheel_file = record.rsplit("/", 1)[0] + "/WHEEL"
     merged: dict[str, bytes] = {}
-    for wheel, contents in zip(wheels, members):
+    merged_modes: dict[str, int] = {}
+    for wheel, contents, mode in zip(wheels, members, modes):
         _check_same_outside_sets(wheels[0], first, wheel, contents, record, wheel_file)
         for name, data in contents.items():
             if name == record:
                 continue
             if _is_artifact(name) and name in merged and merged[name] != data:
                 raise MergeError(f"{wheel}: {name} differs from the same set in {wheels[0]} (the same machine twice?)")
+            if not _is_artifact(name) and name in merged_modes and merged_modes[name] != mode[name]:
+                raise MergeError(f"{name} has mode {_mode(mode[name])} in {wheel} and {_mode(merged_modes[name])} "
+                                 f"in {wheels[0]}: the wheels differ outside their artifact sets")
             merged.setdefault(name, data)
+            merged_modes.setdefault(name, mode[name])
+    merged_modes.setdefault(record, modes[0][record])
     sets = _check_sets(merged)
     platforms = [platform for name in names for platform in name.platforms]
     tag = f"{names[0].python}-{names[0].abi}-{wheelfile.least_compatible(platforms)}"
@@ -50,7 +58,7 @@ def merge(wheels: list[Path], out_dir: Path) -> tuple[Path, list[str]]:
     target = out_dir / names[0].with_tag(tag)
     if any(target.resolve() == w.resolve() for w in wheels):
         raise MergeError(f"-o {out_dir} would overwrite the input {target}: give another directory")
-    wheelfile.write_wheel(target, first, merged, record)
+    wheelfile.write_wheel(target, first, merged, record, merged_modes)
     return target, sets
 
 
@@ -94,6 +102,10 @@ def _check_sets(merged: dict[str, bytes]) -> list[str]:
     if not sets:
         raise MergeError("the wheels hold no artifact set (built with PRECOMPILE=0?)")
     return sets
+
+
+def _mode(external_attr: int) -> str:
+    return f"{stat.S_IMODE(external_attr >> 16):04o}"
 
 
 def _untagged(wheel_file: bytes) -> list[str]:

@@ -4,16 +4,25 @@ For a package whose shipped artifacts do not match this environment (another tor
 compiler), or that shipped none (a ``PRECOMPILE=0`` wheel): run its workloads with capture()
 (build/workload_run.py) -- the same child process as a wheel build -- and keep the result in the
 per-user cache (run/usercache.py), which ``load()`` uses when the shipped artifacts are unusable
-or absent.
+or absent. What is stored is this user's only (dirs 0700, nothing others may write), as ``load()``
+demands of it.
+
+One ``warm`` of a package at a time: each holds a lock (``flock`` on ``.lock`` in the package's
+store dir). A second one says it waits, and when the first stored a set for this environment in
+the meantime, it takes that set rather than compiling the same again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import datetime
 import os
 import shutil
+import stat
 import tempfile
 import time
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
@@ -21,8 +30,8 @@ from typing import Any, Callable
 from hatch_precompile.build.reporter import Reporter
 from hatch_precompile.build.workload_run import WorkloadFailed, capture
 from hatch_precompile.errors import PrecompileError
-from hatch_precompile.protocol import DIRNAME, MANIFEST_FILE, SETS_DIR, Manifest, ManifestError
-from hatch_precompile.run import artifacts, usercache
+from hatch_precompile.protocol import DIRNAME, MANIFEST_FILE, SETS_DIR, Manifest, ManifestError, canonical_name
+from hatch_precompile.run import artifacts, private_dirs, usercache
 
 
 class WarmError(PrecompileError):
@@ -46,7 +55,15 @@ def warm(
 ) -> tuple[Path, Manifest]:
     """Run ``workloads`` and store their artifacts for this environment; (dir, manifest)."""
     try:
-        return _warm(package, workloads, timeout, say, device)
+        with _one_at_a_time(package, say) as waited_since:
+            done = _stored_since(package, waited_since) if waited_since is not None else None
+            if done is not None:
+                say(f"warm: the other warm of {package} stored its caches for this environment: using them")
+                return done
+            return _warm(package, workloads, timeout, say, device)
+    except private_dirs.Untrusted as exc:
+        raise WarmError(f"not storing into the per-user cache: {exc}; remove it, or set XDG_CACHE_HOME to a dir "
+                        "of your own") from None
     except WorkloadFailed as exc:
         raise WarmError(str(exc) + (f" (this machine has no usable GPU: {exc.no_gpu})" if exc.no_gpu else "")) from None
     except OSError as exc:
@@ -86,15 +103,16 @@ def _warm(package: str, workloads: list[str], timeout: float, say: Callable[[str
 
 def stored() -> list[tuple[str, int, int]]:
     """(package, environments, bytes) of every package ``warm`` stored for, by name."""
-    base = usercache.base_dir()
-    if base is None or not base.is_dir():
+    try:
+        with usercache.store_dir() as base:
+            names = [name for name in base.names() if not name.startswith(".")]
+    except OSError:  # none, or not this user's (load() says so where it would be used)
         return []
     found = []
-    for directory in sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        entries = usercache.entries(directory.name)
+    for name in names:
+        entries = usercache.entries(name)
         if entries:  # other hatch-precompile caches live here too
-            found.append((directory.name, len(entries),
-                          sum(f.stat().st_size for e in entries for f in e.rglob("*") if f.is_file())))
+            found.append((name, len(entries), sum(f.stat().st_size for e in entries for f in e.rglob("*") if f.is_file())))
     return found
 
 
@@ -107,29 +125,87 @@ def clear(package: str) -> Path | None:
     return directory
 
 
+@contextlib.contextmanager
+def _one_at_a_time(package: str, say: Callable[[str], None]) -> Iterator[float | None]:
+    """Hold warm's lock of ``package``: None if it was free, else when this one began to wait."""
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): two warms at once each compile, and the last one stays
+        yield None
+        return
+    with usercache.store_dir(canonical_name(package), create=True) as directory:
+        fd = directory.open_file(".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        since = None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            since = time.time()
+            say(f"warm: another `hatch-precompile warm {package}` is running; waiting for it to finish")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield since
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _stored_since(package: str, since: float) -> tuple[Path, Manifest] | None:
+    """The set stored for this environment after ``since`` (by the warm this one waited for), or None."""
+    found = usercache.stored_sets(package, artifacts.environment_key())
+    if found is None:
+        return None
+    root, manifests = found
+    for raw in manifests.values():
+        try:
+            manifest = Manifest.parse(raw)
+            at = datetime.datetime.strptime(str((manifest.warmed or {}).get("at")), "%Y-%m-%dT%H:%M:%S%z").timestamp()
+        except (ManifestError, ValueError):
+            continue
+        if at >= int(since) and artifacts.env_problem(manifest) is None:
+            return Path(str(root)), manifest
+    return None
+
+
 def _work_dir() -> Path:
     """A scratch dir on the store's filesystem, so that storing is a rename."""
     base = usercache.base_dir()
     if base is None:
         raise OSError("there is no home directory for the per-user cache")
-    (base / ".tmp").mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix="warm-", dir=base / ".tmp"))
+    with usercache.store_dir(".tmp", create=True):
+        pass
+    return Path(tempfile.mkdtemp(prefix="warm-", dir=base / ".tmp"))  # 0700
 
 
 def _store(package: str, built: Path, env: dict[str, Any]) -> Path:
-    """Move ``built`` (a finished ``_precompiled`` dir) into place for ``env``."""
+    """Move ``built`` (a finished ``_precompiled`` dir) into place for ``env``: a rename between dirs
+    opened as usercache checks them, so the set lands only in a store of this user's."""
     target = usercache.env_dir(package, env)
-    if target is None:
+    base = usercache.base_dir()
+    if target is None or base is None:
         raise OSError("there is no home directory for the per-user cache")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    old = None
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}")
-        os.rename(target, old)
-    os.rename(built, target)  # a concurrent load() sees the old entry, none, or the new one
+    _private(built)
+    with usercache.store_dir(*built.parent.relative_to(base).parts) as source, \
+            usercache.store_dir(canonical_name(package), create=True) as parent:
+        old = None
+        try:
+            parent.lstat(target.name)
+            old = f".{target.name}.old-{os.getpid()}"
+            parent.rename(target.name, parent, old)
+        except FileNotFoundError:
+            pass
+        source.rename(built.name, parent, target.name)  # a concurrent load() sees the old entry, none, or the new one
     if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        shutil.rmtree(target.parent / old, ignore_errors=True)
     return target
+
+
+def _private(built: Path) -> None:
+    """Dirs 0700 and files writable by this user only, whatever umask the workloads ran under."""
+    for path in (built, *built.rglob("*")):
+        info = path.lstat()
+        if stat.S_ISDIR(info.st_mode):
+            path.chmod(0o700)
+        elif stat.S_ISREG(info.st_mode):
+            path.chmod(stat.S_IMODE(info.st_mode) & 0o700)
 
 
 def _version(package: str) -> str | None:

@@ -1,14 +1,21 @@
 """Wheels as files: read every member, write one anew with its RECORD, check what was written.
 
 ``merge`` and ``bake`` take wheels apart and put them together here; nothing else of theirs
-touches the zip format. A wheel written here is reproducible (fixed member dates, as hatchling's).
+touches the zip format. A wheel written here is reproducible (fixed member dates, as hatchling's),
+and every member keeps the file mode its input had (``external_attr``: an executable stays
+executable once pip installs it). ``RECORD`` is CSV, written and read with the ``csv`` module, so
+that a name holding a comma or a quote stays one field.
 """
 
 from __future__ import annotations
 
 import base64
+import csv
 import dataclasses
 import hashlib
+import io
+import os
+import stat
 import zipfile
 from pathlib import Path
 
@@ -66,6 +73,25 @@ def read_wheel(wheel: Path) -> dict[str, bytes]:
         raise WheelError(f"cannot read {wheel}: {exc}") from None
 
 
+def read_modes(wheel: Path) -> dict[str, int]:
+    """Each member's ``external_attr`` (its Unix file type and mode in the high 16 bits)."""
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            return {info.filename: info.external_attr for info in archive.infolist() if not info.is_dir()}
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise WheelError(f"cannot read {wheel}: {exc}") from None
+
+
+def unpack(wheel: Path, dest: Path) -> None:
+    """Every member of ``wheel`` under ``dest``, with its permission bits (``extractall`` drops them)."""
+    with zipfile.ZipFile(wheel) as archive:
+        for info in archive.infolist():
+            path = archive.extract(info, dest)
+            mode = stat.S_IMODE(info.external_attr >> 16) & 0o777
+            if mode and not info.is_dir():
+                os.chmod(path, mode)
+
+
 def record_name(contents: dict[str, bytes], wheel: Path) -> str:
     records = [n for n in contents if n.count("/") == 1 and n.endswith(".dist-info/RECORD")]
     if len(records) != 1:
@@ -73,38 +99,49 @@ def record_name(contents: dict[str, bytes], wheel: Path) -> str:
     return records[0]
 
 
-def write_wheel(target: Path, first: dict[str, bytes], merged: dict[str, bytes], record: str) -> None:
-    """The wheel: ``first``'s order, then new members sorted, a new RECORD last."""
+def write_wheel(target: Path, first: dict[str, bytes], merged: dict[str, bytes], record: str,
+                modes: dict[str, int] | None = None) -> None:
+    """The wheel: ``first``'s order, then new members sorted, a new RECORD last. Each member gets
+    its ``external_attr`` from ``modes``; a new one is a plain file, 0644."""
     order = [n for n in first if n in merged] + sorted(n for n in merged if n not in first)
-    lines = []
+    rows = []
     with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for name in order:
             data = merged[name]
-            archive.writestr(_info(name), data)
-            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-            lines.append(f"{name},sha256={digest},{len(data)}")
-        lines.append(f"{record},,")
-        archive.writestr(_info(record), "\n".join(lines) + "\n")
+            archive.writestr(_info(name, (modes or {}).get(name)), data)
+            rows.append([name, f"sha256={_digest(data)}", str(len(data))])
+        rows.append([record, "", ""])
+        text = io.StringIO()
+        csv.writer(text, lineterminator="\n").writerows(rows)
+        archive.writestr(_info(record, (modes or {}).get(record)), text.getvalue())
 
 
 def record_problem(contents: dict[str, bytes], record: str) -> str | None:
-    """What is wrong with a wheel's RECORD (a file unlisted, or listed with another hash), or None."""
+    """What is wrong with a wheel's RECORD (a row that is not three CSV fields, a file unlisted,
+    listed with another hash or size, or listed and absent), or None."""
     listed = {}
-    for line in contents[record].decode().splitlines():
-        name, digest, _size = line.rsplit(",", 2)
-        listed[name] = digest
+    for row in csv.reader(io.StringIO(contents[record].decode("utf-8"), newline="")):
+        if len(row) != 3:
+            return f"RECORD has a row of {len(row)} fields, not 3: {row!r}"
+        listed[row[0]] = (row[1], row[2])
     for name, data in contents.items():
-        if name == record:
-            continue
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        if listed.get(name) != f"sha256={digest}":
+        if name != record and listed.pop(name, None) != (f"sha256={_digest(data)}", str(len(data))):
             return f"RECORD lists {name} wrongly"
-    return None
+    absent = sorted(set(listed) - {record})
+    return f"RECORD lists {absent[0]}, which the wheel lacks" if absent else None
 
 
-def _info(name: str) -> zipfile.ZipInfo:
+def _digest(data: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+_PLAIN_FILE = (stat.S_IFREG | 0o644) << 16
+
+
+def _info(name: str, external_attr: int | None) -> zipfile.ZipInfo:
     info = zipfile.ZipInfo(name, date_time=(2020, 2, 2, 0, 0, 0))  # reproducible, as hatchling's
-    info.external_attr = 0o644 << 16
+    info.create_system = 3  # Unix: installers read the mode from the high 16 bits
+    info.external_attr = _PLAIN_FILE if external_attr is None else external_attr
     info.compress_type = zipfile.ZIP_DEFLATED
     return info
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import stat
 import sys
 import zipfile
 from pathlib import Path
@@ -79,13 +80,29 @@ def test_a_setuptools_wheel_baked_installs_with_pip_and_starts_warm(setuptools_w
     assert math.isclose(warm["logits_sum"], cold_result["logits_sum"], rel_tol=1e-6, abs_tol=1e-5)
 
 
+# The package ships a script it runs (an executable member) and a file with a comma in its name.
+TOOL = "sample_pkg/tool.sh"
+COMMA = "sample_pkg/data,1.txt"
+RUNS_ITS_TOOL = ("    import pathlib, subprocess\n"
+                 "    subprocess.run([str(pathlib.Path(__file__).with_name('tool.sh'))], check=True)\n")
+
+
+def mode(wheel: Path, member: str) -> int:
+    with zipfile.ZipFile(wheel) as archive:
+        return stat.S_IMODE(archive.getinfo(member).external_attr >> 16)
+
+
 @pytest.mark.slow
 def test_a_flit_wheel_baked_from_its_sdists_table_adds_a_set_when_baked_again(runtime_python, tmp_path):
-    """Its workload compiles one function (conftest.one_function_workload): what is under test is where
-    bake finds the workload and what it adds; that a baked wheel of the whole sample starts warm is
-    the setuptools test's."""
+    """Its workload compiles one function (conftest.one_function_workload) and runs the package's own
+    script: what is under test is where bake finds the workload, what it adds, and that every member
+    keeps its mode and name through bake, merge and pip; that a baked wheel of the whole sample
+    starts warm is the setuptools test's."""
     src = project(tmp_path / "proj", FLIT)
-    (src / "sample_pkg" / "precompile.py").write_text(one_function_workload())
+    (src / "sample_pkg" / "precompile.py").write_text(one_function_workload() + RUNS_ITS_TOOL)
+    (src / TOOL).write_text("#!/bin/sh\necho tool ran\n")
+    (src / TOOL).chmod(0o755)
+    (src / COMMA).write_text("one, two\n")
     run([sys.executable, "-m", "build", "--no-isolation", "-o", tmp_path / "dist", src])
     (wheel,), (sdist,) = (tmp_path / "dist").glob("*.whl"), (tmp_path / "dist").glob("*.tar.gz")
     proc = bake(wheel, "-o", tmp_path / "baked", "--project", sdist)
@@ -105,8 +122,19 @@ def test_a_flit_wheel_baked_from_its_sdists_table_adds_a_set_when_baked_again(ru
     again = bake(baked, "-o", tmp_path / "again", check=False)
     assert again.returncode == 2 and "already has sample_pkg/_precompiled/" in again.stdout
     assert not list((tmp_path / "again").glob("*.whl"))
+    # Merged with the wheel it was baked from: the sets united, every member's mode and name kept.
+    merged = run([sys.executable, "-m", "hatch_precompile", "merge", baked, twice, "-o", tmp_path / "merged"])
+    assert "2 artifact set(s)" in merged.stdout
+    (merged_wheel,) = (tmp_path / "merged").glob("*.whl")
+    for each in (wheel, baked, twice, merged_wheel):
+        assert (mode(each, TOOL), mode(each, COMMA)) == (0o755, 0o644), each
+    from hatch_precompile.tools import wheelfile
 
-    site = install(runtime_python, twice, tmp_path / "site")
+    assert wheelfile.record_problem(wheelfile.read_wheel(merged_wheel), "sample_pkg-0.1.0.dist-info/RECORD") is None
+
+    site = install(runtime_python, merged_wheel, tmp_path / "site")
+    assert run([site / TOOL]).stdout == "tool ran\n"
+    assert (site / COMMA).read_text() == "one, two\n"
     cache = tmp_path / "cache"
     cache.mkdir()
     warm = run_one_function(runtime_python, cache, pythonpath=site)

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -222,6 +223,17 @@ def test_verify_names_a_key_mismatch(runtime_python, precompiled_wheel, tmp_path
 # -- warm ------------------------------------------------------------------------------------------
 
 
+# `warm` twice at once: the second starts once the first runs its workload (it holds the lock then).
+TWO_WARMS = """
+umask 002
+"$1" -m hatch_precompile warm sample-pkg > first.log 2>&1 &
+first=$!
+until grep -q "^precompile: " first.log; do kill -0 $first 2>/dev/null || break; sleep 0.1; done
+"$1" -m hatch_precompile warm sample-pkg > second.log 2>&1 || echo "the second warm failed"
+wait $first || echo "the first warm failed"
+"""
+
+
 def test_warm_turns_a_plain_install_into_a_warm_one(runtime_python, notorch_python, tmp_path):
     """A PRECOMPILE=0 wheel whose workload is not at the conventional <pkg>.precompile:workload."""
     project = copy_project(tmp_path / "sample_pkg")
@@ -236,15 +248,25 @@ def test_warm_turns_a_plain_install_into_a_warm_one(runtime_python, notorch_pyth
     loaded, reason, _, _ = json.loads(run([runtime_python, "-c", STATUS_IMPORTED], env=env).stdout.splitlines()[-1])
     assert not loaded and reason == "no precompiled artifacts shipped"
 
-    # Nothing shipped, so no manifest names the workload: the wheel's .dist-info declares it.
-    proc = cli(runtime_python, "warm", "sample-pkg", env={**env, protocol.HEARTBEAT_VAR: "2"}, cwd=tmp_path)
+    # Nothing shipped, so no manifest names the workload: the wheel's .dist-info declares it. Two
+    # warms at once, under umask 002: the second waits for the first, then takes what it stored.
+    both = run(["sh", "-c", TWO_WARMS, "sh", runtime_python], env={**env, protocol.HEARTBEAT_VAR: "2"}, cwd=tmp_path)
+    assert "failed" not in both.stdout, both.stdout
+    first, second = (tmp_path / "first.log").read_text(), (tmp_path / "second.log").read_text()
     assert ("running sample_pkg.warmup:workload (from sample-pkg 0.1.0's "
-            "extra_metadata/hatch-precompile.json)") in proc.stdout
-    assert "precompile: workload sample_pkg.warmup:workload still running (" in proc.stdout
-    assert re.search(r"finished in [\d.]+ s: 3 graph\(s\), 0 graph break\(s\), 0 recompile\(s\), [1-9]\d* kernel\(s\)", proc.stdout)
-    (entry,) = (xdg / "hatch-precompile" / "sample-pkg").iterdir()
-    assert "warm: stored " in proc.stdout and str(entry) in proc.stdout
+            "extra_metadata/hatch-precompile.json)") in first
+    assert "precompile: workload sample_pkg.warmup:workload still running (" in first
+    assert re.search(r"finished in [\d.]+ s: 3 graph\(s\), 0 graph break\(s\), 0 recompile\(s\), [1-9]\d* kernel\(s\)", first)
+    (entry,) = (p for p in (xdg / "hatch-precompile" / "sample-pkg").iterdir() if p.name != ".lock")
+    assert "warm: stored " in first and str(entry) in first
+    assert "warm: another `hatch-precompile warm sample_pkg` is running; waiting for it to finish" in second
+    assert "warm: the other warm of sample_pkg stored its caches for this environment: using them" in second
+    assert "precompile: running workload" not in second and str(entry) in second
     assert not (tmp_path / "home").exists(), "XDG_CACHE_HOME must be honoured"
+    # What is stored is this user's only, whatever the umask: dirs 0700, nothing others may write.
+    stored = [xdg / "hatch-precompile", *(xdg / "hatch-precompile").rglob("*")]
+    assert [p for p in stored if p.is_dir() and stat.S_IMODE(p.stat().st_mode) != 0o700] == []
+    assert [p for p in stored if stat.S_IMODE(p.stat().st_mode) & 0o022] == []
 
     cache = tmp_path / "cache"
     cache.mkdir()

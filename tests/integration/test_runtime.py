@@ -127,18 +127,24 @@ print(json.dumps([notes, aot.get("autograd_cache_hit", 0), aot.get("autograd_cac
 """
 
 
-def test_load_never_clobbers_and_second_process_installs_nothing(runtime_python, tmp_path):
+def test_load_never_clobbers_a_whole_entry_and_replaces_one_cut_short(runtime_python, tmp_path):
+    """The second process finds every entry there: one of the right size stays as it is (another
+    process was first), one a power loss cut to 0 bytes is replaced whole (before, it counted as
+    present and the first compile failed: `ImportError: ... file too short`)."""
     cache = tmp_path / "cache"
     cache.mkdir()
     code = "import json, sample_pkg; s = sample_pkg.precompile_status; print(json.dumps([s.installed, s.present]))"
     env = {"TORCHINDUCTOR_CACHE_DIR": str(cache)}
     first = json.loads(run([runtime_python, "-c", code], env=env).stdout.splitlines()[-1])
     assert first[0] > 0 and first[1] == 0
-    kernel = next(cache.rglob("*.main.so"))
-    kernel.write_bytes(b"somebody else's entry")
+    kept, cut = sorted(cache.rglob("*.main.so"))[:2]
+    other = bytes(len(kept.read_bytes()))  # another entry of the same size
+    kept.write_bytes(other)
+    whole = cut.read_bytes()
+    cut.write_bytes(b"")
     second = json.loads(run([runtime_python, "-c", code], env=env).stdout.splitlines()[-1])
-    assert second == [0, first[0]]
-    assert kernel.read_bytes() == b"somebody else's entry"
+    assert second == [1, first[0] - 1]
+    assert kept.read_bytes() == other and cut.read_bytes() == whole
     assert not list(cache.rglob("*.tmp"))
 
 

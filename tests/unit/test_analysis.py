@@ -8,6 +8,7 @@ import base64
 import csv
 import hashlib
 import io
+import stat
 import zipfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,7 +18,7 @@ import pytest
 from hatch_precompile.child import observe, pitfalls
 from hatch_precompile.protocol import FileEntry, Manifest, sha256
 from hatch_precompile.protocol.workloads import Graph, Workload
-from hatch_precompile.tools import merge, snoop
+from hatch_precompile.tools import merge, snoop, wheelfile
 
 IMAGES = {"name": "images", "dtype": "torch.float32", "requires_grad": False}
 
@@ -158,13 +159,17 @@ def test_the_restart_seconds_are_read_from_torchs_metrics_and_default_where_torc
 # -- merge -----------------------------------------------------------------------------------------
 
 
-def make_wheel(path: Path, files: dict[str, bytes], name: str = "mypkg-1.0-cp311-cp311-linux_x86_64.whl") -> Path:
+def make_wheel(path: Path, files: dict[str, bytes], name: str = "mypkg-1.0-cp311-cp311-linux_x86_64.whl",
+               modes: dict[str, int] | None = None) -> Path:
+    """A wheel of ``files``, each a plain file of ``modes``' mode (0644 unless named there)."""
     path.mkdir(parents=True, exist_ok=True)
     wheel = path / name
     record = "mypkg-1.0.dist-info/RECORD"
     with zipfile.ZipFile(wheel, "w") as archive:
         for member, data in files.items():
-            archive.writestr(member, data)
+            info = zipfile.ZipInfo(member)
+            info.external_attr = (stat.S_IFREG | (modes or {}).get(member, 0o644)) << 16
+            archive.writestr(info, data)
         archive.writestr(record, "")
     return wheel
 
@@ -193,6 +198,25 @@ def test_merge_unites_the_sets_stores_each_blob_once_and_writes_a_true_record(tm
             if not name.endswith("RECORD"):
                 digest = base64.urlsafe_b64encode(hashlib.sha256(archive.read(name)).digest()).rstrip(b"=").decode()
                 assert rows[name] == [f"sha256={digest}", str(len(archive.read(name)))]
+
+
+def test_merge_keeps_every_members_mode_and_a_comma_in_a_name(tmp_path):
+    tool = "mypkg/bin/tool,v1.sh"
+    code = {**CODE, tool: b"#!/bin/sh\necho ok\n"}
+    a = make_wheel(tmp_path / "a", {**code, **artifact_set("avx2-1", b"a")}, modes={tool: 0o755})
+    b = make_wheel(tmp_path / "b", {**code, **artifact_set("default-2", b"b")}, modes={tool: 0o755})
+    merged, _ = merge.merge([a, b], tmp_path / "out")
+    modes = wheelfile.read_modes(merged)
+    assert modes[tool] >> 16 == stat.S_IFREG | 0o755 and modes["mypkg/__init__.py"] >> 16 == stat.S_IFREG | 0o644
+    contents = wheelfile.read_wheel(merged)
+    assert wheelfile.record_problem(contents, "mypkg-1.0.dist-info/RECORD") is None
+    rows = list(csv.reader(io.StringIO(contents["mypkg-1.0.dist-info/RECORD"].decode())))
+    assert all(len(row) == 3 for row in rows) and tool in [row[0] for row in rows]
+    wheelfile.unpack(merged, tmp_path / "site")
+    assert stat.S_IMODE((tmp_path / "site" / tool).stat().st_mode) == 0o755
+    plain = make_wheel(tmp_path / "plain", {**code, **artifact_set("avx512-3", b"c")})
+    with pytest.raises(merge.MergeError, match=r"mypkg/bin/tool,v1.sh has mode 0644 in .*plain.* and 0755 in "):
+        merge.merge([a, plain], tmp_path / "out2")
 
 
 def test_merge_of_wheels_for_two_glibcs_installs_only_where_both_sets_load(tmp_path):

@@ -170,3 +170,28 @@ def test_bake_in_another_projects_dir_refuses_naming_both(tmp_path, monkeypatch)
     assert proc.returncode == 2
     assert ("./pyproject.toml's [tool.hatch-precompile] is for project 'other-thing', and "
             "tiny-1.0-py3-none-any.whl is 'tiny''s: give --project DIR (or --workload) for this wheel") in proc.stdout
+
+
+def test_record_is_csv_written_and_checked(tmp_path):
+    """A name with a comma or a quote stays one field; a RECORD joined with plain commas (as
+    hatch-precompile once wrote it) is not taken for a right one."""
+    from hatch_precompile.tools import wheelfile
+
+    contents = {"pkg/a,b.txt": b"comma", 'pkg/say "hi".txt': b"quote", "pkg/run.sh": b"#!/bin/sh\n",
+                "pkg-1.dist-info/RECORD": b""}
+    record = "pkg-1.dist-info/RECORD"
+    target = tmp_path / "pkg-1-py3-none-any.whl"
+    wheelfile.write_wheel(target, contents, {n: d for n, d in contents.items() if n != record}, record,
+                          {"pkg/run.sh": (0o100755 << 16)})
+    written = wheelfile.read_wheel(target)
+    assert wheelfile.record_problem(written, record) is None
+    assert written[record].decode().splitlines()[0].startswith('"pkg/a,b.txt",sha256=')
+    assert wheelfile.read_modes(target)["pkg/run.sh"] >> 16 == 0o100755
+    assert wheelfile.read_modes(target)["pkg/a,b.txt"] >> 16 == 0o100644
+    joined = b"".join(row.encode() + b"\n" for row in written[record].decode().replace('"', "").splitlines())
+    problem = wheelfile.record_problem({**written, record: joined}, record)
+    assert problem is not None and problem.startswith("RECORD has a row of 4 fields, not 3: ['pkg/a', 'b.txt', 'sha256=")
+    unlisted = {**written, "pkg/new.txt": b"new"}
+    assert wheelfile.record_problem(unlisted, record) == "RECORD lists pkg/new.txt wrongly"
+    absent = {n: d for n, d in written.items() if n != "pkg/run.sh"}
+    assert wheelfile.record_problem(absent, record) == "RECORD lists pkg/run.sh, which the wheel lacks"

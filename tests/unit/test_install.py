@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from hatch_precompile.protocol import FileEntry, Manifest, sha256
-from hatch_precompile.run import artifacts, cache_install, load_caches
+from hatch_precompile.run import artifacts, cache_install, load_caches, private_dirs
 
 FILES = {
     "inductor/aotautograd/akey/entry": b"aot entry",
@@ -150,17 +150,34 @@ def test_symlink_out_of_the_artifact_dir(tmp_path, monkeypatch, env_here, cache)
 
 
 def assert_foreign_entry_kept(package, cache):
-    """An entry that is already in the cache dir stays as it is; the rest of the set is installed."""
+    """A whole entry already in the cache dir (another process was first: the same size) stays as
+    it is; the rest of the set is installed."""
     (cache / "ab").mkdir(parents=True)
-    (cache / "ab" / "cabkernel.main.so").write_bytes(b"somebody else's entry")
+    first = b"x" * len(FILES["inductor/ab/cabkernel.main.so"])
+    (cache / "ab" / "cabkernel.main.so").write_bytes(first)
     result = load_caches.load(package)
     assert result.loaded and (result.installed, result.present) == (len(FILES) - 1, 1)
-    assert (cache / "ab" / "cabkernel.main.so").read_bytes() == b"somebody else's entry"
+    assert (cache / "ab" / "cabkernel.main.so").read_bytes() == first
 
 
 def test_existing_entries_are_never_overwritten(tmp_path, monkeypatch, env_here, cache):
     package, _ = ship(tmp_path, monkeypatch, env_here)
     assert_foreign_entry_kept(package, cache)
+
+
+@pytest.mark.parametrize("left", [b"", b"\x7fELF"], ids=["empty", "truncated"])
+def test_a_file_cut_short_is_replaced_whole(tmp_path, monkeypatch, env_here, cache, left):
+    """What a power loss leaves (a file of the right name, empty or cut short) is not counted as
+    present: it is replaced by a rename, so no process ever sees it half written."""
+    package, _ = ship(tmp_path, monkeypatch, env_here)
+    (cache / "ab").mkdir(parents=True)
+    kernel = cache / "ab" / "cabkernel.main.so"
+    kernel.write_bytes(left)
+    result = load_caches.load(package)
+    assert result.loaded and (result.installed, result.present) == (len(FILES), 0)
+    assert kernel.read_bytes() == FILES["inductor/ab/cabkernel.main.so"]
+    assert stat.S_IMODE(kernel.stat().st_mode) == 0o755
+    assert not [p for p in files_in(cache) if p.name.endswith(".tmp")]
 
 
 def test_planted_symlink_in_the_cache_dir_is_not_followed(tmp_path, monkeypatch, env_here, cache):
@@ -199,6 +216,27 @@ def test_switched_off_loads_nothing_and_says_why(tmp_path, monkeypatch, env_here
     assert files_in(cache) == []
 
 
+def test_an_invalid_switch_value_is_said_once_and_loads_nothing(tmp_path, monkeypatch, env_here, cache):
+    monkeypatch.setenv("PRECOMPILE", "maybe")
+    monkeypatch.setattr(load_caches, "_warned", set())
+    first, _ = ship(tmp_path, monkeypatch, env_here)
+    second, _ = ship(tmp_path, monkeypatch, env_here)
+    with pytest.warns(load_caches.PrecompileWarning) as said:
+        results = [load_caches.load(first), load_caches.load(second)]
+    assert [str(w.message) for w in said] == [
+        "hatch-precompile: PRECOMPILE='maybe' is not a valid switch value: use one of 1, on, true, yes or 0, false, "
+        "no, off; precompiled caches are not loaded while it is set so"]
+    assert not any(r.loaded for r in results) and files_in(cache) == []
+
+
+@pytest.mark.parametrize(("value", "loads"), [("1", False), ("yes", False), ("0", True), ("false", True), ("", True)])
+def test_only_a_building_flag_set_on_keeps_loading_off(tmp_path, monkeypatch, env_here, cache, value, loads):
+    monkeypatch.setenv("HATCH_PRECOMPILE_BUILDING", value)
+    package, _ = ship(tmp_path, monkeypatch, env_here)
+    result = load_caches.load(package)
+    assert result.loaded is loads and (loads or result.reason == "a precompile workload is running")
+
+
 # -- the cache-dir boundary ------------------------------------------------------------------------
 
 needs_root = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="chown needs root")
@@ -210,14 +248,25 @@ def test_cache_dir_owned_by_another_user_is_refused(tmp_path, monkeypatch, env_h
     package, _ = ship(tmp_path, monkeypatch, env_here)
     cache.mkdir(mode=0o700)
     os.chown(cache, OTHER_UID, OTHER_UID)
-    assert_skipped(package, cache, f"refusing the Inductor cache dir {cache}: {cache} is owned by another user (uid {OTHER_UID})")
+    assert_skipped(package, cache, f"refusing the Inductor cache dir {cache}: {cache} is owned by uid {OTHER_UID}, "
+                   "not by this user (uid 0 (root)); torch itself still compiles into it and loads what it finds "
+                   "there: set TORCHINDUCTOR_CACHE_DIR to a dir of your own")
 
 
-def test_group_writable_cache_dir_is_refused(tmp_path, monkeypatch, env_here, cache):
+@pytest.mark.parametrize("mode", [0o770, 0o775, 0o777, 0o2775])
+def test_a_cache_dir_of_ours_that_others_may_write_is_tightened_and_used(tmp_path, monkeypatch, env_here, cache, mode):
+    """As torch makes it under umask 002 (0775): nobody else can have put anything there that the
+    owner checks of each entry would not catch, so it is made 0700 and used, without a word."""
     package, _ = ship(tmp_path, monkeypatch, env_here)
     cache.mkdir()
-    cache.chmod(0o770)
-    assert_skipped(package, cache, f"{cache} is writable by its group (mode 0770; chmod go-w it)")
+    cache.chmod(mode)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = load_caches.load(package)
+    assert result.loaded and result.installed == len(FILES)
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o700
 
 
 def test_world_writable_dir_on_the_way_is_refused_unless_sticky(tmp_path, monkeypatch, env_here, cache):
@@ -226,7 +275,8 @@ def test_world_writable_dir_on_the_way_is_refused_unless_sticky(tmp_path, monkey
     shared.chmod(0o777)
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(shared / "cache"))
     package, _ = ship(tmp_path, monkeypatch, env_here)
-    assert_skipped(package, shared / "cache", f"{shared} is writable by all users (mode 0777")
+    assert_skipped(package, shared / "cache", f"{shared} is writable by all users (mode 0777) and not sticky, so another "
+                   "account can replace what is in it; torch itself still compiles into it")
     shared.chmod(0o1777)  # sticky, like /tmp: others cannot replace what is ours in it
     package, _ = ship(tmp_path, monkeypatch, env_here)
     assert load_caches.load(package).loaded
@@ -242,7 +292,7 @@ def test_symlink_on_the_way_owned_by_another_user_is_refused(tmp_path, monkeypat
     package, _ = ship(tmp_path, monkeypatch, env_here)
     with pytest.warns(load_caches.PrecompileWarning):
         result = load_caches.load(package)
-    assert not result.loaded and f"{cache} is a symlink owned by another user (uid {OTHER_UID})" in result.reason
+    assert not result.loaded and f"{cache} is a symlink owned by uid {OTHER_UID}" in result.reason
     assert files_in(elsewhere) == []
 
 
@@ -272,7 +322,12 @@ import resource, signal, sys
 from pathlib import Path
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 sys.path.insert(0, sys.argv[1])
-from hatch_precompile.run import artifacts, cache_install
+from hatch_precompile.run import artifacts, cache_install, private_dirs
+if sys.argv[4] == "no-hard-links":  # as on vfat or exFAT: no link(), and no renameat2 either
+    def no_hard_links(*args, **kwargs):
+        raise PermissionError(1, "Operation not permitted")
+    import os
+    os.link, private_dirs.renameat2_function = no_hard_links, lambda: None
 found = artifacts.find(sys.argv[2])
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))  # the first big file fails part-way
 try:
@@ -282,16 +337,19 @@ except artifacts.Skip as skip:
 """
 
 
-def test_a_write_that_fails_part_way_leaves_nothing(tmp_path, monkeypatch, env_here, cache):
-    """A real kernel error (EFBIG from a file-size limit, as ENOSPC from a full disk) at file 6."""
+@pytest.mark.parametrize("links", ["hard-links", "no-hard-links"])
+def test_a_write_that_fails_part_way_leaves_nothing(tmp_path, monkeypatch, env_here, cache, links):
+    """A real kernel error (EFBIG from a file-size limit, as ENOSPC from a full disk) at file 6; also
+    where the last-resort copy is used (before, it wrote under the final name, and left half of
+    ``bb/big`` there)."""
     files = {f"inductor/aa/small{n}": b"x" * 100 for n in range(5)} | {"inductor/bb/big": b"y" * 10000}
     package, _ = ship(tmp_path, monkeypatch, env_here, files=files)
     import subprocess
     import sys
 
     env = dict(os.environ, PYTHONPATH=str(tmp_path / "site"))
-    proc = subprocess.run([sys.executable, "-c", FULL_DISK, str(Path(load_caches.__file__).parents[2]), package, cache],
-                          env=env, capture_output=True, text=True, check=True)
+    proc = subprocess.run([sys.executable, "-c", FULL_DISK, str(Path(load_caches.__file__).parents[2]), package, cache,
+                           links], env=env, capture_output=True, text=True, check=True)
     assert "cannot write bb/big into the Inductor cache dir" in proc.stdout and "File too large" in proc.stdout
     assert files_in(cache) == [] and not (cache / "aa").exists() and not (cache / "bb").exists()
 
@@ -318,10 +376,11 @@ def test_temp_names_are_unpredictable(tmp_path, monkeypatch, env_here, cache):
     assert all(re.fullmatch(r"\.hatch-precompile-[0-9a-f]{16}\.tmp", name) for name in opened), opened
 
 
-@pytest.mark.parametrize("rename_noreplace", [True, False], ids=["renameat2", "exclusive-create"])
+@pytest.mark.parametrize("rename_noreplace", [True, False], ids=["renameat2", "rename-where-none-is"])
 def test_without_hard_links_an_entry_is_still_never_replaced(tmp_path, monkeypatch, env_here, cache, rename_noreplace):
     """link() fails as on vfat (EPERM); such a filesystem cannot be mounted here, so link is
-    made to fail. renameat2(RENAME_NOREPLACE) is used where Linux has it, else O_EXCL."""
+    made to fail. renameat2(RENAME_NOREPLACE) is used where Linux has it, else a whole temp file is
+    renamed into place where no entry is."""
     import errno
 
     def no_hard_links(*args, **kwargs):
@@ -329,11 +388,38 @@ def test_without_hard_links_an_entry_is_still_never_replaced(tmp_path, monkeypat
 
     monkeypatch.setattr(os, "link", no_hard_links)
     if not rename_noreplace:
-        monkeypatch.setattr(cache_install, "_renameat2", lambda: None)
+        monkeypatch.setattr(private_dirs, "renameat2_function", lambda: None)
     package, _ = ship(tmp_path, monkeypatch, env_here)
     assert_foreign_entry_kept(package, cache)
     assert (cache / "aotautograd" / "akey" / "entry").read_bytes() == FILES["inductor/aotautograd/akey/entry"]
     assert not [p for p in files_in(cache) if p.name.endswith(".tmp")]
+
+
+@needs_root
+def test_without_hard_links_a_nearly_full_disk_never_shows_half_a_file(tmp_path, monkeypatch, env_here, cache):
+    """A 64 KiB tmpfs, a 40 KB file, link() failing as on vfat and no renameat2: the temp file fits,
+    a second copy would not. The last resort renames the temp file into place (before, it copied it
+    under the final name, ran out of space and left 24576 of the 40000 bytes there, for good)."""
+    import errno
+    import subprocess
+
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs CAP_SYS_ADMIN)")
+    try:
+        def no_hard_links(*args, **kwargs):
+            raise PermissionError(errno.EPERM, "Operation not permitted")
+
+        monkeypatch.setattr(os, "link", no_hard_links)
+        monkeypatch.setattr(private_dirs, "renameat2_function", lambda: None)
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(mount / "cache"))  # the fixture's dir, on the tmpfs
+        big = {"inductor/bb/big": b"y" * 40_000}
+        package, _ = ship(tmp_path, monkeypatch, env_here, files=big)
+        assert load_caches.load(package).loaded
+        assert [(p.name, p.stat().st_size) for p in files_in(mount / "cache")] == [("big", 40_000)]
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
 
 
 def test_python_abi_is_part_of_the_key(tmp_path, monkeypatch, env_here, cache):
@@ -358,26 +444,35 @@ def test_relative_cache_dir_is_made_absolute_where_torch_reads_it(tmp_path, monk
 
 
 NO_USER = """
-import os, sys
+import json, os, sys
 sys.path.insert(0, sys.argv[1])
+import torch
+from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 from hatch_precompile.run import artifacts, cache_install
-import getpass, pwd, re, tempfile
 for name in ("LOGNAME", "USER", "LNAME", "USERNAME", "TORCHINDUCTOR_CACHE_DIR"):
     os.environ.pop(name, None)
 os.setuid(54321)  # a uid with no passwd entry, as in containers run with --user
+found = [default_cache_dir(), str(cache_install.inductor_cache_dir())]
+torch.__version__ = "2.7.1"  # before 2.13, torch's own default_cache_dir() raises KeyError here
 try:
-    print(cache_install.inductor_cache_dir())
+    found.append(str(cache_install.inductor_cache_dir()))
 except artifacts.Skip as skip:
-    print(skip)
+    found.append(str(skip))
+print(json.dumps(found))
 """
 
 
 @needs_root
-def test_unknown_user_is_a_clear_skip():
+def test_a_uid_without_a_name_gets_the_dir_torch_uses_or_a_clear_skip_where_torch_fails():
+    import json
     import subprocess
     import sys
+    import tempfile
 
     proc = subprocess.run([sys.executable, "-c", NO_USER, str(Path(load_caches.__file__).parents[2])],
                           capture_output=True, text=True, check=True)
-    assert proc.stdout.startswith("cannot tell which cache dir torch will use: getpass.getuser() failed"), proc.stdout
-    assert "set TORCHINDUCTOR_CACHE_DIR" in proc.stdout
+    by_torch, ours, older = json.loads(proc.stdout.splitlines()[-1])
+    assert ours == by_torch == os.path.join(tempfile.gettempdir(), "torchinductor_uid_54321")
+    assert older.startswith("torch 2.7 cannot name its default cache dir for uid 54321, which has no user name "
+                            "(getpass.getuser() failed: KeyError("), older
+    assert older.endswith("and will fail at the first compile: set TORCHINDUCTOR_CACHE_DIR"), older

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -308,13 +309,29 @@ def test_probes_are_vouched_for_only_with_their_flags_and_this_cpus_features(mon
 # -- the compiler's --version, remembered ------------------------------------------------------------
 
 
+LOGGING_COMPILER = """#include <stdio.h>
+int main(int argc, char **argv) {
+    FILE *log = fopen(%s, "a");
+    for (int i = 0; i < argc; i++) fprintf(log, "%%s ", argv[i]);
+    fputs("\\n", log);
+    fclose(log);
+    puts(%s);
+    return 0;
+}
+"""
+
+
 def logging_compiler(directory: Path, name: str, version: str) -> Path:
-    """A compiler on PATH that writes a line to ``execs`` each time it is started."""
+    """A compiler on PATH that writes a line to ``execs`` each time it is started: a binary, as a
+    real compiler is (a script is asked every time, whatever its name)."""
+    import subprocess
+
     directory.mkdir(parents=True, exist_ok=True)
-    script = directory / name
-    script.write_text(f"#!/bin/sh\necho \"$0 $*\" >> {directory / 'execs'}\necho '{version}'\n")
-    script.chmod(0o755)
-    return script
+    source = directory / f"{name}.c"
+    source.write_text(LOGGING_COMPILER % (json.dumps(str(directory / "execs")), json.dumps(version)))
+    built = directory / f".{name}.new"
+    subprocess.run(["cc", "-o", str(built), str(source)], check=True)
+    return built.replace(directory / name)  # a new file, as an upgrade installs
 
 
 def starts(directory: Path) -> int:
@@ -341,11 +358,45 @@ def test_a_compilers_version_is_remembered_by_its_file_and_asked_again_when_it_c
     assert asked(str(compiler)) == "g++ (Fake) 13.1.0" and starts(bin_dir) == 2  # one file, whatever the name
     asked("ccache"), asked("ccache")  # a wrapper may change compilers behind one file: always asked
     assert starts(bin_dir) == 4
-    assert asked("no-such-g++") == "unavailable (not found)" and starts(bin_dir) == 4
+    (bin_dir / "c++").symlink_to(bin_dir / "ccache")  # ccache's masquerade: a compiler's name, ccache's file
+    asked("c++"), asked("c++")
+    assert starts(bin_dir) == 6
+    # Spack's `cc`, Nix's `g++`: scripts named as compilers, running whichever they were set up with.
+    script = bin_dir / "wrapped" / "g++"
+    script.parent.mkdir()
+    script.write_text(f'#!/bin/sh\nexec {bin_dir / "g++"} "$@"\n')
+    script.chmod(0o755)
+    assert asked(str(script)) == "g++ (Fake) 13.1.0" and asked(str(script)) == "g++ (Fake) 13.1.0"
+    assert starts(bin_dir) == 8
+    assert asked("no-such-g++") == "unavailable (not found)" and starts(bin_dir) == 8
     (tmp_path / "not-a-dir").write_text("")  # a cache dir that cannot be made: asked each time, never an error
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "not-a-dir" / "cache"))
     assert asked("g++") == "g++ (Fake) 13.1.0" and asked("g++") == "g++ (Fake) 13.1.0"
-    assert starts(bin_dir) == 6
+    assert starts(bin_dir) == 10
+
+
+@needs_linux
+@pytest.mark.parametrize("memo", [b"", b"\n", b"g++ (Planted) 99\n", b"{key}\n\n", b"{key}\nunavailable (exit 1)\n",
+                                  b"{key}\ng++ (Fake) 12.2.0\nmore\n"],
+                         ids=["empty", "blank", "no-key", "empty-value", "unavailable", "extra-line"])
+def test_a_malformed_compiler_memo_is_ignored_and_written_anew(tmp_path, monkeypatch, memo):
+    bin_dir = tmp_path / "bin"
+    logging_compiler(bin_dir, "g++", "g++ (Fake) 12.2.0")
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    environment_key.remembered_compiler_version.cache_clear()
+    environment_key.compiler_version.cache_clear()
+    assert environment_key.remembered_compiler_version("g++") == "g++ (Fake) 12.2.0" and starts(bin_dir) == 1
+    (file,) = (tmp_path / "cache" / "hatch-precompile" / ".compilers").iterdir()
+    assert stat.S_IMODE(file.stat().st_mode) == 0o600
+    assert stat.S_IMODE(file.parent.stat().st_mode) == stat.S_IMODE(file.parent.parent.stat().st_mode) == 0o700
+    file.write_bytes(memo.replace(b"{key}", file.name.encode()))
+    for expected_starts in (2, 2):  # asked once, then remembered again
+        environment_key.remembered_compiler_version.cache_clear()
+        environment_key.compiler_version.cache_clear()
+        assert environment_key.remembered_compiler_version("g++") == "g++ (Fake) 12.2.0"
+        assert starts(bin_dir) == expected_starts
+    assert file.read_text() == f"{file.name}\ng++ (Fake) 12.2.0\n"
 
 
 WARM_COMPILER = """

@@ -582,7 +582,21 @@ def test_tritons_key_is_remembered_until_any_file_of_triton_changes(tmp_path, mo
     (package / "language.py").write_text("# new\n")
     changed.put("3.9.0-stale")
     assert warm_shortcuts.TritonKeyMemo().get() is None
-    assert sorted(p.read_text() for p in (tmp_path / "cache" / "hatch-precompile" / ".triton-keys").iterdir()) == ["3.9.0-abc"]
+    (memo,) = (tmp_path / "cache" / "hatch-precompile" / ".triton-keys").iterdir()
+    assert memo.read_text() == f"{memo.name}\n3.9.0-abc\n"
+    # A memo that is empty, names another key or holds an empty value is not used: torch hashes
+    # Triton as usual, and an empty key is never written.
+    (package / "language.py").unlink()  # another state of Triton: nothing remembered for it yet
+    fresh = warm_shortcuts.TritonKeyMemo()
+    assert fresh.get() is None
+    planted = memo.parent / str(fresh._fingerprint())
+    for text in ("", f"{planted.name}\n\n", f"{memo.name}\n3.9.0-abc\n", "3.9.0-abc"):
+        planted.write_text(text)
+        assert warm_shortcuts.TritonKeyMemo().get() is None, text
+    fresh.put("")
+    assert planted.read_text() == "3.9.0-abc"
+    fresh.put("3.9.0-def")
+    assert warm_shortcuts.TritonKeyMemo().get() == "3.9.0-def"
 
 
 def test_the_registry_the_breakers_and_the_docs_name_the_same_touchpoints():
