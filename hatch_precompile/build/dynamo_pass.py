@@ -177,8 +177,11 @@ def main(argv: list[str]) -> int:
         workload_loop.write_result(out, ChildResult("unusable", f"torch did not save its Dynamo cache entries: {exc!r}"))
         return EXIT_OK
     functions, notes = _index(recorder, Path(cache_dir) / DYNAMO_DIR, out / DYNAMO_DIR)
+    settings = dynamo_cache.settings_digest()
+    if functions and settings is None:
+        notes, functions = notes + ["no function: the compiler settings the entries were compiled under cannot be read"], {}
     if functions:
-        (out / SERVED_FILE).write_text(served_compiles.dumps(torch.__version__, functions))
+        (out / SERVED_FILE).write_text(served_compiles.dumps(settings, functions))
     workload_loop.write_result(out, ChildResult("ok", workloads=workloads, data={
         "functions": len(functions), "notes": notes, "seconds": round(time.perf_counter() - started, 3),
         "guarded": sum(len(f.guarded) for f in functions.values()),

@@ -186,14 +186,15 @@ def dropped_guard(source: str, guard_type: str, derived: tuple[str, ...], is_glo
 # -- the index file --------------------------------------------------------------------------------
 
 
-def dumps(torch_version: str, functions: dict[str, Function]) -> str:
-    return json.dumps({"format": SERVED_FORMAT, "torch": torch_version,
+def dumps(settings: str | None, functions: dict[str, Function]) -> str:
+    """The index: the compiler settings' digest the entries were compiled under, and the functions."""
+    return json.dumps({"format": SERVED_FORMAT, "settings": settings,
                        "functions": {k: dataclasses.asdict(f) for k, f in sorted(functions.items())}}, indent=1)
 
 
 def parse(text: str | bytes) -> tuple[str, dict[str, Function]]:
-    """(the torch it was built with, its functions by source key); ServedError where it is not an
-    index of this format, with the field named."""
+    """(the compiler settings' digest its entries were compiled under, its functions by source key);
+    ServedError where it is not an index of this format, with the field named."""
     try:
         data = json.loads(text)
     except ValueError as exc:
@@ -211,7 +212,10 @@ def parse(text: str | bytes) -> tuple[str, dict[str, Function]]:
         if source_key(function.qualname, function.firstlineno) != key:
             raise ServedError(f"served.json: function {key!r} is not keyed by its name and line")
         functions[key] = function
-    return str(data.get("torch") or ""), functions
+    settings = data.get("settings")
+    if not isinstance(settings, str):
+        raise ServedError("served.json does not say which compiler settings its entries were compiled under")
+    return settings, functions
 
 
 def _str(value: Any) -> str:

@@ -36,6 +36,7 @@ log = logging.getLogger("hatch_precompile")
 @dataclasses.dataclass
 class _Package:
     found: ArtifactSet
+    settings: str  # the digest of the compiler settings the entries were compiled under
     functions: dict[str, served_compiles.Function]
 
 
@@ -64,11 +65,11 @@ def intercept(package: str, found: ArtifactSet, torch: Any) -> str | None:
     if unsupported:
         return unsupported
     try:
-        built_with, functions = served_compiles.parse(found.read(SERVED_FILE))
+        settings, functions = served_compiles.parse(found.read(SERVED_FILE))
     except (Skip, served_compiles.ServedError) as exc:
         return f"its compiled functions are traced: {exc}"
     with this_process.lock:
-        this_process.packages[package] = _Package(found, functions)
+        this_process.packages[package] = _Package(found, settings, functions)
         if this_process.original is None:
             this_process.original = torch.compile
             torch.compile = _compile_wrapper(torch.compile)
@@ -171,6 +172,9 @@ def _install(package: str, model: Any, function: served_compiles.Function) -> No
         if name in this_process.tried:
             return  # installed on its code already (every wrapper of it is served), or refused
         this_process.tried.add(name)
+        if dynamo_cache.settings_digest() != this_process.packages[package].settings:
+            _said(function, "traced: this process's compiler settings (Inductor's, AOTAutograd's) are not the build's")
+            return
         try:
             found = this_process.packages[package].found
             counts, reasons = dynamo_cache.install(served_compiles.innermost(model), found.read(function.entry),

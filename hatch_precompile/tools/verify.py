@@ -117,18 +117,25 @@ def _run(package: str, workloads: list[str], timeout: float, say: Callable[[str]
         raise VerifyError(f"the verify process reported {child.status}: {child.detail}")
     result["explanations"] = []  # the same reasons as data: {workload, compile_id, function, why}
     result["misses"] = misses(package, result, manifests or [], result["explanations"])
+    if not setting:  # as built: an entry the replay could not use is one a user cannot either
+        result["misses"] += [f"compiled function {function} was shipped as a Dynamo cache entry, and {outcome}"
+                             for function, outcome in sorted((result.get("served") or {}).items())
+                             if outcome.startswith("traced")]
     result["unknown"] = unknown(result)
     return result
 
 
 def unknown(result: dict[str, Any]) -> list[str]:
-    """Workloads for which torch gave no evidence either way: verify passes only on evidence."""
+    """Workloads for which torch gave no evidence either way: verify passes only on evidence. A
+    workload that traced nothing, where shipped Dynamo cache entries were served, has its evidence:
+    nothing was looked up because nothing was compiled."""
+    served = any(outcome.startswith("served") for outcome in (result.get("served") or {}).values())
     return [
         f"{w['name']}: torch reported no AOTAutograd cache counters "
         "(torch._dynamo.utils.counters['aot_autograd'] is empty or unreadable), so verify cannot tell "
         "whether the artifacts served it"
         for w in result["workloads"]
-        if not w["counters"].get("aot_autograd")
+        if not w["counters"].get("aot_autograd") and not (served and not w["graphs"])
     ]
 
 
@@ -200,6 +207,10 @@ def render(package: str, result: dict[str, Any]) -> str:
             f"{aot.get('autograd_cache_miss', 0)} miss(es); FX graph {fx.get('fxgraph_cache_hit', 0)} hit(s), "
             f"{fx.get('fxgraph_cache_miss', 0)} miss(es); {w['kernels_compiled']} kernel(s) compiled"
         )
+    for function, outcome in sorted((result.get("served") or {}).items()):
+        out.append(f"  compiled function {function}: {outcome}")
+    for function, outcome in sorted((result.get("served") or {}).items()):
+        out.append(f"  compiled function {function}: {outcome}")
     for step in result.get("steps") or []:
         how = (f"ran by its shipped route ({step['route']})" if step["route"] != "fallback" else
                f"ran torch.compile ({step['reason']})")

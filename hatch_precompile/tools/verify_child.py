@@ -13,6 +13,7 @@ import ast
 import importlib
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +66,15 @@ def main(argv: list[str]) -> int:
         "kernels_installed": kernels_installed,
         # what each save_step() of the workloads found (build/step_verify.py)
         "steps": step_verify.this_process.verified,
+        # what became of each compiled function shipped as a Dynamo cache entry (run/served_compile.py)
+        "served": _served(),
     }))
     return EXIT_OK
+
+
+def _served() -> dict[str, str]:
+    served_compile = sys.modules.get("hatch_precompile.run.served_compile")
+    return served_compile.served() if served_compile is not None else {}
 
 
 def apply_setting(torch: Any, setting: dict[str, Any]) -> None:

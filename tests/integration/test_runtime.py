@@ -105,25 +105,28 @@ def test_load_notes_a_variable_only_where_torchs_keys_hold_it(runtime_python, tm
     (tmp_path / "cache").mkdir()
     env = {variable: "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
     proc = run([runtime_python, "-c", PREDICT], env=env, cwd=tmp_path)
-    notes, hits, misses = json.loads(proc.stdout.strip().splitlines()[-1])
+    notes, hits, misses, traced, served = json.loads(proc.stdout.strip().splitlines()[-1])
     if in_key:
         assert notes == [f"{variable}=1 here and the graphs were compiled with it unset: torch's cache keys hold "
                          "the setting it makes, so every graph will compile again"]
+        # Its Dynamo cache entry is not installed either: no guard checks the compiler's settings.
+        assert served["sample_pkg.model.ConvNet.forward"].startswith("traced: this process's compiler settings")
         assert misses >= 1
     else:
         assert notes == [] and "PrecompileWarning" not in proc.stdout
-        assert hits >= 1 and misses == 0
+        assert traced == 0 and misses == 0, served  # served untraced from its entry
 
 
 # The notes load() gave at import, then the sample's shipped inference graph (no_grad, batch 32):
 # its AOTAutograd hits and misses.
 PREDICT = """
-import json, sample_pkg
-from torch._dynamo.utils import counters
+import json, hatch_precompile, sample_pkg
+from torch._dynamo.utils import counters, get_compilation_metrics
 notes = list(sample_pkg.precompile_status.notes)
 sample_pkg.Trainer(sample_pkg.make_model()).predict(sample_pkg.make_batch()[0])
 aot = counters["aot_autograd"]
-print(json.dumps([notes, aot.get("autograd_cache_hit", 0), aot.get("autograd_cache_miss", 0)]))
+print(json.dumps([notes, aot.get("autograd_cache_hit", 0), aot.get("autograd_cache_miss", 0),
+                  len(list(get_compilation_metrics())), hatch_precompile.served()]))
 """
 
 

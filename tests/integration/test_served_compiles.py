@@ -96,6 +96,7 @@ with torch.no_grad():
     case("a compiled module in train()", lambda: [M.predictor(M.make(seed=7).train())(x).sum().item()])
     case("a closure under no_grad", lambda: [M.scaled(torch.arange(32.0))(x).sum().item()])
 case("a closure over another object", lambda: [M.scaled(torch.arange(32.0))(x).sum().item()])
+case("a function compiled by decorator", lambda: [M.normalized(x * 3).sum().item()])
 # Another package's compile in the same process keeps every guard torch has: an object replaced.
 class Holder:
     def __init__(self, w):
@@ -112,7 +113,8 @@ print(json.dumps({"results": results, "served": served_compile.served(),
                   "reason": compile_pkg.precompile_status.reason}))
 """
 
-SERVED = ("first call", "another model instance", "a compiled module, another instance", "a closure over another object")
+SERVED = ("first call", "another model instance", "a compiled module, another instance", "a closure over another object",
+          "a function compiled by decorator")
 TRACED = ("a changed module attribute", "another shape", "another dtype", "an input that requires grad",
           "eval against train", "a mutated global", "a mutated global dict", "a library function monkeypatched",
           "a compiled module in train()", "a closure under no_grad", "another package's compile, a global replaced")
@@ -128,11 +130,12 @@ def run_cases(site: Path, tmp_path: Path, name: str, env: dict[str, str] | None 
 
 def test_every_guard_is_kept_each_call_served_or_traced_as_a_cold_compile_computes(compile_build, tmp_path):
     log = (compile_build / "build.log").read_text()
-    assert "precompile: 3 compiled function(s) served without Dynamo tracing them (3 guarded code(s))" in log, log
+    assert "precompile: 4 compiled function(s) served without Dynamo tracing them (4 guarded code(s))" in log, log
     served = run_cases(compile_build / "site", tmp_path, "served")
     cold = run_cases(compile_build / "site", tmp_path, "cold", {"PRECOMPILE": "0"})
     assert served["reason"] == "installed" and not served["caching_precompile"]
     assert sorted(served["served"]) == ["compile_pkg.model.MLP.forward", "compile_pkg.model.loss_fn",
+                                        "compile_pkg.model.normalized",
                                         "compile_pkg.model.scaled_by.<locals>.scaled_sum"], served["served"]
     assert all(outcome.startswith("served: 1 guarded code(s)") for outcome in served["served"].values()), served["served"]
     for name, (traced, outputs) in served["results"].items():

@@ -350,6 +350,12 @@ def _dynamo_guards(module):
         module.log = logging.getLogger("torch._dynamo.guards.elsewhere")
 
 
+def _inductor_config(module):
+    if "compiler-settings" in BROKEN:  # as if renamed: torch's own cache keys still read it
+        cls = type(module)
+        cls.save_config_portable = _renamed(cls.save_config_portable)
+
+
 def _dynamo_config(module):
     if "caching-precompile" in BROKEN:  # TORCH_CACHING_PRECOMPILE=1 not taken
         module.caching_precompile = False
@@ -404,6 +410,7 @@ PATCHES = {
     "torch._dynamo.package": _dynamo_package,
     "torch._dynamo.guards": _dynamo_guards,
     "torch._dynamo.config": _dynamo_config,
+    "torch._inductor.config": _inductor_config,
     "torch._dynamo.bytecode_transformation": _bytecode_transformation,
 }
 
@@ -419,7 +426,7 @@ BREAKERS = frozenset({
     "keep-constants", "pytree", "module-internals", "joint-export", "triton-c-module", "triton-c-module-file",
     "compile-calls", "precompile-entry", "compile-package", "guard-load", "unique-id", "caching-precompile",
     "guard-filter", "guarded-code", "dropped-guards", "guard-state-tensor", "compiler-config",
-    "global-state",
+    "global-state", "compiler-settings",
 })
 
 

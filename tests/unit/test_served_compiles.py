@@ -88,8 +88,10 @@ def test_the_index_reads_back_and_refuses_what_it_cannot_serve():
                                         {"a" * 64: [{"source": "G['F']", "type": "MODULE_MATCH", "code": False,
                                                      "described": {"kind": "module", "name": "F"}}],
                                          "b" * 64: "an object of the call's"})
-    text = served_compiles.dumps("2.13.0+cpu", {key: function})
-    assert served_compiles.parse(text) == ("2.13.0+cpu", {key: function})
+    text = served_compiles.dumps("a settings digest", {key: function})
+    assert served_compiles.parse(text) == ("a settings digest", {key: function})
+    with pytest.raises(served_compiles.ServedError, match="compiler settings"):
+        served_compiles.parse(json.dumps({**json.loads(text), "settings": None}))
     data = json.loads(text)
     with pytest.raises(served_compiles.ServedError, match="format"):
         served_compiles.parse(json.dumps({**data, "format": 99}))

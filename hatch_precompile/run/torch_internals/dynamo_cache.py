@@ -52,6 +52,26 @@ def unsupported(torch: Any) -> str | None:
     return None
 
 
+def settings_digest() -> str | None:
+    """A digest of the compiler settings an entry's graphs were compiled under, as torch's cache keys
+    read them (Inductor's and AOTAutograd's configs, portable form); None where they cannot be read.
+    A shipped entry is installed only where the build's is this process's: no guard of Dynamo's
+    checks them (a process with ``TORCHINDUCTOR_MAX_AUTOTUNE=1`` is traced and compiles its own)."""
+    lookup("compiler-settings", "read")
+    import hashlib
+    import json
+
+    try:
+        from torch._functorch import config as functorch_config  # noqa: TID251
+        from torch._inductor import config as inductor_config  # noqa: TID251
+
+        found = {"inductor": inductor_config.save_config_portable(),
+                 "functorch": functorch_config.save_config_portable()}
+        return hashlib.sha256(json.dumps(found, sort_keys=True, default=repr).encode()).hexdigest()
+    except Exception:
+        return None
+
+
 def install(fn: Any, data: bytes, guarded: dict[str, Any], env_checked: bool,
             any_threads: bool = False) -> tuple[dict[str, int], list[str]]:
     """Install the entry ``data`` on ``fn``'s code; what its guarded codes became (``{"served": n,

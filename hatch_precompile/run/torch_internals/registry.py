@@ -211,6 +211,10 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "a gradient when it compiled; torch's own unpickler raises) is read back with none "
                "(run/torch_internals/dynamo_cache.py)",
                broken="the entry is not installed: the function is traced"),
+    Touchpoint("compiler-settings", "torch._inductor.config, torch._functorch.config", "save_config_portable", "read",
+               "build's second pass and load: the settings the entries were compiled under, against this process's "
+               "(run/torch_internals/dynamo_cache.py): no guard checks them",
+               broken="unreadable at build: nothing shipped; at load: the compiled functions are traced"),
     Touchpoint("global-state", "torch._C._dynamo.guards", "GlobalStateGuard.__getstate__, __setstate__", "setting",
                "load: an installed entry's global-state guard takes this process's thread count, where the set's "
                "kernels read it when they run (run/torch_internals/dynamo_cache.py)",

@@ -37,6 +37,11 @@ def scaled(weights: torch.Tensor):
     return torch.compile(scaled_by(weights))
 
 
+@torch.compile(dynamic=False)  # the decorator form, with an option
+def normalized(x: torch.Tensor) -> torch.Tensor:
+    return F.normalize(x, dim=-1) * 2
+
+
 def make(seed: int = 0) -> MLP:
     torch.manual_seed(seed)
     return MLP()

@@ -2,7 +2,7 @@
 
 import torch
 
-from compile_pkg.model import batch, compiled_loss, make, predictor, scaled
+from compile_pkg.model import batch, compiled_loss, make, normalized, predictor, scaled
 
 
 def workload() -> None:
@@ -16,3 +16,4 @@ def workload() -> None:
     with torch.no_grad():
         predictor(model.eval())(x)
     scaled(torch.ones(32))(x)
+    normalized(x)
