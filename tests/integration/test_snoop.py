@@ -9,6 +9,8 @@ import re
 import pytest
 from conftest import run
 
+from integration.test_touchpoints import misbehaving
+
 pytestmark = pytest.mark.slow  # builds wheels or venvs, or runs torch in fresh processes
 
 WORKLOAD_SHAPES = """
@@ -62,9 +64,13 @@ def test_workload_shapes_are_all_served_by_the_shipped_artifacts(runtime_python,
 
     tlparse = torch_trace.tlparse()
     assert tlparse, "the test extra installs tlparse"
-    on_path = {"PATH": f"{os.path.dirname(tlparse)}{os.pathsep}{os.environ.get('PATH', '')}"}
+    # The cache route (as on a torch without precompile entries: no shipped Dynamo cache entry
+    # installed): each compiled function is traced, and its graphs come from the shipped caches.
+    on_path = {"PATH": f"{os.path.dirname(tlparse)}{os.pathsep}{os.environ.get('PATH', '')}",
+               **misbehaving("precompile-entry")}
     _, report = snoop(runtime_python, tmp_path, WORKLOAD_SHAPES, "--out", str(tmp_path / "report.json"),
                       "--trace", "trace", env=on_path)
+    assert report["served"] == {}
     ours = [g for g in report["graphs"] if g["distribution"] == "sample-pkg"]
     # Training ran the exported step, compiling nothing; inference one graph, from the artifacts.
     assert report["steps"] == [{"package": "sample_pkg", "name": "loss", "route": "aotinductor", "calls": 1}]
@@ -95,6 +101,8 @@ def test_workload_shapes_are_all_served_by_the_shipped_artifacts(runtime_python,
 
 def test_another_batch_size_is_a_gap_naming_the_function_and_both_shapes(runtime_python, tmp_path):
     _, report = snoop(runtime_python, tmp_path, BATCH_64)
+    # Its Dynamo cache entry was installed, and its guards (batch 32) sent this call to Dynamo.
+    assert report["served"]["sample_pkg.model.ConvNet.forward"].startswith("served: 1 guarded code(s)"), report["served"]
     fresh = [g for g in report["graphs"] if g["distribution"] == "sample-pkg" and not g["from_cache"]]
     assert fresh and not any(g["from_shipped"] for g in fresh)
     assert report["distributions"]["sample-pkg"]["coverage"] == 0.0

@@ -188,3 +188,11 @@ def test_a_store_dir_is_this_users_or_untrusted(tmp_path):
         pass
     assert {stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "made", tmp_path / "made" / "deeper")} == {0o700}
     assert files_in(tmp_path / "made") == []
+
+
+def test_a_key_as_long_as_a_cuda_builds_triton_key_is_remembered(tmp_path, monkeypatch):
+    """torch 2.14.1+cu130's Triton key is ~1.9 kB: remembered like any other line."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    key = "3.8.0" + "-".join("ab" * 32 for _ in range(30))
+    memos.put(memos.TRITON_KEYS, "fingerprint", key)
+    assert memos.get(memos.TRITON_KEYS, "fingerprint", memos.printable_line) == key
