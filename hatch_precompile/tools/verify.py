@@ -209,8 +209,6 @@ def render(package: str, result: dict[str, Any]) -> str:
         )
     for function, outcome in sorted((result.get("served") or {}).items()):
         out.append(f"  compiled function {function}: {outcome}")
-    for function, outcome in sorted((result.get("served") or {}).items()):
-        out.append(f"  compiled function {function}: {outcome}")
     for step in result.get("steps") or []:
         how = (f"ran by its shipped route ({step['route']})" if step["route"] != "fallback" else
                f"ran torch.compile ({step['reason']})")

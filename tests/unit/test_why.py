@@ -207,3 +207,17 @@ def test_the_variables_in_torchs_keys_are_read_from_its_config():
     assert "TORCHINDUCTOR_MAX_AUTOTUNE" in found["key"] and "TORCHINDUCTOR_COMPILE_THREADS" in found["ignored"]
     assert found["key"]["TORCHINDUCTOR_CPP_DYNAMIC_THREADS"] == ["inductor.cpp.dynamic_threads"]
     assert "TORCHINDUCTOR_CACHE_DIR" not in found["key"]  # read where the cache is, into no setting
+
+
+def test_verify_lists_each_served_function_once_and_a_traced_one_is_its_miss():
+    result = {"load": {"loaded": True, "reason": "installed", "installed": 3}, "kernels_installed": 2,
+              "workloads": [{"name": "w", "seconds": 1.0, "kernels_compiled": 0, "graphs": [],
+                             "counters": {"aot_autograd": {}, "inductor": {}}}],
+              "served": {"pkg.model.loss": "served: 1 guarded code(s)",
+                         "pkg.model.head": "traced: compiled with other options than the build's"},
+              "steps": [], "unknown": [],
+              "misses": ["compiled function pkg.model.head was shipped as a Dynamo cache entry, and traced: ..."]}
+    lines = verify.render("pkg", result).splitlines()
+    assert lines.count("  compiled function pkg.model.loss: served: 1 guarded code(s)") == 1
+    assert lines.count("  compiled function pkg.model.head: traced: compiled with other options than the build's") == 1
+    assert lines[-1].startswith("FAILED: 1 miss(es)")
