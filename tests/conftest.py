@@ -232,9 +232,9 @@ def run_step_pkg(python: Path, cache_dir: Path, env=None, pythonpath: Path | Non
 
 @pytest.fixture(scope="session")
 def env_here() -> dict:
-    from hatch_precompile.run import artifacts
+    from hatch_precompile.run import verdict
 
-    return artifacts.environment_key()  # imports torch once: the key is compared field by field
+    return verdict.here().env  # imports torch once: the key is compared field by field
 
 
 @pytest.fixture

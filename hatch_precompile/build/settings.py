@@ -1,6 +1,6 @@
 """Everything a build is told, merged in one place: the hook's table, the environment, the preferences.
 
-``load()`` turns hatch's table into Options (options.py), decides the switch (the ``PRECOMPILE``
+``read()`` turns hatch's table into Options (options.py), decides the switch (the ``PRECOMPILE``
 variables beat the environment's preferences file, which beats the table's ``enable``:
 run/switch.py) and reads the build's own variables (run/variables.py). Whatever of them is wrong:
 one OptionError naming each option, variable or file, before any workload runs. Backend-neutral.
@@ -26,7 +26,7 @@ class Settings:
     torch_trace: Path | None = None  # where torch's structured trace of the workloads goes (absolute)
 
 
-def load(table: dict[str, Any], hook: str, project: str, environ: Mapping[str, str] | None = None,
+def read(table: dict[str, Any], hook: str, project: str, environ: Mapping[str, str] | None = None,
          root: Path | None = None) -> Settings:
     """The build's settings; raises one OptionError naming everything that is wrong. ``root``, the
     project's dir, is what a relative ``torch-trace`` is relative to (a relative

@@ -45,7 +45,7 @@ class PrecompileBuildHook(BuildHookInterface):
     def settings(self) -> settings_module.Settings:
         """The table, the environment and the preferences file, merged (build/settings.py)."""
         try:
-            return settings_module.load(self.config, self.PLUGIN_NAME, self.metadata.name, root=Path(self.root))
+            return settings_module.read(self.config, self.PLUGIN_NAME, self.metadata.name, root=Path(self.root))
         except options_module.OptionError as exc:
             raise ValueError(str(exc)) from None
 

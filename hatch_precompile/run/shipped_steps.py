@@ -40,7 +40,7 @@ from hatch_precompile.protocol.step_file import (
     ContractError,
     read_contract,
 )
-from hatch_precompile.run import artifacts, call_contract, load_caches
+from hatch_precompile.run import artifacts, call_contract, load_caches, verdict
 
 # Why a call was refused, by kind (run/exported_step.py's, and the precompile route's own): the fix a
 # warning gives. The author's planned refusal (train mode) has none: it is logged, not warned.
@@ -235,7 +235,8 @@ class Step:
         if not elsewhere:
             return self._skip(f"no step named {self.name!r} was shipped: the package's build did not save one (its "
                               "output says why)", quiet=True)
-        where = "; ".join(f"{s.name!r} ({artifacts.env_problem(s.manifest) or 'a set this environment also fits'})"
+        here = verdict.here()
+        where = "; ".join(f"{s.name!r} ({verdict.problem(s.manifest, here) or 'a set this environment also fits'})"
                           for s in elsewhere)
         in_use = f" ({found.name!r})" if found is not None else ""
         return self._skip(f"no step named {self.name!r} was shipped for this environment's artifact set{in_use}; it "

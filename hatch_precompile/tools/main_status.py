@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from hatch_precompile.protocol import EXIT_OK, PREFERENCES_VAR
-from hatch_precompile.run import preferences, usercache, variables
+from hatch_precompile.run import switch, usercache, variables
 from hatch_precompile.tools import arguments
 
 
@@ -27,10 +27,10 @@ def run(args: argparse.Namespace) -> int:
     from hatch_precompile.tools import warm
 
     say = arguments.result(args)
-    file = preferences.path()
+    file = switch.path()
     source = f"from {PREFERENCES_VAR}" if variables.preferences_file() else "sys.prefix"
     say(f"preferences file: {file} ({source}; {'exists' if file.is_file() else 'does not exist'})")
-    entries = preferences.read(file, build=True) if file.is_file() else {}  # tomlkit where tomllib is missing
+    entries = switch.read(file, build=True) if file.is_file() else {}  # tomlkit where tomllib is missing
     for key, value in entries.values():  # in file order
         say(f"  [{key}] enable = {'true' if value else 'false'}")
     if file.is_file() and not entries:

@@ -8,7 +8,7 @@ from typing import Any
 
 from hatch_precompile.errors import UsageError
 from hatch_precompile.protocol import EXIT_OK, PREFERENCES_VAR
-from hatch_precompile.run import preferences
+from hatch_precompile.run import switch
 from hatch_precompile.tools import arguments, preference_edits
 
 
@@ -30,7 +30,7 @@ def configure(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     enabled = args.command == "enable"
     say = arguments.result(args)
-    file = preferences.path()
+    file = switch.path()
     for name in args.packages:
         if not preference_edits.is_valid_name(name):
             raise UsageError(f"{name!r} is not a valid package name")

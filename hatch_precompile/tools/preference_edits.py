@@ -1,7 +1,7 @@
 """Editing the preferences file (``hatch-precompile disable/enable``), keeping it as written.
 
 tomlkit keeps comments, order and layout byte for byte; only the value changes, and a new
-package gets a table appended. Reading is run/preferences.py's.
+package gets a table appended. Reading is run/switch.py's.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from hatch_precompile.protocol import canonical_name
-from hatch_precompile.run.preferences import KEY, PreferencesError
+from hatch_precompile.run.switch import KEY, PreferencesError
 
 HEADER = (
     "# hatch-precompile preferences for this environment: per-package switches read by the\n"

@@ -31,7 +31,7 @@ from hatch_precompile.build.reporter import Reporter
 from hatch_precompile.build.workload_run import WorkloadFailed, capture
 from hatch_precompile.errors import PrecompileError
 from hatch_precompile.protocol import DIRNAME, MANIFEST_FILE, SETS_DIR, Manifest, ManifestError, canonical_name
-from hatch_precompile.run import artifacts, private_dirs, usercache
+from hatch_precompile.run import private_dirs, usercache, verdict
 
 
 class WarmError(PrecompileError):
@@ -40,12 +40,13 @@ class WarmError(PrecompileError):
 
 def shipped_match(package: str, directory: Path) -> str | None:
     """The torch/env summary if a shipped artifact set already fits this environment, else None."""
+    here = verdict.here()
     for manifest_file in sorted((directory / DIRNAME / SETS_DIR).glob(f"*/{MANIFEST_FILE}")):
         try:
             manifest = Manifest.parse(manifest_file.read_bytes())
         except (ManifestError, OSError):
             continue
-        if artifacts.env_problem(manifest) is None:
+        if verdict.problem(manifest, here) is None:
             return f"torch {manifest.env.get('torch')}, CPU capability {manifest.env.get('cpu_capability')}"
     return None
 
@@ -150,7 +151,8 @@ def _one_at_a_time(package: str, say: Callable[[str], None]) -> Iterator[float |
 
 def _stored_since(package: str, since: float) -> tuple[Path, Manifest] | None:
     """The set stored for this environment after ``since`` (by the warm this one waited for), or None."""
-    found = usercache.stored_sets(package, artifacts.environment_key())
+    here = verdict.here()
+    found = usercache.stored_sets(package, here.env)
     if found is None:
         return None
     root, manifests = found
@@ -160,7 +162,7 @@ def _stored_since(package: str, since: float) -> tuple[Path, Manifest] | None:
             at = datetime.datetime.strptime(str((manifest.warmed or {}).get("at")), "%Y-%m-%dT%H:%M:%S%z").timestamp()
         except (ManifestError, ValueError):
             continue
-        if at >= int(since) and artifacts.env_problem(manifest) is None:
+        if at >= int(since) and verdict.problem(manifest, here) is None:
             return Path(str(root)), manifest
     return None
 

@@ -17,7 +17,7 @@ import pytest
 from conftest import build_wheel, copy_project, read_manifest, run, run_sample, set_manifest, unpack
 
 from hatch_precompile import protocol
-from hatch_precompile.run import preferences
+from hatch_precompile.run import switch
 from integration.test_build_errors import GRAPH_BREAK_WORKLOAD, WORKLOAD_TABLE, project_with
 
 FLOAT64_SOURCE = """
@@ -355,7 +355,7 @@ def test_disabled_package_builds_a_plain_wheel_also_in_isolated_builds(notorch_p
     """The file at the environment's default place, found by --no-isolation, pip's isolated build
     (same interpreter, so same sys.prefix) and `python -m build` (own venv: via VIRTUAL_ENV)."""
     prefix = Path(run([notorch_python, "-c", "import sys; print(sys.prefix)"]).stdout.strip())
-    file = prefix / preferences.FILENAME
+    file = prefix / switch.FILENAME
     assert not file.exists()
     project = copy_project(tmp_path / "sample_pkg")
     why = f"precompile: off ({file}: [sample-pkg] enable = false); building a plain wheel"

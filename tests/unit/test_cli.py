@@ -11,7 +11,7 @@ from conftest import run
 from packaging.utils import canonicalize_name
 
 from hatch_precompile import protocol
-from hatch_precompile.run import preferences, switch, usercache
+from hatch_precompile.run import switch, usercache
 from hatch_precompile.tools import report, targets
 
 # load() before the package's own import: a disabled package returns before importing anything.
@@ -116,9 +116,9 @@ def test_switch_precedence_with_a_preferences_file(tmp_path):
 def test_build_time_lookup_follows_virtual_env_only_when_asked(tmp_path):
     venv = tmp_path / "venv"
     venv.mkdir()
-    (venv / preferences.FILENAME).write_text("[my-pkg]\nenable = false\n")
+    (venv / switch.FILENAME).write_text("[my-pkg]\nenable = false\n")
     env = {"VIRTUAL_ENV": str(venv)}
-    assert preferences.candidates(env, build=True)[-1] == venv / preferences.FILENAME
+    assert switch.candidates(env, build=True)[-1] == venv / switch.FILENAME
     assert switch.decide("my-pkg", True, env, build=True)[0] is False
     assert switch.decide("my-pkg", True, env) == (True, "default")  # load() never looks there
 

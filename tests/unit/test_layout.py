@@ -59,7 +59,7 @@ def test_the_architecture_map_names_every_module():
 
 
 # "Where to look": each answer names `path`'s `Qualified.name`; the check resolves both.
-ANSWER = re.compile(r"`((?:hatch|tools|build|child|run|protocol)(?:/[a-z_]+)*/[a-z_]+\.py)`'s `([\w.]+)`")
+ANSWER = re.compile(r"`((?:hatch|tools|build|child|run|protocol)(?:/[a-z_]+)*/[a-z_]+\.py)`'s\s+`([\w.]+)`")
 
 
 def where_to_look() -> list[tuple[str, str]]:
@@ -82,6 +82,45 @@ def defines(path: str, qualname: str) -> bool:
 
 def test_where_to_look_leads_to_code_that_exists():
     answers = where_to_look()
-    assert len(answers) >= 6, f"docs/architecture.md's 'Where to look' names too few places: {answers}"
+    assert len(answers) >= 10, f"docs/architecture.md's 'Where to look' names too few places: {answers}"
     missing = [f"{path}'s {name}" for path, name in answers if not (PACKAGE / path).is_file() or not defines(path, name)]
     assert not missing, "docs/architecture.md's 'Where to look' names what does not exist: " + ", ".join(missing)
+
+
+# The five questions a newcomer asks first (issue 57), and the function each answer must lead to:
+# where the decision is made. Each answer names at most three files: one decision, one place.
+QUESTIONS = {
+    "a": ("Where a loss step writes the caller's `.grad`.", ("run/exported_step.py", "ExportedStep._gradients")),
+    "b": ("Where every call's contract is checked.", ("run/call_contract.py", "mismatch")),
+    "c": ("Where the build decides a step cannot ship, and what it prints.", ("build/step_capture.py", "save_step")),
+    "d": ("Whether the shipped caches are valid for this machine.", ("run/verdict.py", "decide")),
+    "e": ("How `PRECOMPILE=0` gates the build.", ("run/switch.py", "decide")),
+}
+MAX_FILES_PER_ANSWER = 3
+BULLET = re.compile(r"^- \*\*\((\w)\) (.+?)\*\* (.*?)(?=^- \*\*|\Z)", re.M | re.S)
+
+
+def answers() -> dict[str, tuple[str, str]]:
+    text = ARCHITECTURE.read_text()
+    section = text[text.index("## Where to look"):]
+    section = section[:section.index("\n## ", 4)]
+    return {key: (question, body) for key, question, body in BULLET.findall(section)}
+
+
+@pytest.mark.parametrize("key", sorted(QUESTIONS))
+def test_each_question_is_answered_in_at_most_three_files(key):
+    question, (path, function) = QUESTIONS[key]
+    found = answers()
+    assert key in found, f"docs/architecture.md's 'Where to look' has no bullet **({key}) {question}**"
+    written, body = found[key]
+    assert written == question, f"({key}) asks {written!r}, not {question!r}"
+    files = named_paths(body)
+    assert 1 <= len(files) <= MAX_FILES_PER_ANSWER, f"({key}) names {len(files)} files: {sorted(files)}"
+    assert (path, function) in ANSWER.findall(body), f"({key}) does not lead to {path}'s {function}"
+    assert defines(path, function)
+
+
+def test_the_answer_check_reads_bullets_as_written():
+    text = "- **(a) Q one.** `run/x.py`'s `f` and\n  `run/y.py`'s `g`.\n- **(b) Q two.** none\n"
+    assert [(k, q, named_paths(b)) for k, q, b in BULLET.findall(text)] == [
+        ("a", "Q one.", {"run/x.py", "run/y.py"}), ("b", "Q two.", set())]

@@ -143,11 +143,11 @@ def test_bakes_table_is_named_as_a_file_and_has_no_hatchling_keys():
 class TestTorchTrace:
     def test_a_directory_relative_to_the_project_and_the_variable_beats_it(self, tmp_path):
         assert parse().torch_trace is None and parse(torch_trace="trace").torch_trace == "trace"
-        assert settings.load({**WORKLOAD, "torch-trace": "trace"}, HOOK, "p", {}, root=tmp_path).torch_trace == \
+        assert settings.read({**WORKLOAD, "torch-trace": "trace"}, HOOK, "p", {}, root=tmp_path).torch_trace == \
             tmp_path / "trace"
-        assert settings.load(WORKLOAD, HOOK, "p", {}, root=tmp_path).torch_trace is None
+        assert settings.read(WORKLOAD, HOOK, "p", {}, root=tmp_path).torch_trace is None
         env = {"HATCH_PRECOMPILE_TORCH_TRACE": str(tmp_path / "elsewhere")}
-        assert settings.load({**WORKLOAD, "torch-trace": "trace"}, HOOK, "p", env, root=tmp_path).torch_trace == \
+        assert settings.read({**WORKLOAD, "torch-trace": "trace"}, HOOK, "p", env, root=tmp_path).torch_trace == \
             tmp_path / "elsewhere"
 
     @pytest.mark.parametrize("value", ["", "  ", 3, ["a"], True])
@@ -173,10 +173,10 @@ def test_switches_beat_the_preferences_file_which_beats_the_table(tmp_path):
     prefs = tmp_path / "prefs.toml"
     prefs.write_text("[mypkg]\nenable = false\n")
     env = {"HATCH_PRECOMPILE_PREFERENCES": str(prefs)}
-    assert settings.load(WORKLOAD, HOOK, "my-pkg", env).enabled is False
-    assert settings.load(WORKLOAD, HOOK, "my-pkg", {**env, "PRECOMPILE_MY_PKG": "1"}).why == "PRECOMPILE_MY_PKG=1"
-    assert settings.load({**WORKLOAD, "enable": False}, HOOK, "other", {}).why == "enable = false"
-    assert settings.load(WORKLOAD, HOOK, "other", {}).heartbeat == 30.0
+    assert settings.read(WORKLOAD, HOOK, "my-pkg", env).enabled is False
+    assert settings.read(WORKLOAD, HOOK, "my-pkg", {**env, "PRECOMPILE_MY_PKG": "1"}).why == "PRECOMPILE_MY_PKG=1"
+    assert settings.read({**WORKLOAD, "enable": False}, HOOK, "other", {}).why == "enable = false"
+    assert settings.read(WORKLOAD, HOOK, "other", {}).heartbeat == 30.0
 
 
 @pytest.mark.parametrize(
@@ -193,12 +193,12 @@ def test_switches_beat_the_preferences_file_which_beats_the_table(tmp_path):
 )
 def test_bad_variables_are_named(environ, message):
     with pytest.raises(OptionError, match=re.escape(message)):
-        settings.load(WORKLOAD, HOOK, "my-pkg", environ)
+        settings.read(WORKLOAD, HOOK, "my-pkg", environ)
 
 
 def test_the_tables_and_the_variables_problems_are_said_together():
     with pytest.raises(OptionError) as caught:
-        settings.load({**WORKLOAD, "timeot": 3}, HOOK, "my-pkg", {"PRECOMPILE": "maybe", "HATCH_PRECOMPILE_HEARTBEAT": "0"})
+        settings.read({**WORKLOAD, "timeot": 3}, HOOK, "my-pkg", {"PRECOMPILE": "maybe", "HATCH_PRECOMPILE_HEARTBEAT": "0"})
     assert [line.split(":")[0] for line in caught.value.problems] == [
         "Unknown option `timeot` for build hook `precompile`", "Known options for build hook `precompile`",
         "build hook `precompile`", "build hook `precompile`"]
@@ -210,4 +210,4 @@ def test_a_bad_preferences_file_is_named(tmp_path):
     prefs.write_text("[my-pkg]\nenable = 'sometimes'\n")
     with pytest.raises(OptionError, match=re.escape(f"preferences file {prefs}: [my-pkg] enable must be true or false, "
                                                     "got 'sometimes'")):
-        settings.load(WORKLOAD, HOOK, "my-pkg", {"HATCH_PRECOMPILE_PREFERENCES": str(prefs)})
+        settings.read(WORKLOAD, HOOK, "my-pkg", {"HATCH_PRECOMPILE_PREFERENCES": str(prefs)})
