@@ -40,7 +40,7 @@ def read(table: dict[str, Any], hook: str, project: str, environ: Mapping[str, s
     package = options.import_package
     enabled, why, heartbeat = True, "default", variables.HEARTBEAT_SECONDS
     try:
-        enabled, why = switch.decide(project, options.enable, environ, aliases=[package] if package else [], build=True)
+        enabled, why = switch.enabled(project, options.enable, environ, aliases=[package] if package else [], build=True)
     except ValueError as exc:  # GateValueError included
         problems.append(f"build hook `{hook}`: {exc}")
     try:

@@ -66,7 +66,7 @@ def find(package: str) -> ArtifactSet | None:
 
 
 def _find(package: str) -> ArtifactSet | None:
-    chosen = verdict.decide(package, _shipped(package), lambda facts: _warmed(package, facts))
+    chosen = verdict.set_to_use(package, _shipped(package), lambda facts: _warmed(package, facts))
     if isinstance(chosen, verdict.Refusal):
         raise Skip(chosen.reason)
     if chosen is None:

@@ -104,7 +104,7 @@ def disabled_reason(package: str) -> str | None:
     if variables.building():
         return "a precompile workload is running"
     try:
-        enabled, why = switch.decide(package, default=True)
+        enabled, why = switch.enabled(package, default=True)
     except switch.GateValueError as exc:  # off, as a value set to turn it off would be, and said once
         _warn_once(f"hatch-precompile: {exc}; precompiled caches are not loaded while it is set so", 5)
         return str(exc)

@@ -1,6 +1,6 @@
 """The on/off switch shared by the build hook and ``load()``, and the preferences file it reads.
 
-``decide`` is the whole decision. Precedence: ``PRECOMPILE_<NAME>`` beats ``PRECOMPILE`` beats the
+``enabled`` is the whole decision. Precedence: ``PRECOMPILE_<NAME>`` beats ``PRECOMPILE`` beats the
 preferences file of the environment (``hatch-precompile disable/enable``) beats the caller's
 default (the pyproject ``enable`` option at build time, on at run time). Standard library only:
 this runs before anything imports torch.
@@ -47,7 +47,7 @@ class PreferencesError(GateValueError):
     """The preferences file cannot be read or holds a value that is not a switch."""
 
 
-def decide(
+def enabled(
     name: str,
     default: bool,
     environ: Mapping[str, str] | None = None,

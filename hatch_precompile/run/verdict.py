@@ -1,4 +1,4 @@
-"""Whether a package's artifacts can be used here: the one decision, ``decide``, and its reasons.
+"""Whether a package's artifacts can be used here: the one decision, ``set_to_use``, and its reasons.
 
 Everything it weighs comes in as data. The candidates: the sets the wheel ships, then those
 ``hatch-precompile warm`` stored for this user (artifacts.py reads both, or says why it cannot).
@@ -59,7 +59,7 @@ class Refusal:
     reason: str
 
 
-def decide(package: str, shipped: Sets | Refusal | None, warmed: Callable[[Callable[[], Here]], Sets | Refusal | None],
+def set_to_use(package: str, shipped: Sets | Refusal | None, warmed: Callable[[Callable[[], Here]], Sets | Refusal | None],
            facts: Callable[[], Here] = here) -> Chosen | Refusal | None:
     """The set ``package`` uses here: the first shipped set that fits, else the first that the
     user's store holds for this environment; None where there are none; else a Refusal naming why

@@ -154,9 +154,9 @@ def set_manifests(package: str) -> list[Any]:
         return []
 
 
-def decide(name: str) -> tuple[bool, str]:
+def enabled(name: str) -> tuple[bool, str]:
     """Whether loading is on for ``name`` here, and which switch says so (a bad value: off, why)."""
     try:
-        return switch.decide(name, True)
+        return switch.enabled(name, True)
     except switch.GateValueError as exc:
         return False, str(exc)

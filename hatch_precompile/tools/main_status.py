@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     stored = warm.stored()
     for package, environments, size in stored:
         say(f"  {package}: {environments} environment(s), {size / 1e6:.2f} MB")
-    decisions = [(name, *arguments.decide(name)) for name in args.packages]
+    decisions = [(name, *arguments.enabled(name)) for name in args.packages]
     for name, enabled, why in decisions:
         say(f"{name}: {'on' if enabled else 'off'} ({why})")
     if args.json:

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
                              "can write") from None
         unchanged = " (unchanged)" if previous is enabled else ""
         say(f"{name}: [{key}] enable = {'true' if enabled else 'false'} in {file}{unchanged}")
-        effective, why = arguments.decide(name)
+        effective, why = arguments.enabled(name)
         if effective != enabled:
             say(f"{name}: note: {why} in the environment overrides the preferences file")
         changed.append({"name": name, "table": key, "enable": enabled, "unchanged": previous is enabled,

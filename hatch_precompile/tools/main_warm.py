@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
             if args.json:
                 arguments.print_json({"package": package, "action": "already matching", "matching": fits})
             return EXIT_OK
-    enabled, why = arguments.decide(package)
+    enabled, why = arguments.enabled(package)
     if not enabled:
         said(f"warm: note: {package} is disabled ({why}); load() will not use what is stored until enabled")
     say(f"warm {package}: running {', '.join(workloads)} (from {source}) ...")

@@ -104,13 +104,13 @@ def test_switch_precedence_with_a_preferences_file(tmp_path):
     file = tmp_path / "prefs.toml"
     file.write_text("[my-pkg]\nenable = false\n[on-pkg]\nenable = true\n")
     env = {protocol.PREFERENCES_VAR: str(file)}
-    assert switch.decide("my_pkg", True, env) == (False, f"{file}: [my-pkg] enable = false")
-    assert switch.decide("on.pkg", False, env) == (True, f"{file}: [on-pkg] enable = true")
-    assert switch.decide("my-pkg", True, {**env, "PRECOMPILE": "1"}) == (True, "PRECOMPILE=1")
-    assert switch.decide("my-pkg", True, {**env, "PRECOMPILE": "1", "PRECOMPILE_MY_PKG": "0"})[1] == "PRECOMPILE_MY_PKG=0"
-    assert switch.decide("other", False, env) == (False, "enable = false")
-    assert switch.decide("wheel-name", True, env, aliases=["my_pkg"])[0] is False
-    assert switch.decide("my-pkg", True, {protocol.PREFERENCES_VAR: str(tmp_path / "absent.toml")}) == (True, "default")
+    assert switch.enabled("my_pkg", True, env) == (False, f"{file}: [my-pkg] enable = false")
+    assert switch.enabled("on.pkg", False, env) == (True, f"{file}: [on-pkg] enable = true")
+    assert switch.enabled("my-pkg", True, {**env, "PRECOMPILE": "1"}) == (True, "PRECOMPILE=1")
+    assert switch.enabled("my-pkg", True, {**env, "PRECOMPILE": "1", "PRECOMPILE_MY_PKG": "0"})[1] == "PRECOMPILE_MY_PKG=0"
+    assert switch.enabled("other", False, env) == (False, "enable = false")
+    assert switch.enabled("wheel-name", True, env, aliases=["my_pkg"])[0] is False
+    assert switch.enabled("my-pkg", True, {protocol.PREFERENCES_VAR: str(tmp_path / "absent.toml")}) == (True, "default")
 
 
 def test_build_time_lookup_follows_virtual_env_only_when_asked(tmp_path):
@@ -119,8 +119,8 @@ def test_build_time_lookup_follows_virtual_env_only_when_asked(tmp_path):
     (venv / switch.FILENAME).write_text("[my-pkg]\nenable = false\n")
     env = {"VIRTUAL_ENV": str(venv)}
     assert switch.candidates(env, build=True)[-1] == venv / switch.FILENAME
-    assert switch.decide("my-pkg", True, env, build=True)[0] is False
-    assert switch.decide("my-pkg", True, env) == (True, "default")  # load() never looks there
+    assert switch.enabled("my-pkg", True, env, build=True)[0] is False
+    assert switch.enabled("my-pkg", True, env) == (True, "default")  # load() never looks there
 
 
 def test_user_cache_dir_follows_xdg(monkeypatch, tmp_path):

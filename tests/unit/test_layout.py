@@ -93,8 +93,8 @@ QUESTIONS = {
     "a": ("Where a loss step writes the caller's `.grad`.", ("run/exported_step.py", "ExportedStep._gradients")),
     "b": ("Where every call's contract is checked.", ("run/call_contract.py", "mismatch")),
     "c": ("Where the build decides a step cannot ship, and what it prints.", ("build/step_capture.py", "save_step")),
-    "d": ("Whether the shipped caches are valid for this machine.", ("run/verdict.py", "decide")),
-    "e": ("How `PRECOMPILE=0` gates the build.", ("run/switch.py", "decide")),
+    "d": ("Whether the shipped caches are valid for this machine.", ("run/verdict.py", "set_to_use")),
+    "e": ("How `PRECOMPILE=0` gates the build.", ("run/switch.py", "enabled")),
 }
 MAX_FILES_PER_ANSWER = 3
 BULLET = re.compile(r"^- \*\*\((\w)\) (.+?)\*\* (.*?)(?=^- \*\*|\Z)", re.M | re.S)

@@ -21,13 +21,13 @@ from hatch_precompile.run import switch, variables
     ],
 )
 def test_gate_precedence(env, default, expected):
-    assert switch.decide("my-pkg", default, env) == expected
-    assert switch.decide("My.Pkg", default, env) == expected
+    assert switch.enabled("my-pkg", default, env) == expected
+    assert switch.enabled("My.Pkg", default, env) == expected
 
 
 def test_gate_rejects_garbage():
     with pytest.raises(switch.GateValueError, match="PRECOMPILE_MY_PKG='maybe'"):
-        switch.decide("my_pkg", True, {"PRECOMPILE_MY_PKG": "maybe"})
+        switch.enabled("my_pkg", True, {"PRECOMPILE_MY_PKG": "maybe"})
 
 
 @pytest.mark.parametrize(("value", "expected"), [

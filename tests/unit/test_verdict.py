@@ -33,24 +33,24 @@ def never(*_):
 
 def test_the_first_shipped_set_that_fits_is_used_and_the_store_is_not_read():
     shipped = sets(a=manifest({**ENV, "torch": "2.14.1"}), b=manifest())
-    chosen = verdict.decide(PACKAGE, shipped, never, lambda: here())
+    chosen = verdict.set_to_use(PACKAGE, shipped, never, lambda: here())
     assert isinstance(chosen, verdict.Chosen) and chosen.name == "b" and not chosen.sets.warmed
 
 
 def test_nothing_shipped_and_nothing_stored_gathers_no_facts():
     """No set anywhere: no torch import (here() is never asked), and no refusal to say."""
-    assert verdict.decide(PACKAGE, None, lambda facts: None, never) is None
+    assert verdict.set_to_use(PACKAGE, None, lambda facts: None, never) is None
 
 
 def test_a_stored_set_serves_where_the_shipped_ones_do_not_fit():
     stored = sets(warmed=True, w=manifest())
-    chosen = verdict.decide(PACKAGE, sets(a=manifest({**ENV, "torch": "2.14.1"})), lambda facts: stored, lambda: here())
+    chosen = verdict.set_to_use(PACKAGE, sets(a=manifest({**ENV, "torch": "2.14.1"})), lambda facts: stored, lambda: here())
     assert isinstance(chosen, verdict.Chosen) and chosen.name == "w" and chosen.sets.warmed
 
 
 def test_a_refusal_names_each_set_and_the_fix():
     shipped = sets(a=manifest({**ENV, "torch": "2.14.1"}), b=manifest({**ENV, "cpu_capability": "AVX2"}))
-    refused = verdict.decide(PACKAGE, shipped, lambda facts: None, lambda: here())
+    refused = verdict.set_to_use(PACKAGE, shipped, lambda facts: None, lambda: here())
     assert isinstance(refused, verdict.Refusal)
     assert refused.reason.startswith("none of the 2 artifact sets fits this environment: "
                                      "a: built for torch='2.14.1', this environment has torch='2.13.0+cpu'; "
@@ -60,21 +60,21 @@ def test_a_refusal_names_each_set_and_the_fix():
 
 def test_the_shipped_and_the_stored_refusals_are_said_together():
     stored = sets(warmed=True, w=manifest({**ENV, "python": "3.12"}))
-    refused = verdict.decide(PACKAGE, verdict.Refusal("cannot read the artifacts"), lambda facts: stored, lambda: here())
+    refused = verdict.set_to_use(PACKAGE, verdict.Refusal("cannot read the artifacts"), lambda facts: stored, lambda: here())
     assert isinstance(refused, verdict.Refusal)
     assert refused.reason.startswith("cannot read the artifacts; warmed artifacts in /store: built for python='3.12'")
-    unreadable = verdict.decide(PACKAGE, None, lambda facts: verdict.Refusal("another account's store"), never)
+    unreadable = verdict.set_to_use(PACKAGE, None, lambda facts: verdict.Refusal("another account's store"), never)
     assert unreadable == verdict.Refusal("another account's store")
 
 
 def test_the_store_is_read_for_this_environments_key():
     seen = []
-    verdict.decide(PACKAGE, None, lambda facts: seen.append(facts().env) or None, lambda: here())
+    verdict.set_to_use(PACKAGE, None, lambda facts: seen.append(facts().env) or None, lambda: here())
     assert seen == [ENV]
 
 
 def test_a_bad_manifest_is_a_reason_and_no_advice_to_rebuild():
-    refused = verdict.decide(PACKAGE, sets(a=b"{"), lambda facts: None, lambda: here())
+    refused = verdict.set_to_use(PACKAGE, sets(a=b"{"), lambda facts: None, lambda: here())
     assert isinstance(refused, verdict.Refusal) and "warm" not in refused.reason
 
 
