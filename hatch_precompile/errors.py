@@ -1,6 +1,6 @@
 """Every error of hatch-precompile's own, and the exit status the command line gives it.
 
-One base, ``PrecompileError``; each subclass carries its ``exit_code`` (as cibuildwheel's
+One base, ``HatchPrecompileError``; each subclass carries its ``exit_code`` (as cibuildwheel's
 ``errors.py`` does), so ``hatch-precompile``'s ``main`` has one ``except`` for all of them. The
 run side's own reasons (a skip, a refusal) derive from it too, though ``load()`` never lets one
 out. Standard library only.
@@ -15,7 +15,7 @@ EXIT_WORKLOAD_FAILED = 3  # a build's or verify's child: a workload raised
 EXIT_INTERRUPTED = 130
 
 
-class PrecompileError(Exception):
+class HatchPrecompileError(Exception):
     """An error hatch-precompile reports in one line; the command line exits with ``exit_code``."""
 
     exit_code = EXIT_USAGE
@@ -25,11 +25,11 @@ class PrecompileWarning(UserWarning):
     """Precompiled caches, a step or the per-user store were not used; the program compiles as usual."""
 
 
-class UsageError(PrecompileError):
+class UsageError(HatchPrecompileError):
     """A command line, option or target that names nothing usable."""
 
 
-class NotFound(PrecompileError):
+class NotFound(HatchPrecompileError):
     """``report`` found no artifacts: a finding, not a usage error."""
 
     exit_code = EXIT_FOUND

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from hatch_precompile.build.options import Options
 from hatch_precompile.build.reporter import Reporter
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import HatchPrecompileError
 from hatch_precompile.protocol import Manifest, file_kind
 
 
-class Instability(PrecompileError):
+class Instability(HatchPrecompileError):
     """A graph break or recompile that the project set ``graph-breaks`` or ``recompiles = "error"`` for."""
 
 

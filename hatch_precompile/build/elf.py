@@ -30,7 +30,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import HatchPrecompileError
 
 ELF_MAGIC = b"\x7fELF"
 
@@ -41,11 +41,11 @@ PUBLISH_EXTRA = "publish"
 PUBLISH_REQUIREMENTS = ("auditwheel>=6.1",)
 
 
-class Unreadable(PrecompileError):
+class Unreadable(HatchPrecompileError):
     """A file that looks like ELF cannot be read as one."""
 
 
-class MissingTool(PrecompileError):
+class MissingTool(HatchPrecompileError):
     """A publishing tool that tagging a wheel needs is not installed."""
 
 

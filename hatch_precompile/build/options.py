@@ -14,7 +14,7 @@ import difflib
 import re
 from typing import Any, Callable
 
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import HatchPrecompileError
 from hatch_precompile.protocol import CPU_TARGETS, DEFAULT_TIMEOUT, DEVICES, DOTTED_NAME, ON_FAILURE, WORKLOAD
 
 CHECKS = ("off", "warn", "error")
@@ -25,7 +25,7 @@ RESERVED = frozenset(
 )
 
 
-class OptionError(PrecompileError, ValueError):
+class OptionError(HatchPrecompileError, ValueError):
     """Options of the table are wrong: one line each in ``problems``, the message is all of them."""
 
     def __init__(self, *problems: str) -> None:

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from hatch_precompile.build import installer_pins
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import HatchPrecompileError
 from hatch_precompile.protocol import TARGET_VAR
 from hatch_precompile.run import variables
 
@@ -71,7 +71,7 @@ print(json.dumps({
 """
 
 
-class TargetEnvError(PrecompileError):
+class TargetEnvError(HatchPrecompileError):
     """``HATCH_PRECOMPILE_TARGET`` names no usable environment."""
 
 

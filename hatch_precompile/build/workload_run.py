@@ -17,12 +17,12 @@ from typing import Any
 from hatch_precompile.build import artifact_layout, dynamo_pass, torch_trace
 from hatch_precompile.build.reporter import PREFIX, Reporter
 from hatch_precompile.child import supervisor
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import HatchPrecompileError
 from hatch_precompile.protocol import CACHE_DIR_VAR, DIRNAME, DYNAMO_DIR, ChildResult, Manifest
 from hatch_precompile.run import variables
 
 
-class WorkloadFailed(PrecompileError):
+class WorkloadFailed(HatchPrecompileError):
     """A workload raised, crashed or timed out, or needs a GPU this build lacks: the workload's fault."""
 
     def __init__(
@@ -36,7 +36,7 @@ class WorkloadFailed(PrecompileError):
         super().__init__(f"{where} failed: {detail}")
 
 
-class Unusable(PrecompileError):
+class Unusable(HatchPrecompileError):
     """This torch cannot make trustworthy artifacts (too old, or its environment key is unreadable)."""
 
 

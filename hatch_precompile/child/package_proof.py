@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from hatch_precompile.child import supervisor
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import HatchPrecompileError
 
 PACKAGE_FILE, IO_FILE, PROOF_FILE = "step.pt2", "io.pt", "proof.json"
 
 
-class LoaderCrashed(PrecompileError):
+class LoaderCrashed(HatchPrecompileError):
     """The loader took its process down (a signal) or hung; ``how`` says which, e.g. "SIGSEGV"."""
 
     def __init__(self, how: str, environment: dict[str, Any], output: str) -> None:
@@ -40,7 +40,7 @@ class LoaderCrashed(PrecompileError):
                          f"package on {describe(environment)}, in a process of its own")
 
 
-class LoaderRefused(PrecompileError):
+class LoaderRefused(HatchPrecompileError):
     """The loader raised in the child (a refusal, not a crash); the message is its error."""
 
 

@@ -6,7 +6,7 @@ import dataclasses
 import json
 from typing import Any
 
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import HatchPrecompileError
 from hatch_precompile.protocol import fields
 from hatch_precompile.protocol.fields import field, mapping, records
 
@@ -18,7 +18,7 @@ CHILD_FORMAT = 1
 CHILD_STATUSES = ("ok", "failed", "unusable", "skipped", "no_gpu", "cannot_compile")
 
 
-class ChildResultError(PrecompileError):
+class ChildResultError(HatchPrecompileError):
     """A child's result.json is missing, unreadable or of another format."""
 
 

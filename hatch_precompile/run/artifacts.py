@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import HatchPrecompileError
 from hatch_precompile.protocol import (
     DIRNAME,
     MANIFEST_FILE,
@@ -29,7 +29,7 @@ from hatch_precompile.protocol import (
 from hatch_precompile.run import machine, private_dirs, usercache
 
 
-class Skip(PrecompileError):
+class Skip(HatchPrecompileError):
     """Stop loading, with this reason: the one way the run side says "not here, and why"."""
 
 

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import HatchPrecompileError
 from hatch_precompile.protocol.step_file import EXPORTED, INPUTS, LOADER, MODES, MODULE, PLANNED, SETTINGS
 from hatch_precompile.run import call_contract, machine
 from hatch_precompile.run.torch_internals import aoti, module_state
@@ -33,7 +33,7 @@ from hatch_precompile.run.torch_internals import aoti, module_state
 ROUTE = EXPORTED
 
 
-class Refused(PrecompileError):
+class Refused(HatchPrecompileError):
     """This process cannot run the exported step for a call; the message says why, ``kind`` which
     of the contract's parts it broke."""
 

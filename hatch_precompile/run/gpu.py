@@ -15,7 +15,7 @@ import os
 import threading
 from collections.abc import Mapping
 
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import HatchPrecompileError
 
 NVML_LIBRARY = "libnvidia-ml.so.1"
 _NAME_BUFFER = 96  # NVML_DEVICE_NAME_V2_BUFFER_SIZE
@@ -30,7 +30,7 @@ class Device:
     uuid: str  # "GPU-5b3c..."
 
 
-class Unidentified(PrecompileError):
+class Unidentified(HatchPrecompileError):
     """The GPU cannot be named without initialising CUDA; the message says why."""
 
 

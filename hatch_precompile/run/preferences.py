@@ -30,7 +30,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import HatchPrecompileError
 from hatch_precompile.protocol import canonical_name
 from hatch_precompile.run import variables
 
@@ -38,7 +38,7 @@ FILENAME = "hatch-precompile.toml"
 KEY = "enable"
 
 
-class PreferencesError(PrecompileError, ValueError):
+class PreferencesError(HatchPrecompileError, ValueError):
     """The preferences file cannot be read or holds a value that is not a switch."""
 
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import HatchPrecompileError
 from hatch_precompile.run import preferences, variables
 
 
-class GateValueError(PrecompileError, ValueError):
+class GateValueError(HatchPrecompileError, ValueError):
     """An environment switch or the preferences file holds a value that is neither on nor off."""
 
 

@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 from typing import Any, Callable
 
-from hatch_precompile.errors import PrecompileError, UsageError
+from hatch_precompile.errors import HatchPrecompileError, UsageError
 from hatch_precompile.protocol import DEBUG_VAR, DEFAULT_TIMEOUT, WORKLOAD
 from hatch_precompile.run import switch, variables
 
@@ -107,7 +107,7 @@ def print_json(document: dict[str, Any]) -> None:
 def error_document(command: str | None, exc: BaseException, exit_code: int) -> dict[str, Any]:
     """What ``--json`` prints for an error: the command, the message as the text output words it,
     its kind and the exit status the command exits with."""
-    kind = type(exc).__name__ if isinstance(exc, PrecompileError) else "UsageError"
+    kind = type(exc).__name__ if isinstance(exc, HatchPrecompileError) else "UsageError"
     return {"error": {"command": command, "kind": kind, "message": str(exc), "exit_code": exit_code}}
 
 

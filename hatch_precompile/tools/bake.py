@@ -28,7 +28,7 @@ from typing import Callable
 import tomllib
 
 from hatch_precompile.build import options as options_module
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import HatchPrecompileError
 from hatch_precompile.protocol import (
     DECLARATION_FILE,
     DIRNAME,
@@ -44,7 +44,7 @@ from hatch_precompile.tools import wheelfile
 TABLE = "tool.hatch-precompile"
 
 
-class BakeError(PrecompileError):
+class BakeError(HatchPrecompileError):
     """The wheel cannot be baked; the message names the wheel, option or file, and why."""
 
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import HatchPrecompileError
 from hatch_precompile.protocol import BLOBS_DIR, DIRNAME, MANIFEST_FILE, SETS_DIR, Manifest, ManifestError, sha256
 from hatch_precompile.tools import wheelfile
 
 
-class MergeError(PrecompileError):
+class MergeError(HatchPrecompileError):
     """The wheels cannot be merged; the message names the first reason."""
 
 

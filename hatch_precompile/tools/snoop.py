@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from hatch_precompile.build import torch_trace
 from hatch_precompile.child import pitfalls, supervisor
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import HatchPrecompileError
 from hatch_precompile.protocol import BUILDING_VAR, CACHE_DIR_VAR, TORCHSCRIPT_DIR_VAR
 from hatch_precompile.tools import why
 
@@ -30,7 +30,7 @@ PROGRAM = "(program)"
 _PYTHON = re.compile(r"python(\d+(\.\d+)?t?)?(\.exe)?")
 
 
-class SnoopError(PrecompileError):
+class SnoopError(HatchPrecompileError):
     """The program could not be run at all; the message says why."""
 
 

@@ -15,7 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import HatchPrecompileError
 from hatch_precompile.protocol import (
     DECLARATION_PATH,
     DIRNAME,
@@ -29,7 +29,7 @@ from hatch_precompile.protocol import (
 from hatch_precompile.run import usercache
 
 
-class TargetNotFound(PrecompileError):
+class TargetNotFound(HatchPrecompileError):
     """A target that names nothing usable; the message says what was looked for."""
 
 

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hatch_precompile.child import supervisor
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import HatchPrecompileError
 from hatch_precompile.protocol import BUILDING_VAR, CACHE_DIR_VAR, PACKAGE_VAR, STEPS_VERIFY_VAR, TORCHSCRIPT_DIR_VAR
 from hatch_precompile.run import variables
 from hatch_precompile.tools import why as why_module
 
 
-class VerifyError(PrecompileError):
+class VerifyError(HatchPrecompileError):
     """verify could not run the workloads at all (as opposed to finding misses)."""
 
 

@@ -29,12 +29,12 @@ from typing import Any, Callable
 
 from hatch_precompile.build.reporter import Reporter
 from hatch_precompile.build.workload_run import WorkloadFailed, capture
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import HatchPrecompileError
 from hatch_precompile.protocol import DIRNAME, MANIFEST_FILE, SETS_DIR, Manifest, ManifestError, canonical_name
 from hatch_precompile.run import artifacts, private_dirs, usercache
 
 
-class WarmError(PrecompileError):
+class WarmError(HatchPrecompileError):
     """Nothing was stored; the message says why."""
 
 
