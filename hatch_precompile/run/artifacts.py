@@ -15,22 +15,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.errors import HatchPrecompileError
-from hatch_precompile.protocol import (
-    DIRNAME,
-    MANIFEST_FILE,
-    SETS_DIR,
-    Manifest,
-    ManifestError,
-    blob_path,
-    first_mismatch,
-    sha256,
-)
-from hatch_precompile.run import machine, private_dirs, usercache
-
-
-class Skip(HatchPrecompileError):
-    """Stop loading, with this reason: the one way the run side says "not here, and why"."""
+from hatch_precompile.errors import ManifestError, Skip, Untrusted
+from hatch_precompile.protocol import DIRNAME, MANIFEST_FILE, SETS_DIR, Manifest, blob_path, first_mismatch, sha256
+from hatch_precompile.run import machine, usercache
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,7 +119,7 @@ def _warmed(package: str) -> ArtifactSet | None:
     env = environment_key()
     try:
         found = usercache.stored_sets(package, env)
-    except private_dirs.Untrusted as exc:  # another account could have written it: never read
+    except Untrusted as exc:  # another account could have written it: never read
         raise Skip(f"ignoring what `hatch-precompile warm` stored in {usercache.env_dir(package, env)}: {exc}; "
                    "remove it, or set XDG_CACHE_HOME to a dir of your own") from None
     except OSError as exc:

@@ -30,16 +30,12 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from hatch_precompile.errors import HatchPrecompileError
+from hatch_precompile.errors import PreferencesError
 from hatch_precompile.protocol import canonical_name
 from hatch_precompile.run import variables
 
 FILENAME = "hatch-precompile.toml"
 KEY = "enable"
-
-
-class PreferencesError(HatchPrecompileError, ValueError):
-    """The preferences file cannot be read or holds a value that is not a switch."""
 
 
 def path(environ: Mapping[str, str] | None = None) -> Path:

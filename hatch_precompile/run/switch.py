@@ -11,12 +11,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 
-from hatch_precompile.errors import HatchPrecompileError
+from hatch_precompile.errors import GateValueError, PreferencesError
 from hatch_precompile.run import preferences, variables
-
-
-class GateValueError(HatchPrecompileError, ValueError):
-    """An environment switch or the preferences file holds a value that is neither on nor off."""
 
 
 def decide(
@@ -41,7 +37,7 @@ def decide(
             raise GateValueError(str(exc)) from None
     try:
         preferred = preferences.lookup([name, *aliases], env, build=build)
-    except preferences.PreferencesError as exc:
+    except PreferencesError as exc:
         raise GateValueError(str(exc)) from None
     if preferred is not None:
         return preferred

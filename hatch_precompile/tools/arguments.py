@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 from typing import Any, Callable
 
-from hatch_precompile.errors import HatchPrecompileError, UsageError
+from hatch_precompile.errors import GateValueError, HatchPrecompileError, TargetNotFound, UsageError
 from hatch_precompile.protocol import DEBUG_VAR, DEFAULT_TIMEOUT, WORKLOAD
 from hatch_precompile.run import switch, variables
 
@@ -150,7 +150,7 @@ def set_manifests(package: str) -> list[Any]:
 
     try:
         return [a.manifest for a in targets.installed(package) if a.manifest is not None and a.problem is None]
-    except targets.TargetNotFound:
+    except TargetNotFound:
         return []
 
 
@@ -158,5 +158,5 @@ def decide(name: str) -> tuple[bool, str]:
     """Whether loading is on for ``name`` here, and which switch says so (a bad value: off, why)."""
     try:
         return switch.decide(name, True)
-    except switch.GateValueError as exc:
+    except GateValueError as exc:
         return False, str(exc)
