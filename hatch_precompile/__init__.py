@@ -17,14 +17,14 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "LoadResult": "run.load_caches",
-    "PrecompileWarning": "run.load_caches",
+    "PrecompileWarning": "errors",
     "load": "run.load_caches",
     "load_torchscript": "run.torchscript",
     "save_torchscript": "build.torchscript",
     "load_step": "run.shipped_steps",
     "save_step": "build.step_capture",
-    "StepMismatch": "build.step_capture",
-    "StepCaptureError": "build.step_capture",
+    "StepMismatch": "errors",
+    "StepCaptureError": "errors",
     "served": "run.served_compile",
 }
 

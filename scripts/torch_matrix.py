@@ -303,6 +303,7 @@ PAIR = r"""
 import json, os, sys, time
 step_dir = sys.argv[1]
 import torch
+from hatch_precompile.errors import StepRefused
 from hatch_precompile.run import exported_step
 from sample_pkg.model import classify, make_batch, make_model
 record = json.load(open(os.path.join(step_dir, "classify.json")))
@@ -320,7 +321,7 @@ try:
         got = step.call((model, images))
         out["first_call_seconds"] = time.perf_counter() - started
         out["error"] = (got - classify(model, images)).abs().max().item()
-except exported_step.Refused as exc:
+except StepRefused as exc:
     out["refused"] = str(exc)
 except Exception as exc:
     out["failed"] = repr(exc)[:500]

@@ -17,6 +17,7 @@ from typing import Any
 
 from hatch_precompile import __version__
 from hatch_precompile.build.reporter import Reporter
+from hatch_precompile.errors import ElfUnreadable
 from hatch_precompile.protocol import (
     BLOBS_DIR,
     C_MODULES_DIR,
@@ -187,7 +188,7 @@ def _native_needs(cache_dir: Path) -> tuple[dict[str, dict[str, str]], dict[Path
         if elf.is_elf(path):
             try:
                 elf.merge(libraries, elf.needs(path))
-            except elf.Unreadable as exc:
+            except ElfUnreadable as exc:
                 unreadable[path] = f"cannot read what {exc} needs of the system"
     return libraries, unreadable
 

@@ -9,12 +9,8 @@ from __future__ import annotations
 
 from hatch_precompile.build.options import Options
 from hatch_precompile.build.reporter import Reporter
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import Instability
 from hatch_precompile.protocol import Manifest, file_kind
-
-
-class Instability(PrecompileError):
-    """A graph break or recompile that the project set ``graph-breaks`` or ``recompiles = "error"`` for."""
 
 
 def report(manifests: list[Manifest], stored: int, reporter: Reporter) -> None:

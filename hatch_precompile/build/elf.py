@@ -30,7 +30,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import ElfUnreadable, MissingTool
 
 ELF_MAGIC = b"\x7fELF"
 
@@ -39,14 +39,6 @@ ELF_MAGIC = b"\x7fELF"
 # hook adds to the build environment.
 PUBLISH_EXTRA = "publish"
 PUBLISH_REQUIREMENTS = ("auditwheel>=6.1",)
-
-
-class Unreadable(PrecompileError):
-    """A file that looks like ELF cannot be read as one."""
-
-
-class MissingTool(PrecompileError):
-    """A publishing tool that tagging a wheel needs is not installed."""
 
 
 def has_publishing_tools() -> bool:
@@ -106,7 +98,7 @@ def needs(path: Path) -> dict[str, dict[str, str]]:
                         found.setdefault(library, {}).setdefault(version, symbol.name)
             return found
     except (ELFError, OSError, ValueError, KeyError, AttributeError, TypeError) as exc:
-        raise Unreadable(f"{path.name}: {exc}") from None
+        raise ElfUnreadable(f"{path.name}: {exc}") from None
 
 
 def merge(into: dict[str, dict[str, str]], more: dict[str, dict[str, str]]) -> None:

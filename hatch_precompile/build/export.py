@@ -27,7 +27,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from hatch_precompile.build import export_contract, export_proof, step_check, torch_export, trace_reads
+from hatch_precompile.build import export_contract, export_proof, torch_export, trace_reads
+from hatch_precompile.errors import NotAvailable
 from hatch_precompile.protocol import CACHE_DIR_VAR
 from hatch_precompile.protocol.step_file import CONTRACT_FORMAT, EXPORTED
 from hatch_precompile.run import exported_step
@@ -55,7 +56,7 @@ def save(name: str, fn: Callable, args: tuple, shapes: Any, check: str, out: Pat
 
     problem = available(torch, training)
     if problem:
-        raise step_check.NotAvailable(problem)
+        raise NotAvailable(problem)
     reused = export_proof.reuse_shipped(name, fn, args, check, out)
     if reused is not None:
         return reused

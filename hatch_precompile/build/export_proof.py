@@ -22,8 +22,9 @@ from typing import Any, Callable
 from hatch_precompile.build import export_contract, step_check
 from hatch_precompile.build.reporter import STDOUT
 from hatch_precompile.child import package_proof, progress
+from hatch_precompile.errors import LoaderCrashed, LoaderRefused, NotAvailable, Skip, StepMismatch, StepRefused
 from hatch_precompile.protocol import step_files
-from hatch_precompile.protocol.step_file import CONTRACT_FORMAT, EXPORTED
+from hatch_precompile.protocol.step_file import CONTRACT_FORMAT, EXPORTED, LOADER
 from hatch_precompile.run import exported_step, variables
 from hatch_precompile.run.torch_internals import aoti
 
@@ -35,10 +36,10 @@ def proven_in_child(name: str, package: bytes, constants: dict[str, Any], inputs
     try:
         with progress.within(f"proving step {name!r} in a fresh process"):
             return package_proof.prove(package, constants, inputs, variables.proof_timeout())
-    except package_proof.LoaderCrashed as exc:
-        raise step_check.NotAvailable(str(exc)) from None
-    except package_proof.LoaderRefused as exc:
-        raise exported_step.Refused(f"the AOTInductor loader refused the package: {exc}") from None
+    except LoaderCrashed as exc:
+        raise NotAvailable(str(exc)) from None
+    except LoaderRefused as exc:
+        raise StepRefused(f"the AOTInductor loader refused the package: {exc}", LOADER) from None
 
 
 def against_fn(name: str, fn: Callable, args: tuple, check: str, step: exported_step.ExportedStep, spec: dict[str, Any]) -> None:
@@ -48,8 +49,8 @@ def against_fn(name: str, fn: Callable, args: tuple, check: str, step: exported_
     def run(*call: Any) -> Any:
         try:
             return step.call(call)
-        except exported_step.Refused as exc:
-            raise step_check.StepMismatch(f"step {name!r}: the exported step refused its own example: {exc}") from None
+        except StepRefused as exc:
+            raise StepMismatch(f"step {name!r}: the exported step refused its own example: {exc}") from None
 
     changed = step_check.changed_copies(args)  # every weight other than the build's: all are the caller's
     reference = fn
@@ -117,7 +118,7 @@ def reuse_shipped(name: str, fn: Callable, args: tuple, check: str, out: Path) -
             proof = proven_in_child(name, package, candidates, export_contract.flat_tensors(torch, inputs))
             step = exported_step.ExportedStep(name, record["export"], package, shipped)
             against_fn(name, fn, args, check, step, record["export"])
-        except Exception as exc:  # Refused, StepMismatch, a crashed loader, anything else: export it again
+        except Exception as exc:  # StepRefused, StepMismatch, a crashed loader, anything else: export it again
             STDOUT.warning(f"step {name!r} built on torch {record.get('torch')} does not serve torch "
                            f"{torch.__version__} ({exc}); exporting it again for this torch")
             continue
@@ -152,7 +153,7 @@ def shipped_exports(package: str, name: str) -> list[tuple[Any, dict[str, Any]]]
             continue
         try:
             record = json.loads(artifact_set.read(path))
-        except (artifacts.Skip, ValueError):
+        except (Skip, ValueError):
             continue
         if (isinstance(record, dict) and record.get("format") == CONTRACT_FORMAT and record.get("route") == EXPORTED
                 and isinstance(record.get("export"), dict)):

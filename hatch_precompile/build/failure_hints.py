@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from hatch_precompile.build.target import Choice
-    from hatch_precompile.build.workload_run import WorkloadFailed
+    from hatch_precompile.errors import WorkloadFailed
 
 
 def hints(failure: WorkloadFailed, where: Choice) -> list[str]:

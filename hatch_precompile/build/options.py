@@ -14,7 +14,7 @@ import difflib
 import re
 from typing import Any, Callable
 
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import OptionError
 from hatch_precompile.protocol import CPU_TARGETS, DEFAULT_TIMEOUT, DEVICES, DOTTED_NAME, ON_FAILURE, WORKLOAD
 
 CHECKS = ("off", "warn", "error")
@@ -23,14 +23,6 @@ CAPABILITY = re.compile(r"[a-z][a-z0-9_]*")  # what ATEN_CPU_CAPABILITY takes: d
 RESERVED = frozenset(
     {"dependencies", "require-runtime-dependencies", "require-runtime-features", "enable-by-default"}
 )
-
-
-class OptionError(PrecompileError, ValueError):
-    """Options of the table are wrong: one line each in ``problems``, the message is all of them."""
-
-    def __init__(self, *problems: str) -> None:
-        self.problems = list(problems)
-        super().__init__("\n".join(problems))
 
 
 Check = Callable[[Any, "Bad"], Any]  # (the value as written, a way to reject it) -> the typed value

@@ -36,17 +36,13 @@ from typing import Any, Callable
 
 from hatch_precompile.build import step_verify
 from hatch_precompile.build.reporter import STDOUT
-from hatch_precompile.build.step_check import NotAvailable, StepMismatch, check_against_reference, with_backward
+from hatch_precompile.build.step_check import check_against_reference, with_backward
 from hatch_precompile.child import progress
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import NotAvailable, StepCaptureError, StepMismatch
 from hatch_precompile.protocol import NO_STEPS_VAR, ON_FAILURE, STEP_CHECKS, check_artifact_name, step_files
 from hatch_precompile.protocol.step_file import CONTRACT_FORMAT, EXPORTED
 from hatch_precompile.protocol.step_file import PRECOMPILE as PRECOMPILE_ROUTE
 from hatch_precompile.run import call_contract, shipped_steps, variables
-
-
-class StepCaptureError(PrecompileError, RuntimeError):
-    """At build: torch could not capture the step by its route; the message says why and what to do."""
 
 
 @dataclass

@@ -11,16 +11,8 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable
 
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import StepMismatch
 from hatch_precompile.run import call_contract
-
-
-class StepMismatch(PrecompileError, AssertionError):
-    """At build: the captured step computed something else than the reference (fails the workload)."""
-
-
-class NotAvailable(PrecompileError):
-    """This torch has no way to ship the step by its route (not the workload's fault)."""
 
 
 def with_backward(fn: Callable) -> Callable:

@@ -12,7 +12,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from hatch_precompile.build.step_check import StepMismatch, check_against_reference, with_backward
+from hatch_precompile.build.step_check import check_against_reference, with_backward
+from hatch_precompile.errors import LoaderCrashed, Skip, StepMismatch
 from hatch_precompile.protocol import step_files
 from hatch_precompile.protocol.step_file import EXPORTED
 from hatch_precompile.run import shipped_steps, variables
@@ -38,7 +39,7 @@ def verify(name: str, fn: Callable, args: tuple, check: str, backward: bool = Fa
     package = variables.package() or ""
     try:
         found = artifacts.find(package)
-    except artifacts.Skip:
+    except Skip:
         found = None
     shipped = found is not None and name in found.manifest.steps
     record: dict[str, Any] = {"name": name, "route": None, "reason": None, "problems": [], "shipped": shipped}
@@ -79,7 +80,7 @@ def _loader_crash(found: Any, name: str, args: tuple) -> str | None:
         inputs = tuple(a for i, a in enumerate(args) if i not in positions)
         package_proof.prove(found.read(files["pt2"]), constants, export_contract.flat_tensors(torch, inputs),
                             variables.proof_timeout())
-    except package_proof.LoaderCrashed as exc:
+    except LoaderCrashed as exc:
         return str(exc)
     except Exception:  # the contract, the files or the loader's refusal: load_step reports those
         return None

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from hatch_precompile.build import installer_pins
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import TargetEnvError
 from hatch_precompile.protocol import TARGET_VAR
 from hatch_precompile.run import variables
 
@@ -69,10 +69,6 @@ print(json.dumps({
     "site_packages": [os.path.realpath(p) for p in sites],
 }))
 """
-
-
-class TargetEnvError(PrecompileError):
-    """``HATCH_PRECOMPILE_TARGET`` names no usable environment."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,31 +17,9 @@ from typing import Any
 from hatch_precompile.build import artifact_layout, dynamo_pass, torch_trace
 from hatch_precompile.build.reporter import PREFIX, Reporter
 from hatch_precompile.child import supervisor
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import CannotCompile, ChildError, Unusable, WorkloadFailed
 from hatch_precompile.protocol import CACHE_DIR_VAR, DIRNAME, DYNAMO_DIR, ChildResult, Manifest
 from hatch_precompile.run import variables
-
-
-class WorkloadFailed(PrecompileError):
-    """A workload raised, crashed or timed out, or needs a GPU this build lacks: the workload's fault."""
-
-    def __init__(
-        self, workload: str | None, detail: str, missing_module: str | None = None, no_gpu: str | None = None
-    ) -> None:
-        self.workload = workload
-        self.detail = detail
-        self.missing_module = missing_module  # the module a failed import did not find
-        self.no_gpu = no_gpu  # why this build has no usable GPU, when the workload needed one
-        where = f"workload {workload!r}" if workload else "the precompile child process"
-        super().__init__(f"{where} failed: {detail}")
-
-
-class Unusable(PrecompileError):
-    """This torch cannot make trustworthy artifacts (too old, or its environment key is unreadable)."""
-
-
-class CannotCompile(Unusable):
-    """This machine cannot build C++ kernels (no working compiler, no Python headers)."""
 
 
 def capture(
@@ -162,7 +140,7 @@ def _served_compiles(python: str, run_dir: Path, spec: dict[str, Any], env: dict
     env = {**env, CACHE_DIR_VAR: str(copy), dynamo_pass.CACHING_PRECOMPILE_VAR: "1"}
     try:
         result = supervisor.run(job, work, python, env)
-    except supervisor.ChildError as exc:
+    except ChildError as exc:
         reporter.warning(f"no compiled function is served untraced: the second pass under torch's caching_precompile "
                          f"stopped: {exc.detail}")
         return
@@ -193,7 +171,7 @@ def _run_child(
                          timeout=timeout, heartbeat=variables.heartbeat() if heartbeat is None else heartbeat)
     try:
         result = supervisor.run(job, run_dir, python, env)
-    except supervisor.ChildError as exc:
+    except ChildError as exc:
         detail = (f"{exc.detail} (the `timeout` option)" if exc.detail.startswith("timed out") else exc.detail)
         raise WorkloadFailed(exc.workload, detail) from None
     if result.status == "failed" and result.failure is not None:

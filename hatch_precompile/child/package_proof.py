@@ -26,22 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from hatch_precompile.child import supervisor
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import LoaderCrashed, LoaderRefused, StepRefused
 
 PACKAGE_FILE, IO_FILE, PROOF_FILE = "step.pt2", "io.pt", "proof.json"
-
-
-class LoaderCrashed(PrecompileError):
-    """The loader took its process down (a signal) or hung; ``how`` says which, e.g. "SIGSEGV"."""
-
-    def __init__(self, how: str, environment: dict[str, Any], output: str) -> None:
-        self.how, self.environment, self.output = how, environment, output
-        super().__init__(f"torch {environment.get('torch')}'s AOTInductor loader {how} opening and running the "
-                         f"package on {describe(environment)}, in a process of its own")
-
-
-class LoaderRefused(PrecompileError):
-    """The loader raised in the child (a refusal, not a crash); the message is its error."""
 
 
 @dataclasses.dataclass
@@ -52,11 +39,6 @@ class Proof:
     call_spec: list[str]
     environment: dict[str, Any]  # run/exported_step.proof_environment: torch, device, cuda
     ran: bool  # False where the constants given did not cover the package's (opened, not run)
-
-
-def describe(environment: dict[str, Any]) -> str:
-    device = environment.get("device")
-    return "the CPU" if device == "cpu" else f"{device} (CUDA {environment.get('cuda')})"
 
 
 def prove(package: bytes, constants: dict[str, Any], inputs: list[Any], timeout: float) -> Proof:
@@ -119,7 +101,7 @@ def main(argv: list[str]) -> int:
     given = torch.load(directory / IO_FILE, weights_only=True)
     try:
         loader = exported_step.open_package(torch, (directory / PACKAGE_FILE).read_bytes())
-    except exported_step.Refused as exc:
+    except StepRefused as exc:
         print(exc, flush=True)
         return 1
     fqns = [str(f) for f in loader.get_constant_fqns()]

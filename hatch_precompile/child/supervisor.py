@@ -25,22 +25,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hatch_precompile.child.workload_loop import RESULT_FILE, parse_event
-from hatch_precompile.errors import PrecompileError
-from hatch_precompile.protocol import ChildResult, ChildResultError
+from hatch_precompile.errors import ChildError, ChildResultError
+from hatch_precompile.protocol import ChildResult
 from hatch_precompile.run.variables import HEARTBEAT_SECONDS
 
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 
 Say = Callable[[str], None]
-
-
-class ChildError(PrecompileError):
-    """The child did not report: it timed out, crashed, or wrote no result."""
-
-    def __init__(self, workload: str | None, detail: str) -> None:
-        self.workload = workload  # the workload running when it stopped, if one was
-        self.detail = detail
-        super().__init__(detail)
 
 
 @dataclasses.dataclass

@@ -22,6 +22,7 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 from hatch_precompile.build import options as options_module
 from hatch_precompile.build import settings as settings_module
 from hatch_precompile.build.reporter import Reporter, worded
+from hatch_precompile.errors import Instability, OptionError, TargetEnvError
 from hatch_precompile.protocol import DECLARATION_FILE, DIRNAME, Declaration
 from hatch_precompile.run import variables
 
@@ -38,7 +39,7 @@ class PrecompileBuildHook(BuildHookInterface):
         """The table alone: what every target checks (a typo fails the sdist too)."""
         try:
             return options_module.parse(self.config, self.PLUGIN_NAME)
-        except options_module.OptionError as exc:
+        except OptionError as exc:
             raise ValueError(str(exc)) from None
 
     @cached_property
@@ -46,7 +47,7 @@ class PrecompileBuildHook(BuildHookInterface):
         """The table, the environment and the preferences file, merged (build/settings.py)."""
         try:
             return settings_module.read(self.config, self.PLUGIN_NAME, self.metadata.name, root=Path(self.root))
-        except options_module.OptionError as exc:
+        except OptionError as exc:
             raise ValueError(str(exc)) from None
 
     @cached_property
@@ -66,7 +67,7 @@ class PrecompileBuildHook(BuildHookInterface):
 
         try:
             return target.choose(self._torch_requirement(), pins=installer_pins.discover())
-        except target.TargetEnvError as exc:
+        except TargetEnvError as exc:
             raise ValueError(f"build hook `{self.PLUGIN_NAME}`: {exc}") from None
 
     def _torch_requirement(self) -> str | None:
@@ -129,7 +130,7 @@ class PrecompileBuildHook(BuildHookInterface):
         build_summary.report(manifests, artifact_layout.stored_bytes(artifacts), self.reporter)
         try:
             build_summary.check_instabilities(manifests, options, self.reporter)
-        except build_summary.Instability as exc:
+        except Instability as exc:
             self.app.abort(worded(str(exc)))
             raise SystemExit(1) from None  # abort() exits; this only guards an app that returns
         build_data["force_include"][str(artifacts)] = f"{package.replace('.', '/')}/{DIRNAME}"
@@ -159,7 +160,8 @@ class PrecompileBuildHook(BuildHookInterface):
     def _capture(self, package: str) -> Path | None:
         """Run the workloads; the artifact dir, or None when the wheel is to be built without."""
         from hatch_precompile.build import failure_hints  # imported only when on
-        from hatch_precompile.build.workload_run import Unusable, WorkloadFailed, capture
+        from hatch_precompile.build.workload_run import capture
+        from hatch_precompile.errors import Unusable, WorkloadFailed
 
         where = self.where
         self.reporter.info(f"building artifacts for {where.why}")

@@ -11,15 +11,15 @@ Every side imports these and nothing of the other sides through them. They are o
 path, so they use the standard library only. The names below are re-exported for brevity.
 """
 
-from hatch_precompile.protocol.child import CHILD_FORMAT, CHILD_STATUSES, ChildResult, ChildResultError, Failure
+from hatch_precompile.protocol.child import CHILD_FORMAT, CHILD_STATUSES, ChildResult, Failure
 from hatch_precompile.protocol.declaration import DECLARATION_FORMAT, Declaration
 from hatch_precompile.protocol.environment import ENV_FIELDS, env_id, first_mismatch, set_name
-from hatch_precompile.protocol.manifest import FORMAT, SETTINGS, FileEntry, Kernel, Manifest, ManifestError, validate
+from hatch_precompile.protocol.manifest import FORMAT, SETTINGS, FileEntry, Kernel, Manifest, validate
 from hatch_precompile.protocol.names import *  # noqa: F403  (the names are the point of this package)
 from hatch_precompile.protocol.names import __all__ as _names
 
 __all__ = [
-    "CHILD_FORMAT", "CHILD_STATUSES", "ChildResult", "ChildResultError", "Failure", "DECLARATION_FORMAT",
+    "CHILD_FORMAT", "CHILD_STATUSES", "ChildResult", "Failure", "DECLARATION_FORMAT",
     "Declaration", "ENV_FIELDS", "env_id", "first_mismatch", "set_name", "FORMAT", "SETTINGS", "FileEntry", "Kernel",
-    "Manifest", "ManifestError", "validate", *_names,
+    "Manifest", "validate", *_names,
 ]

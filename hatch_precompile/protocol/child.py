@@ -6,7 +6,7 @@ import dataclasses
 import json
 from typing import Any
 
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import ChildResultError
 from hatch_precompile.protocol import fields
 from hatch_precompile.protocol.fields import field, mapping, records
 
@@ -16,10 +16,6 @@ CHILD_FORMAT = 1
 # cannot run the asked CPU capability ("skipped"), has no usable GPU ("no_gpu") or cannot build
 # C++ kernels ("cannot_compile").
 CHILD_STATUSES = ("ok", "failed", "unusable", "skipped", "no_gpu", "cannot_compile")
-
-
-class ChildResultError(PrecompileError):
-    """A child's result.json is missing, unreadable or of another format."""
 
 
 def _text(value: Any) -> str | None:

@@ -16,7 +16,7 @@ import json
 import re
 from typing import Any
 
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import ManifestError
 from hatch_precompile.protocol import fields
 from hatch_precompile.protocol.fields import anything, field, mapping, mapping_or_none, records
 from hatch_precompile.protocol.names import (
@@ -38,10 +38,6 @@ FORMAT = 3
 SETTINGS = {"cpp.dynamic_threads": bool}
 _FEATURE = re.compile(r"[A-Za-z0-9_.:?-]{1,64}")
 _SONAME = re.compile(r"[A-Za-z0-9_.+-]{1,128}")
-
-
-class ManifestError(PrecompileError):
-    """The manifest cannot be trusted; nothing it names is used."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,6 +26,8 @@ import sys
 import types
 from typing import Any
 
+from hatch_precompile.errors import ServedError
+
 SERVED_FORMAT = 1
 # The guard types torch drops under caching_precompile (torch/_dynamo/guards.py, 2.9-2.15), and
 # those of them a new process can hold to an object it finds again by name.
@@ -33,10 +35,6 @@ DROPPED = ("ID_MATCH", "CLOSURE_MATCH", "WEAKREF_ALIVE", "DICT_VERSION")
 BY_NAME = ("ID_MATCH", "CLOSURE_MATCH", "FUNCTION_MATCH", "CLASS_MATCH", "MODULE_MATCH", "BUILTIN_MATCH")
 # A source a new process evaluates: a name in the code's globals, then attributes and keys.
 SOURCE = re.compile(r"G\['[A-Za-z_][A-Za-z0-9_]*'\](?:\.[A-Za-z_][A-Za-z0-9_]*|\['[A-Za-z0-9_.]*'\]|\[\d+\])*")
-
-
-class ServedError(ValueError):
-    """An index this hatch-precompile cannot serve; the message says why."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from hatch_precompile.errors import ContractError
+
 CONTRACT_FORMAT = 2
 EXPORTED = "aotinductor"  # the route as the contract and ``step.route`` name it
 PRECOMPILE = "precompile"  # the contract's name of torch.compiler.precompile's route
@@ -32,10 +34,6 @@ ROUTES = (EXPORTED, PRECOMPILE)
 PLANNED, MODES, INPUTS, ARGUMENTS = "train mode", "modes", "inputs", "arguments"
 MODULE, SETTINGS, LOADER = "module", "settings", "loader"
 FIELDS = {EXPORTED: ("export",), PRECOMPILE: ("modes", "args", "check")}
-
-
-class ContractError(ValueError):
-    """A contract this hatch-precompile cannot serve; the message says why."""
 
 
 def read_contract(record: Any, name: str) -> dict[str, Any]:

@@ -14,13 +14,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.errors import PrecompileError
-from hatch_precompile.protocol import DIRNAME, MANIFEST_FILE, SETS_DIR, Manifest, ManifestError, blob_path, sha256
-from hatch_precompile.run import private_dirs, usercache, verdict
-
-
-class Skip(PrecompileError):
-    """Stop loading, with this reason: the one way the run side says "not here, and why"."""
+from hatch_precompile.errors import ManifestError, Skip, Untrusted
+from hatch_precompile.protocol import DIRNAME, MANIFEST_FILE, SETS_DIR, Manifest, blob_path, sha256
+from hatch_precompile.run import usercache, verdict
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,7 +111,7 @@ def _warmed(package: str, facts: Callable[[], verdict.Here]) -> verdict.Sets | v
     env = facts().env
     try:
         found = usercache.stored_sets(package, env)
-    except private_dirs.Untrusted as exc:  # another account could have written it: never read
+    except Untrusted as exc:  # another account could have written it: never read
         return verdict.Refusal(f"ignoring what `hatch-precompile warm` stored in {usercache.env_dir(package, env)}: "
                                f"{exc}; remove it, or set XDG_CACHE_HOME to a dir of your own")
     except OSError as exc:

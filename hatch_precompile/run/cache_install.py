@@ -33,9 +33,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from hatch_precompile.errors import Skip, Untrusted
 from hatch_precompile.protocol import CACHE_DIR_VAR, INDUCTOR_DIR
 from hatch_precompile.run import private_dirs, relocate
-from hatch_precompile.run.artifacts import ArtifactSet, Skip
+from hatch_precompile.run.artifacts import ArtifactSet
 from hatch_precompile.run.private_dirs import Dir, quietly
 
 # Torch names its default dir after the user; from 2.13 a uid with no passwd entry (a container run
@@ -144,7 +145,7 @@ def prepare(cache_dir: Path) -> Path:
     try:
         with Dir.open(str(real)) as opened:
             private_dirs.make_private(opened, real)  # torch made it 0775 under umask 002: 0700 now
-    except private_dirs.Untrusted as exc:
+    except Untrusted as exc:
         raise Skip(_refusal(cache_dir, str(exc))) from None
     except OSError as exc:
         raise Skip(f"cannot open the Inductor cache dir {cache_dir}: {exc}") from None

@@ -26,6 +26,7 @@ import sysconfig
 from importlib import metadata
 from typing import Any
 
+from hatch_precompile.errors import Unidentified
 from hatch_precompile.run import gpu, memos
 
 
@@ -135,7 +136,7 @@ def current(torch: Any) -> dict[str, str | None]:
     if cuda:
         try:
             device = gpu.identify()
-        except gpu.Unidentified as exc:
+        except Unidentified as exc:
             device = gpu.Device(f"unidentified: {exc}", "unidentified", "")
     return {
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",

@@ -13,7 +13,7 @@ Every call is checked against the export's contract (run/call_contract.py): the 
 mode, the module's structure (class, submodules, tensors: in full when the module or its tensors
 change, by identity otherwise), the plain values the trace read (attributes, config fields) and
 the hooks, at every call, and each input's dtype, layout and dims inside the exported ranges. A
-call that does not fit raises Refused with its kind and reason, and the caller runs its fallback.
+call that does not fit raises StepRefused with its kind and reason, and the caller runs its fallback.
 """
 
 from __future__ import annotations
@@ -25,21 +25,12 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import StepRefused
 from hatch_precompile.protocol.step_file import EXPORTED, INPUTS, LOADER, MODES, MODULE, PLANNED, SETTINGS
 from hatch_precompile.run import call_contract, machine
 from hatch_precompile.run.torch_internals import aoti, module_state
 
 ROUTE = EXPORTED
-
-
-class Refused(PrecompileError):
-    """This process cannot run the exported step for a call; the message says why, ``kind`` which
-    of the contract's parts it broke."""
-
-    def __init__(self, message: str, kind: str = LOADER) -> None:
-        super().__init__(message)
-        self.kind = kind
 
 
 def loader_problem(torch: Any) -> str | None:
@@ -56,30 +47,31 @@ def loader_problem(torch: Any) -> str | None:
 
 
 class ExportedStep:
-    """A loaded package and the contract it serves; ``call(args)`` runs it or raises Refused."""
+    """A loaded package and the contract it serves; ``call(args)`` runs it or raises StepRefused."""
 
     def __init__(self, name: str, spec: dict[str, Any], package: bytes, shipped: bytes | None) -> None:
         import torch
 
         problem = loader_problem(torch)
         if problem:
-            raise Refused(problem)
+            raise StepRefused(problem, LOADER)
         lacking = machine.missing_features(spec.get("cpu_features") or [], machine.cpu_features())
         if lacking is None and spec.get("cpu_features"):
-            raise Refused("this machine's CPU features cannot be read to check those its kernels use")
+            raise StepRefused("this machine's CPU features cannot be read to check those its kernels use", LOADER)
         if lacking:
-            raise Refused(f"its kernels use CPU features this CPU lacks: {', '.join(lacking)}")
+            raise StepRefused(f"its kernels use CPU features this CPU lacks: {', '.join(lacking)}", LOADER)
         unresolved = machine.missing_libraries(spec.get("libraries") or {})
         if unresolved:
-            raise Refused(f"its model library needs system libraries this machine lacks: {', '.join(unresolved)}")
+            raise StepRefused(f"its model library needs system libraries this machine lacks: {', '.join(unresolved)}",
+                              LOADER)
         self.name = name
         self.spec = spec
         self.ranges = {k: list(v) for k, v in spec["ranges"].items()}
         self._loader = open_package(torch, package)
         needed = set(self._loader.get_constant_fqns())
         if needed != set(spec["constants"]):
-            raise Refused(f"the package asks for the constants {sorted(needed ^ set(spec['constants']))[:5]} "
-                          "otherwise than its contract")
+            raise StepRefused(f"the package asks for the constants {sorted(needed ^ set(spec['constants']))[:5]} "
+                              "otherwise than its contract", LOADER)
         self._shipped = _shipped_constants(torch, shipped) if shipped else {}
         self._pytree = aoti.pytree(torch)
         self._in_spec = _spec(self._pytree, spec["call_spec"][0])
@@ -90,12 +82,12 @@ class ExportedStep:
         self._lock = threading.Lock()
 
     def call(self, args: tuple) -> Any:
-        """The step's result for ``args``; Refused (before anything ran) when they do not fit."""
+        """The step's result for ``args``; StepRefused (before anything ran) when they do not fit."""
         if len(args) != self.spec["arity"]:
-            raise Refused(f"called with {len(args)} arguments, exported with {self.spec['arity']}", INPUTS)
+            raise StepRefused(f"called with {len(args)} arguments, exported with {self.spec['arity']}", INPUTS)
         if call_contract.process_modes() != self.spec["modes"]:
-            raise Refused(f"the process modes {call_contract.process_modes()} differ from the export's "
-                          f"{self.spec['modes']}", MODES)
+            raise StepRefused(f"the process modes {call_contract.process_modes()} differ from the export's "
+                              f"{self.spec['modes']}", MODES)
         inputs = tuple(a for i, a in enumerate(args) if i not in self._modules)
         flat = self._inputs(inputs)
         with self._lock:
@@ -136,19 +128,19 @@ class ExportedStep:
 
         leaves, spec = self._pytree.tree_flatten((inputs, {}))
         if spec != self._in_spec:
-            raise Refused(f"the inputs' structure {spec} is not the export's {self._in_spec}", INPUTS)
+            raise StepRefused(f"the inputs' structure {spec} is not the export's {self._in_spec}", INPUTS)
         sizes: dict[str, int] = {}
         flat = []
         for i, (leaf, want) in enumerate(zip(leaves, self.spec["leaves"])):
             if "value" in want:
                 if isinstance(leaf, torch.Tensor) or [type(leaf).__name__, repr(leaf)] != want["value"]:
-                    raise Refused(f"input {i} is {leaf!r:.80}, exported for {want['value'][1]} only", INPUTS)
+                    raise StepRefused(f"input {i} is {leaf!r:.80}, exported for {want['value'][1]} only", INPUTS)
                 continue
             if not isinstance(leaf, torch.Tensor):
-                raise Refused(f"input {i} is a {type(leaf).__name__}, exported as a tensor", INPUTS)
+                raise StepRefused(f"input {i} is a {type(leaf).__name__}, exported as a tensor", INPUTS)
             problem = _tensor_problem(leaf, want, sizes, self.ranges)
             if problem:
-                raise Refused(f"input {i}: {problem}", INPUTS)
+                raise StepRefused(f"input {i}: {problem}", INPUTS)
             flat.append(leaf)
         return flat
 
@@ -160,14 +152,14 @@ class ExportedStep:
             if found is None:
                 found = self._shipped.get(fqn)
             if found is None:
-                raise Refused(f"no tensor for the constant {fqn}", MODULE)
+                raise StepRefused(f"no tensor for the constant {fqn}", MODULE)
             constants[fqn] = found
         try:
             aoti.aoti_bind(self._loader, constants)
         except Exception as exc:
             self._bound.clear()
             first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-            raise Refused(f"the loader did not take the weights: {type(exc).__name__}: {first}") from None
+            raise StepRefused(f"the loader did not take the weights: {type(exc).__name__}: {first}", LOADER) from None
 
 
 class _BoundArgument:
@@ -201,74 +193,76 @@ class _BoundArgument:
         """What the trace read, and the hooks, as they are now: an in-place change refuses."""
         problem = call_contract.reads_problem(self.reads, position)
         if problem:
-            raise Refused(f"{problem} (the exported code holds the value at build)", SETTINGS)
+            raise StepRefused(f"{problem} (the exported code holds the value at build)", SETTINGS)
         if call_contract.hook_keys(self.hook_dicts) != self.hooks:
-            raise Refused(f"argument {position}'s hooks changed since it was checked (the exported code runs "
-                          "none)", SETTINGS)
+            raise StepRefused(f"argument {position}'s hooks changed since it was checked (the exported code runs "
+                              "none)", SETTINGS)
 
     @classmethod
     def from_full_check(cls, obj: Any, position: int, recorded: dict[str, Any],
                         training: bool = False) -> "_BoundArgument":
         """``obj`` bound, once checked in full against what the export recorded of the module at
         ``position`` (``training``: for a training step, whose modes and frozen parameters are the
-        build's); Refused where it does not fit."""
+        build's); StepRefused where it does not fit."""
         import torch
 
         if isinstance(obj, torch.nn.Module):
             modes = call_contract.train_modes(obj)
             if not training and any(modes):
-                raise Refused(f"argument {position} is in train() mode; the step was exported in eval()", PLANNED)
+                raise StepRefused(f"argument {position} is in train() mode; the step was exported in eval()", PLANNED)
             if training and not any(modes):
-                raise Refused(f"argument {position} is in eval() mode; the training step was exported in train()",
-                              PLANNED)
+                raise StepRefused(f"argument {position} is in eval() mode; the training step was exported in train()",
+                                  PLANNED)
             difference = call_contract.modes_difference(obj, recorded["train_modes"], position)
             if difference:
-                raise Refused(difference, MODES)
+                raise StepRefused(difference, MODES)
             difference = call_contract.structure_difference(recorded["structure"], call_contract.structure(obj))
             if difference:
-                raise Refused(f"argument {position} differs from the export's: {difference}", MODULE)
+                raise StepRefused(f"argument {position} differs from the export's: {difference}", MODULE)
             if training and call_contract.requiring_grad(obj) != recorded["requires_grad"]:
-                raise Refused(f"argument {position}'s parameters that require gradients differ from the export's "
-                              f"({len(call_contract.requiring_grad(obj))} now, {len(recorded['requires_grad'])} at build)",
-                              MODULE)
+                raise StepRefused(f"argument {position}'s parameters that require gradients differ from the export's "
+                                  f"({len(call_contract.requiring_grad(obj))} now, "
+                                  f"{len(recorded['requires_grad'])} at build)", MODULE)
             try:
                 hooks = call_contract.hooks(obj)
                 dicts = call_contract.hook_dicts(list(obj.modules()))
                 slots = module_state.module_slots(obj)
             except Exception as exc:  # torch's module internals are not as expected: run the fallback
-                raise Refused(f"argument {position}'s hooks or submodules cannot be read: {exc!r}") from None
+                raise StepRefused(f"argument {position}'s hooks or submodules cannot be read: {exc!r}",
+                                  LOADER) from None
             if hooks != recorded["hooks"]:
-                raise Refused(f"argument {position}'s hooks differ from the export's: {hooks} now, "
-                              f"{recorded['hooks']} at build", SETTINGS)
+                raise StepRefused(f"argument {position}'s hooks differ from the export's: {hooks} now, "
+                                  f"{recorded['hooks']} at build", SETTINGS)
             try:
                 reads = call_contract.resolve_reads(obj, recorded["reads"], position)
             except LookupError as exc:
-                raise Refused(str(exc), MODULE) from None
+                raise StepRefused(str(exc), MODULE) from None
             named = dict(obj.named_parameters(remove_duplicate=False))
             named.update(obj.named_buffers(remove_duplicate=False))
             for group in recorded["tied"]:  # the package reads one of them for all
                 if len({id(named.get(n)) for n in group}) != 1:
-                    raise Refused(f"argument {position}'s {', '.join(group)} are not one tensor, as they were at "
-                                  "build", MODULE)
+                    raise StepRefused(f"argument {position}'s {', '.join(group)} are not one tensor, as they were at "
+                                      "build", MODULE)
             modules = list(obj.modules())
         elif isinstance(obj, Mapping) and not training:
             named, slots, modules, reads, dicts = dict(obj), [], [], [], []
         else:
-            raise Refused(f"argument {position} is a {type(obj).__name__}; the step was exported with a module there "
-                          "(give it, or for an inference step a mapping of its weights by state_dict name)", MODULE)
+            raise StepRefused(f"argument {position} is a {type(obj).__name__}; the step was exported with a module "
+                              "there (give it, or for an inference step a mapping of its weights by state_dict name)",
+                              MODULE)
         tensors = {}
         for name, want in recorded["tensors"].items():
             found = named.get(name)
             if found is None:
                 if want[4]:  # a tensor a checkpoint holds
-                    raise Refused(f"argument {position} has no tensor {name!r}", MODULE)
+                    raise StepRefused(f"argument {position} has no tensor {name!r}", MODULE)
                 continue  # a buffer that is not persistent: the package ships it
             if not isinstance(found, torch.Tensor):
-                raise Refused(f"argument {position}[{name!r}] is a {type(found).__name__}, not a tensor", MODULE)
+                raise StepRefused(f"argument {position}[{name!r}] is a {type(found).__name__}, not a tensor", MODULE)
             got = [list(found.shape), list(found.stride()), str(found.dtype), str(found.device)]
             if got != want[:4]:
-                raise Refused(f"argument {position}'s {name} is {got}, exported for {want[:4]} "
-                              "(shape, stride, dtype, device)", MODULE)
+                raise StepRefused(f"argument {position}'s {name} is {got}, exported for {want[:4]} "
+                                  "(shape, stride, dtype, device)", MODULE)
             tensors[name] = found
         if isinstance(obj, Mapping):
             slots = [(obj, name, t) for name, t in tensors.items()]
@@ -293,16 +287,16 @@ def _spec(pytree: Any, serialized: str) -> Any:
     try:
         return pytree.treespec_loads(serialized)
     except Exception as exc:  # a result type whose module is not imported registers no way to rebuild it
-        raise Refused(f"its calling convention cannot be read here: {exc!r}") from None
+        raise StepRefused(f"its calling convention cannot be read here: {exc!r}", LOADER) from None
 
 
 def _shipped_constants(torch: Any, blob: bytes) -> dict[str, Any]:
     try:
         loaded = torch.load(io.BytesIO(blob), weights_only=True, map_location="cpu")
     except Exception as exc:
-        raise Refused(f"its shipped constants do not load: {exc!r}") from None
+        raise StepRefused(f"its shipped constants do not load: {exc!r}", LOADER) from None
     if not isinstance(loaded, dict):
-        raise Refused("its shipped constants are not a map of tensors")
+        raise StepRefused("its shipped constants are not a map of tensors", LOADER)
     return loaded
 
 
@@ -359,7 +353,7 @@ def open_package(torch: Any, package: bytes) -> Any:
             handle.write(package)
         return aoti.aoti_open(torch, path)
     except Exception as exc:
-        raise Refused(f"the AOTInductor loader refused the package: {exc}") from None
+        raise StepRefused(f"the AOTInductor loader refused the package: {exc}", LOADER) from None
     finally:
         try:
             os.unlink(path)

@@ -15,7 +15,7 @@ import os
 import threading
 from collections.abc import Mapping
 
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import Unidentified
 
 NVML_LIBRARY = "libnvidia-ml.so.1"
 _NAME_BUFFER = 96  # NVML_DEVICE_NAME_V2_BUFFER_SIZE
@@ -28,10 +28,6 @@ class Device:
     name: str
     capability: str  # "9.0"
     uuid: str  # "GPU-5b3c..."
-
-
-class Unidentified(PrecompileError):
-    """The GPU cannot be named without initialising CUDA; the message says why."""
 
 
 def devices() -> list[Device]:

@@ -14,7 +14,7 @@ import threading
 import warnings
 from pathlib import Path
 
-from hatch_precompile.errors import PrecompileWarning
+from hatch_precompile.errors import GateValueError, PrecompileWarning, Skip
 from hatch_precompile.protocol import CACHE_DIR_VAR, SERVED_FILE
 from hatch_precompile.run import (
     artifacts,
@@ -60,7 +60,7 @@ def load(package: str) -> LoadResult:
             return _results[package]
         try:
             result = _load(package)
-        except artifacts.Skip as skip:
+        except Skip as skip:
             result = LoadResult(package, False, str(skip))
             report_skip(result)
         except Exception as exc:  # a broken artifact must never break `import package`
@@ -105,7 +105,7 @@ def disabled_reason(package: str) -> str | None:
         return "a precompile workload is running"
     try:
         enabled, why = switch.enabled(package, default=True)
-    except switch.GateValueError as exc:  # off, as a value set to turn it off would be, and said once
+    except GateValueError as exc:  # off, as a value set to turn it off would be, and said once
         _warn_once(f"hatch-precompile: {exc}; precompiled caches are not loaded while it is set so", 5)
         return str(exc)
     return None if enabled else f"disabled by {why}"
@@ -171,7 +171,7 @@ def _follow_cache_dir(codecache: object) -> None:
                     continue
                 _install(found, now)
                 _installed[package] = (found, now)
-            except artifacts.Skip as skip:
+            except Skip as skip:
                 report_skip(LoadResult(package, False, (
                     f"{CACHE_DIR_VAR} changed after load() and the artifacts cannot go to the new dir: "
                     f"{skip}; the first compile will not use them"

@@ -19,8 +19,8 @@ import threading
 import warnings
 from collections.abc import Callable
 
-from hatch_precompile.errors import PrecompileWarning
-from hatch_precompile.run import private_dirs, usercache
+from hatch_precompile.errors import PrecompileWarning, Untrusted
+from hatch_precompile.run import usercache
 
 COMPILERS = ".compilers"  # dot: never a package name
 ISA_PROBES = ".isa-probes"
@@ -36,7 +36,7 @@ def get(kind: str, key: str, valid: Callable[[str], bool]) -> str | None:
     """The value remembered under ``key``, or None (none, or none this process may use)."""
     try:
         directory = usercache.store_dir(kind)
-    except private_dirs.Untrusted as exc:
+    except Untrusted as exc:
         _distrust(exc)
         return None
     except (OSError, ValueError):  # none yet, no home
@@ -59,7 +59,7 @@ def put(kind: str, key: str, value: str) -> None:
     try:
         with usercache.store_dir(kind, create=True) as directory:
             directory.replace(key, f"{key}\n{value}\n".encode(), 0o600)
-    except private_dirs.Untrusted as exc:
+    except Untrusted as exc:
         _distrust(exc)
     except (OSError, ValueError):
         pass

@@ -28,6 +28,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hatch_precompile.errors import Untrusted
+
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -36,10 +38,6 @@ HAS_OWNERS = hasattr(os, "geteuid")  # POSIX; on Windows the OS's ACLs are the u
 # What link() says on filesystems that have no hard links (vfat, some network and FUSE mounts).
 _NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV, errno.ENOSYS, errno.EACCES}
 LOOSE = stat.S_IWGRP | stat.S_IWOTH
-
-
-class Untrusted(PermissionError):
-    """A dir or file another account could have written; the message names its owner or mode."""
 
 
 def owner(uid: int) -> str:

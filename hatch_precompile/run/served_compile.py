@@ -26,9 +26,10 @@ import sys
 import threading
 from typing import Any, Callable
 
+from hatch_precompile.errors import DynamoEntryRefused, ServedError, Skip
 from hatch_precompile.protocol import served_compiles
 from hatch_precompile.protocol.names import SERVED_FILE
-from hatch_precompile.run.artifacts import ArtifactSet, Skip
+from hatch_precompile.run.artifacts import ArtifactSet
 
 log = logging.getLogger("hatch_precompile")
 
@@ -66,7 +67,7 @@ def intercept(package: str, found: ArtifactSet, torch: Any) -> str | None:
         return unsupported
     try:
         settings, functions = served_compiles.parse(found.read(SERVED_FILE))
-    except (Skip, served_compiles.ServedError) as exc:
+    except (Skip, ServedError) as exc:
         return f"its compiled functions are traced: {exc}"
     with this_process.lock:
         this_process.packages[package] = _Package(found, settings, functions)
@@ -180,7 +181,7 @@ def _install(package: str, model: Any, function: served_compiles.Function) -> No
             counts, reasons = dynamo_cache.install(served_compiles.innermost(model), found.read(function.entry),
                                                    function.guarded, env_checked=True,
                                                    any_threads=bool(found.manifest.settings.get("cpp.dynamic_threads")))
-        except (Skip, dynamo_cache.Refused) as exc:
+        except (Skip, DynamoEntryRefused) as exc:
             _said(function, f"traced: {exc}")
             return
         except Exception as exc:  # torch moved: the function is traced, as without hatch-precompile

@@ -25,6 +25,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from hatch_precompile.errors import ContractError, PrecompileWarning, Skip, StepRefused
 from hatch_precompile.protocol import check_artifact_name, step_files
 from hatch_precompile.protocol.step_file import (
     ARGUMENTS,
@@ -37,7 +38,6 @@ from hatch_precompile.protocol.step_file import (
     PLANNED,
     PRECOMPILED,
     SETTINGS,
-    ContractError,
     read_contract,
 )
 from hatch_precompile.run import artifacts, call_contract, load_caches, verdict
@@ -115,11 +115,10 @@ class Step:
             why, kind = f"called with keyword arguments ({', '.join(kwargs)})", ARGUMENTS if shipped is not None else None
         elif shipped is not None:
             if route == EXPORTED:
-                from hatch_precompile.run import exported_step
 
                 try:
                     result = shipped.call(args)
-                except exported_step.Refused as exc:
+                except StepRefused as exc:
                     why, kind = str(exc), exc.kind
                 else:
                     return self._ran(EXPORTED, None, result)
@@ -156,7 +155,7 @@ class Step:
                    f"step: {why}. {self._fallback_does()} To use the shipped step, "
                    f"{FIXES.get(kind, FIXES[ARGUMENTS])}. (Said once per kind of refusal; `step.reason` has each call's.)")
         try:
-            warnings.warn(message, load_caches.PrecompileWarning, stacklevel=4)
+            warnings.warn(message, PrecompileWarning, stacklevel=4)
         except Exception:  # warnings turned into errors (-W error): the call still falls back
             load_caches.log.debug("step %s: the refusal could not be reported", self.name, exc_info=True)
 
@@ -221,7 +220,7 @@ class Step:
                 return self._skip(f"torch {torch.__version__} has no torch.compiler.precompile", quiet=True)
             self._files = {"py": found.read(files["py"]), "cache": found.read(files["cache"])}
             return record
-        except artifacts.Skip as skip:
+        except Skip as skip:
             return self._skip(f"step {self.name!r}: {skip}")
         except Exception as exc:
             return self._skip(f"step {self.name!r}: {exc!r}")
@@ -264,7 +263,7 @@ class Step:
 
             try:
                 return exported_step.ExportedStep(self.name, self._contract["export"], files["pt2"], files.get("constants"))
-            except exported_step.Refused as exc:
+            except StepRefused as exc:
                 self._contract = None
                 self._skip(f"step {self.name!r} cannot run here: {exc}")
                 return None
@@ -293,7 +292,7 @@ class Step:
             load_caches.log.debug("%s", message)
             return None
         try:
-            warnings.warn(message, load_caches.PrecompileWarning, stacklevel=_outside_this_module())
+            warnings.warn(message, PrecompileWarning, stacklevel=_outside_this_module())
         except Exception:  # warnings turned into errors (-W error): the step still falls back
             load_caches.log.debug("step %s: the skip could not be reported", self.name, exc_info=True)
         return None

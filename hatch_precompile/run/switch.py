@@ -34,17 +34,9 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import GateValueError, PreferencesError
 from hatch_precompile.protocol import canonical_name
 from hatch_precompile.run import variables
-
-
-class GateValueError(PrecompileError, ValueError):
-    """An environment switch or the preferences file holds a value that is neither on nor off."""
-
-
-class PreferencesError(GateValueError):
-    """The preferences file cannot be read or holds a value that is not a switch."""
 
 
 def enabled(
@@ -67,7 +59,10 @@ def enabled(
             return variables.switch_value(var, raw), f"{var}={raw}"
         except ValueError as exc:
             raise GateValueError(str(exc)) from None
-    preferred = lookup([name, *aliases], env, build=build)  # PreferencesError is a GateValueError
+    try:
+        preferred = lookup([name, *aliases], env, build=build)
+    except PreferencesError as exc:
+        raise GateValueError(str(exc)) from None
     if preferred is not None:
         return preferred
     return default, "default" if default else "enable = false"

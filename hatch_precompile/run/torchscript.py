@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
+from hatch_precompile.errors import Skip
 from hatch_precompile.protocol import check_artifact_name
 from hatch_precompile.run import artifacts, load_caches
 
@@ -28,12 +29,12 @@ def load_torchscript(package: str, name: str, map_location: Any = None) -> Any:
             return None
         relpath = found.manifest.torchscript.get(name)
         if relpath is None:
-            raise artifacts.Skip(f"no TorchScript module named {name!r} was shipped")
+            raise Skip(f"no TorchScript module named {name!r} was shipped")
         blob = found.read(relpath)
         import torch
 
         return torch.jit.load(io.BytesIO(blob), map_location=map_location)
-    except artifacts.Skip as skip:
+    except Skip as skip:
         load_caches.report_skip(load_caches.LoadResult(package, False, f"TorchScript {name!r}: {skip}"))
     except Exception as exc:
         load_caches.report_skip(load_caches.LoadResult(package, False, f"TorchScript {name!r}: {exc!r}"))

@@ -17,7 +17,8 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from hatch_precompile.protocol import Manifest, ManifestError, first_mismatch
+from hatch_precompile.errors import ManifestError
+from hatch_precompile.protocol import Manifest, first_mismatch
 from hatch_precompile.run import machine
 
 

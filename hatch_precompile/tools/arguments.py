@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 from typing import Any, Callable
 
-from hatch_precompile.errors import PrecompileError, UsageError
+from hatch_precompile.errors import GateValueError, HatchPrecompileError, TargetNotFound, UsageError
 from hatch_precompile.protocol import DEBUG_VAR, DEFAULT_TIMEOUT, WORKLOAD
 from hatch_precompile.run import switch, variables
 
@@ -107,7 +107,7 @@ def print_json(document: dict[str, Any]) -> None:
 def error_document(command: str | None, exc: BaseException, exit_code: int) -> dict[str, Any]:
     """What ``--json`` prints for an error: the command, the message as the text output words it,
     its kind and the exit status the command exits with."""
-    kind = type(exc).__name__ if isinstance(exc, PrecompileError) else "UsageError"
+    kind = type(exc).__name__ if isinstance(exc, HatchPrecompileError) else "UsageError"
     return {"error": {"command": command, "kind": kind, "message": str(exc), "exit_code": exit_code}}
 
 
@@ -150,7 +150,7 @@ def set_manifests(package: str) -> list[Any]:
 
     try:
         return [a.manifest for a in targets.installed(package) if a.manifest is not None and a.problem is None]
-    except targets.TargetNotFound:
+    except TargetNotFound:
         return []
 
 
@@ -158,5 +158,5 @@ def enabled(name: str) -> tuple[bool, str]:
     """Whether loading is on for ``name`` here, and which switch says so (a bad value: off, why)."""
     try:
         return switch.enabled(name, True)
-    except switch.GateValueError as exc:
+    except GateValueError as exc:
         return False, str(exc)

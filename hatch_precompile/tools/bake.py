@@ -28,24 +28,12 @@ from typing import Callable
 import tomllib
 
 from hatch_precompile.build import options as options_module
-from hatch_precompile.errors import PrecompileError
-from hatch_precompile.protocol import (
-    DECLARATION_FILE,
-    DIRNAME,
-    MANIFEST_FILE,
-    SETS_DIR,
-    Declaration,
-    Manifest,
-    ManifestError,
-)
+from hatch_precompile.errors import BakeError, ManifestError, WheelError
+from hatch_precompile.protocol import DECLARATION_FILE, DIRNAME, MANIFEST_FILE, SETS_DIR, Declaration, Manifest
 from hatch_precompile.run import variables
 from hatch_precompile.tools import wheelfile
 
 TABLE = "tool.hatch-precompile"
-
-
-class BakeError(PrecompileError):
-    """The wheel cannot be baked; the message names the wheel, option or file, and why."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +57,7 @@ def bake(wheel: Path, out_dir: Path, *, python: str, say: Callable[[str], None],
     """Write ``wheel`` baked into ``out_dir``; the new wheel's path. Raises BakeError."""
     try:
         file_name = wheelfile.wheel_name(wheel)
-    except wheelfile.WheelError as exc:
+    except WheelError as exc:
         raise BakeError(str(exc)) from None
     from hatch_precompile.build import elf
 
@@ -219,7 +207,8 @@ def _check_torch(contents: dict[str, bytes], dist_info: str, wheel: Path, python
 def _run(wheel: Path, contents: dict[str, bytes], tmp: Path, plan: Plan, python: str,
          say: Callable[[str], None]) -> Path:
     from hatch_precompile.build.reporter import Reporter
-    from hatch_precompile.build.workload_run import CannotCompile, Unusable, WorkloadFailed, capture
+    from hatch_precompile.build.workload_run import capture
+    from hatch_precompile.errors import CannotCompile, Unusable, WorkloadFailed
 
     site = tmp / "site"
     wheelfile.unpack(wheel, site)  # its modes kept: a workload may run a script the package ships

@@ -24,7 +24,7 @@ from importlib import import_module
 from typing import NoReturn
 
 from hatch_precompile import __version__
-from hatch_precompile.errors import PrecompileError, UsageError
+from hatch_precompile.errors import HatchPrecompileError, UsageError
 from hatch_precompile.protocol import EXIT_INTERRUPTED, EXIT_USAGE
 from hatch_precompile.tools import arguments
 
@@ -73,13 +73,13 @@ def main(argv: list[str] | None = None) -> int:
     arguments.verbose(args)
     try:
         return int(args.run(args))
-    except PrecompileError as exc:
+    except HatchPrecompileError as exc:
         return _failed(args, exc, exc.exit_code)
     except KeyboardInterrupt:
-        return _failed(args, PrecompileError("interrupted"), EXIT_INTERRUPTED)
+        return _failed(args, HatchPrecompileError("interrupted"), EXIT_INTERRUPTED)
 
 
-def _failed(args: argparse.Namespace, exc: PrecompileError, exit_code: int) -> int:
+def _failed(args: argparse.Namespace, exc: HatchPrecompileError, exit_code: int) -> int:
     """The error, one line on stderr; under ``--json`` also the document on stdout."""
     print(f"hatch-precompile {args.command}: {exc}", file=sys.stderr)
     if args.json:

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.errors import NotFound, UsageError
+from hatch_precompile.errors import NotFound, TargetNotFound, UsageError
 from hatch_precompile.protocol import EXIT_OK
 from hatch_precompile.tools import arguments, targets
 
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         try:
             kind, found = "installed", targets.installed(target)
-        except targets.TargetNotFound:
+        except TargetNotFound:
             if not (path.is_dir() and (path / "pyproject.toml").is_file()):
                 raise
             # A bare name is a package first; a project dir of that name only when none is installed.

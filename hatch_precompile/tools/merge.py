@@ -13,13 +13,9 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from hatch_precompile.errors import PrecompileError
-from hatch_precompile.protocol import BLOBS_DIR, DIRNAME, MANIFEST_FILE, SETS_DIR, Manifest, ManifestError, sha256
+from hatch_precompile.errors import ManifestError, MergeError
+from hatch_precompile.protocol import BLOBS_DIR, DIRNAME, MANIFEST_FILE, SETS_DIR, Manifest, sha256
 from hatch_precompile.tools import wheelfile
-
-
-class MergeError(PrecompileError):
-    """The wheels cannot be merged; the message names the first reason."""
 
 
 def merge(wheels: list[Path], out_dir: Path) -> tuple[Path, list[str]]:

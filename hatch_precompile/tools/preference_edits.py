@@ -10,8 +10,9 @@ import os
 import re
 from pathlib import Path
 
+from hatch_precompile.errors import PreferencesError
 from hatch_precompile.protocol import canonical_name
-from hatch_precompile.run.switch import KEY, PreferencesError
+from hatch_precompile.run.switch import KEY
 
 HEADER = (
     "# hatch-precompile preferences for this environment: per-package switches read by the\n"

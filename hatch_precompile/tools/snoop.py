@@ -22,16 +22,12 @@ from typing import Any, Callable
 
 from hatch_precompile.build import torch_trace
 from hatch_precompile.child import pitfalls, supervisor
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import ChildError, SnoopError
 from hatch_precompile.protocol import BUILDING_VAR, CACHE_DIR_VAR, TORCHSCRIPT_DIR_VAR
 from hatch_precompile.tools import why
 
 PROGRAM = "(program)"
 _PYTHON = re.compile(r"python(\d+(\.\d+)?t?)?(\.exe)?")
-
-
-class SnoopError(PrecompileError):
-    """The program could not be run at all; the message says why."""
 
 
 def parse_command(command: list[str]) -> tuple[str, dict[str, Any]]:
@@ -80,7 +76,7 @@ def run(command: list[str], cache_dir: str | None, say: Callable[[str], None],
                          relay=lambda line: print(line, file=sys.stderr, flush=True))
         try:
             child = supervisor.run(job, Path(tmp), python, env if trace is None else torch_trace.environ(env, trace))
-        except supervisor.ChildError as exc:
+        except ChildError as exc:
             raise SnoopError(f"the snoop process stopped before reporting: {exc.detail}") from None
         finally:  # a program that crashed is the one whose trace is most worth reading
             rendered = torch_trace.render(trace, before, python) if trace is not None else None

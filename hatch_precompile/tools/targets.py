@@ -15,7 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import ManifestError, TargetNotFound
 from hatch_precompile.protocol import (
     DECLARATION_PATH,
     DIRNAME,
@@ -23,14 +23,9 @@ from hatch_precompile.protocol import (
     SETS_DIR,
     Declaration,
     Manifest,
-    ManifestError,
     validate,
 )
 from hatch_precompile.run import usercache
-
-
-class TargetNotFound(PrecompileError):
-    """A target that names nothing usable; the message says what was looked for."""
 
 
 @dataclasses.dataclass

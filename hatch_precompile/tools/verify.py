@@ -17,15 +17,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hatch_precompile.child import supervisor
-from hatch_precompile.errors import PrecompileError
+from hatch_precompile.errors import ChildError, VerifyError
 from hatch_precompile.protocol import BUILDING_VAR, CACHE_DIR_VAR, PACKAGE_VAR, STEPS_VERIFY_VAR, TORCHSCRIPT_DIR_VAR
 from hatch_precompile.run import variables
 from hatch_precompile.tools import why as why_module
-
-
-class VerifyError(PrecompileError):
-    """verify could not run the workloads at all (as opposed to finding misses)."""
-
 
 # `--setting`s: what a user's program may set before it calls the package, each a class of miss.
 SETTING_FORMS = ("deterministic", "default-dtype=DTYPE", "matmul-precision=highest|high|medium",
@@ -106,7 +101,7 @@ def _run(package: str, workloads: list[str], timeout: float, say: Callable[[str]
                          say, relay=lambda line: print(line, file=sys.stderr, flush=True), timeout=timeout)
         try:
             child = supervisor.run(job, work, env=env)
-        except supervisor.ChildError as exc:
+        except ChildError as exc:
             if exc.detail.startswith("timed out"):
                 raise VerifyError(f"the workloads did not finish within {timeout:g} s (--timeout)") from None
             raise VerifyError(f"the verify process stopped: {exc.detail}") from None

@@ -28,14 +28,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hatch_precompile.build.reporter import Reporter
-from hatch_precompile.build.workload_run import WorkloadFailed, capture
-from hatch_precompile.errors import PrecompileError
-from hatch_precompile.protocol import DIRNAME, MANIFEST_FILE, SETS_DIR, Manifest, ManifestError, canonical_name
-from hatch_precompile.run import private_dirs, usercache, verdict
-
-
-class WarmError(PrecompileError):
-    """Nothing was stored; the message says why."""
+from hatch_precompile.build.workload_run import capture
+from hatch_precompile.errors import ManifestError, Untrusted, WarmError, WorkloadFailed
+from hatch_precompile.protocol import DIRNAME, MANIFEST_FILE, SETS_DIR, Manifest, canonical_name
+from hatch_precompile.run import usercache, verdict
 
 
 def shipped_match(package: str, directory: Path) -> str | None:
@@ -62,7 +58,7 @@ def warm(
                 say(f"warm: the other warm of {package} stored its caches for this environment: using them")
                 return done
             return _warm(package, workloads, timeout, say, device)
-    except private_dirs.Untrusted as exc:
+    except Untrusted as exc:
         raise WarmError(f"not storing into the per-user cache: {exc}; remove it, or set XDG_CACHE_HOME to a dir "
                         "of your own") from None
     except WorkloadFailed as exc:

@@ -23,11 +23,7 @@ from packaging.tags import parse_tag
 from packaging.utils import BuildTag, InvalidWheelFilename, NormalizedName, parse_wheel_filename
 from packaging.version import Version
 
-from hatch_precompile.errors import PrecompileError
-
-
-class WheelError(PrecompileError):
-    """A wheel that cannot be read, or lacks what every wheel has."""
+from hatch_precompile.errors import WheelError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from hatch_precompile.child import observe, pitfalls
+from hatch_precompile.errors import MergeError
 from hatch_precompile.protocol import FileEntry, Manifest, sha256
 from hatch_precompile.protocol.workloads import Graph, Workload
 from hatch_precompile.tools import merge, snoop, wheelfile
@@ -215,7 +216,7 @@ def test_merge_keeps_every_members_mode_and_a_comma_in_a_name(tmp_path):
     wheelfile.unpack(merged, tmp_path / "site")
     assert stat.S_IMODE((tmp_path / "site" / tool).stat().st_mode) == 0o755
     plain = make_wheel(tmp_path / "plain", {**code, **artifact_set("avx512-3", b"c")})
-    with pytest.raises(merge.MergeError, match=r"mypkg/bin/tool,v1.sh has mode 0644 in .*plain.* and 0755 in "):
+    with pytest.raises(MergeError, match=r"mypkg/bin/tool,v1.sh has mode 0644 in .*plain.* and 0755 in "):
         merge.merge([a, plain], tmp_path / "out2")
 
 
@@ -234,10 +235,10 @@ def test_merge_of_wheels_for_two_glibcs_installs_only_where_both_sets_load(tmp_p
             "Tag: cp311-cp311-manylinux_2_27_x86_64"
         ]
     other = wheel("other", "manylinux_2_17_x86_64", generator=b"Generator: another\n")
-    with pytest.raises(merge.MergeError, match="WHEEL differs between"):
+    with pytest.raises(MergeError, match="WHEEL differs between"):
         merge.merge([old, other], tmp_path / "out2")
     abi3 = make_wheel(tmp_path / "abi3", {**CODE, **artifact_set("c", b"c")}, name="mypkg-1.0-cp311-abi3-linux_x86_64.whl")
-    with pytest.raises(merge.MergeError, match="must be one project, version, Python and ABI"):
+    with pytest.raises(MergeError, match="must be one project, version, Python and ABI"):
         merge.merge([old, abi3], tmp_path / "out3")
 
 
@@ -258,7 +259,7 @@ def test_merge_refuses_wheels_that_differ_outside_their_sets(tmp_path, second, m
     if message is None:
         assert merge.merge([a, b], tmp_path / "out")[1] == ["a"]
         return
-    with pytest.raises(merge.MergeError, match=message):
+    with pytest.raises(MergeError, match=message):
         merge.merge([a, b], tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
@@ -268,13 +269,13 @@ def test_merge_checks_every_listed_blob_and_the_names(tmp_path):
     broken[next(k for k in broken if "/blobs/" in k)] = b"altered"
     a = make_wheel(tmp_path / "a", {**CODE, **broken})
     b = make_wheel(tmp_path / "b", {**CODE, **artifact_set("b", b"y")})
-    with pytest.raises(merge.MergeError, match="whose blob is missing or altered"):
+    with pytest.raises(MergeError, match="whose blob is missing or altered"):
         merge.merge([a, b], tmp_path / "out")
     other = make_wheel(tmp_path / "c", CODE, name="mypkg-2.0-cp311-cp311-linux_x86_64.whl")
-    with pytest.raises(merge.MergeError, match="must be one project, version, Python and ABI"):
+    with pytest.raises(MergeError, match="must be one project, version, Python and ABI"):
         merge.merge([b, other], tmp_path / "out")
-    with pytest.raises(merge.MergeError, match="give two wheels or more"):
+    with pytest.raises(MergeError, match="give two wheels or more"):
         merge.merge([b], tmp_path / "out")
     empty = make_wheel(tmp_path / "d", CODE)
-    with pytest.raises(merge.MergeError, match="hold no artifact set"):
+    with pytest.raises(MergeError, match="hold no artifact set"):
         merge.merge([empty, empty], tmp_path / "out")

@@ -1,14 +1,16 @@
 """The rules of docs/architecture.md, checked over hatch_precompile's source with ``ast``: the layering,
 no private name of another module, no import cycle (lazy imports included), torch's private
 modules and attributes only where pyproject's banned-api rule lets them be, hatchling known only to
-the hatch adapter, ``run/`` standard library only at import, and our variables read only in
-``run/variables.py``.
+the hatch adapter, ``run/`` standard library only at import, our variables read only in
+``run/variables.py``, and every exception and warning in ``errors.py`` (one defined elsewhere is
+private to its module), none named as torch's.
 
 Each failure names ``file:line``, the rule, and what broke it."""
 
 from __future__ import annotations
 
 import ast
+import builtins
 import fnmatch
 import sys
 from collections.abc import Iterator
@@ -199,6 +201,20 @@ def dotted(node: ast.expr) -> list[str] | None:
     return [node.id, *reversed(parts)]
 
 
+def attribute_owner(node: ast.Attribute, bound: dict[str, str], root: Path = ROOT) -> str:
+    """The module of ours whose name ``node`` reads (``switch._x``, ``hatch_precompile.run.load_caches._x``:
+    submodules followed), or "" when it reads no module of ours."""
+    parts = dotted(node.value)
+    if not parts or parts[0] not in bound:
+        return ""
+    owner = bound[parts[0]]
+    for part in parts[1:]:
+        if f"{owner}.{part}" not in modules(root):
+            return ""
+        owner = f"{owner}.{part}"
+    return owner
+
+
 def private_name_violations(root: Path = ROOT) -> list[str]:
     found = []
     for module in modules(root):
@@ -210,15 +226,7 @@ def private_name_violations(root: Path = ROOT) -> list[str]:
         bound = module_bindings(module, root)
         for node in ast.walk(tree(module, root)):
             if isinstance(node, ast.Attribute) and private(node.attr):
-                parts = dotted(node.value)
-                if not parts or parts[0] not in bound:
-                    continue
-                owner = bound[parts[0]]
-                for part in parts[1:]:  # hatch_precompile.run.load_caches._x: follow submodules
-                    if f"{owner}.{part}" not in modules(root):
-                        owner = ""
-                        break
-                    owner = f"{owner}.{part}"
+                owner = attribute_owner(node, bound, root)
                 if owner and owner != module:
                     found.append(f"{rel(module, root)}:{node.lineno}: private name: uses {ast.unparse(node)} "
                                  f"({node.attr} of {owner})")
@@ -234,6 +242,96 @@ def private_name_violations(root: Path = ROOT) -> list[str]:
 def test_no_module_uses_another_modules_private_names():
     found = private_name_violations()
     assert not found, "\n".join(found)
+
+
+# --- errors -------------------------------------------------------------------------------------------
+
+ERRORS = f"{PACKAGE}.errors"
+BASE_ERROR, BASE_WARNING = "HatchPrecompileError", "PrecompileWarning"
+# The names torch.compiler.precompile's error goes by (torch.compiler.PrecompileError, torch 2.14):
+# run/shipped_steps.py catches torch's beside ours, and a traceback that shows both should not leave
+# a reader asking whose it is. Written out, not read from torch: importing torch takes seconds, too
+# slow for a unit test.
+TORCH_PRECOMPILE_NAMES = ("PrecompileError",)
+BUILTIN_EXCEPTIONS = frozenset(name for name, value in vars(builtins).items()
+                               if isinstance(value, type) and issubclass(value, BaseException))
+
+
+def base_names(node: ast.ClassDef) -> list[str]:
+    return [ast.unparse(base).rpartition(".")[2] for base in node.bases]
+
+
+def exception_classes(root: Path = ROOT) -> list[tuple[str, ast.ClassDef]]:
+    """Every class of the package whose bases chain to an exception or a warning, as far as ``ast``
+    can tell: a base named ``*Error``, ``*Exception``, ``*Warning``, a builtin exception
+    (``Exception``, ``PermissionError``, ``StopIteration``, ...) or a class already found to be one."""
+    classes = [(module, node) for module in modules(root) for node in ast.walk(tree(module, root))
+               if isinstance(node, ast.ClassDef)]
+    known = set(BUILTIN_EXCEPTIONS)
+    while True:
+        more = {node.name for _, node in classes if node.name not in known and any(
+            name in known or name.endswith(("Error", "Exception", "Warning")) for name in base_names(node))}
+        if not more:
+            return [(module, node) for module, node in classes if node.name in known - BUILTIN_EXCEPTIONS]
+        known |= more
+
+
+def error_violations(root: Path = ROOT) -> list[str]:
+    """Every exception and warning of the package is a class in errors.py, once, under its base and
+    by a name torch's precompile does not use; one defined elsewhere is its module's own (private);
+    errors.py is the standard library only; and each import of one of its names is from errors.py."""
+    found = []
+    ours = {node.name: node for node in tree(ERRORS, root).body if isinstance(node, ast.ClassDef)} \
+        if ERRORS in modules(root) else {}
+    for module, node in exception_classes(root):
+        where = f"{rel(module, root)}:{node.lineno}: errors:"
+        if module != ERRORS:
+            if not private(node.name):
+                found.append(f"{where} {node.name} is an exception class outside {PACKAGE}/errors.py; move it there, "
+                             f"or, if only its module sees it, name it _{node.name}")
+            continue
+        if ours.get(node.name) is not node:
+            found.append(f"{where} {node.name} is defined twice in {PACKAGE}/errors.py; give each a name that says what "
+                         "it is")
+        if node.name in TORCH_PRECOMPILE_NAMES:
+            found.append(f"{where} {node.name} is also torch.compiler's; name ours otherwise (as {BASE_ERROR})")
+        seen, todo = set(), base_names(node)
+        while todo:  # up its bases, as far as errors.py defines them
+            name = todo.pop()
+            if name not in seen:
+                seen.add(name)
+                todo += base_names(ours[name]) if name in ours else []
+        if node.name not in (BASE_ERROR, BASE_WARNING) and not seen & {BASE_ERROR, BASE_WARNING}:
+            found.append(f"{where} {node.name} derives from neither {BASE_ERROR} nor {BASE_WARNING}")
+    for module in modules(root):
+        if module == ERRORS:
+            found += [f"{imp.path}:{imp.line}: errors: {PACKAGE}/errors.py imports {imp.target}; it is the bottom "
+                      "layer, standard library only" for imp in imports(module, root)
+                      if imp.target.split(".")[0] not in sys.stdlib_module_names | {"__future__"}]
+            continue
+        bound = module_bindings(module, root)
+        for node in ast.walk(tree(module, root)):
+            if isinstance(node, ast.ImportFrom):
+                found += [f"{imp.path}:{imp.line}: errors: imports {imp.name} from {imp.target}; import it from {ERRORS}"
+                          for imp in imports_of(module, node, root)
+                          if imp.name in ours and own(imp.target) and imp.target != ERRORS]
+            elif isinstance(node, ast.Attribute) and node.attr in ours:
+                owner = attribute_owner(node, bound, root)
+                if owner and owner != ERRORS:
+                    found.append(f"{rel(module, root)}:{node.lineno}: errors: uses {ast.unparse(node)}; {node.attr} "
+                                 f"is {ERRORS}'s")
+    return sorted(found, key=by_place)
+
+
+def test_every_exception_is_in_errors_or_private_to_its_module():
+    holds(error_violations())
+
+
+def test_the_exception_check_finds_every_exception_class():
+    """Derived through a chain of our own classes, from a builtin, by name: each is one."""
+    names = {node.name for _, node in exception_classes()}
+    assert {BASE_ERROR, BASE_WARNING, "CannotCompile", "Untrusted", "StepRefused"} <= names
+    assert not names & {"Manifest", "Step", "ExportedStep", "Options"}
 
 
 # --- cycles ---------------------------------------------------------------------------------------------
@@ -558,7 +656,9 @@ def test_each_check_reports_a_broken_rule_with_its_place(tmp_path):
     """A made-up package that breaks every rule once: each check names the file, the line and the rule."""
     files = {
         "__init__.py": "",
-        "errors.py": "",
+        "errors.py": ("import torch\n\n\nclass HatchPrecompileError(Exception):\n    pass\n\n\n"
+                      "class PrecompileError(HatchPrecompileError):\n    pass\n\n\nclass Stray(ValueError):\n    pass\n"
+                      "\n\nclass Stray(HatchPrecompileError):\n    pass\n"),
         "protocol/__init__.py": "",
         "protocol/names.py": ("import importlib\n\nimportlib.import_module('hatch_precompile.run.switch')\n"
                               "NO_STEPS_VAR = 'HATCH_PRECOMPILE_NO_STEPS'\n"),
@@ -571,6 +671,11 @@ def test_each_check_reports_a_broken_rule_with_its_place(tmp_path):
         "run/lazy.py": ("import json\nimport torch\nfrom hatch_precompile import errors\n\n\ndef f():\n"
                         "    import triton\n"),
         "build/__init__.py": "",
+        "build/step_check.py": ("from hatch_precompile import errors\nfrom hatch_precompile.run import switch\n"
+                                "from hatch_precompile.run.lazy import HatchPrecompileError\n\n\n"
+                                "class Mismatch(errors.HatchPrecompileError, AssertionError):\n    pass\n\n\n"
+                                "class _Retry(Exception):\n    pass\n\n\ndef f():\n    class Local(Mismatch):\n"
+                                "        pass\n    return switch.HatchPrecompileError, HatchPrecompileError, Local\n"),
         "hatch/__init__.py": "",
         "hatch/hooks.py": "from hatchling.plugin import hookimpl\n",
         "build/artifact_layout.py": ("import os\n\nfrom hatch_precompile.protocol import names\n\n\ndef f(env):\n"
@@ -604,6 +709,21 @@ def test_each_check_reports_a_broken_rule_with_its_place(tmp_path):
         "hatch_precompile/run/load_caches.py:3: run/ imports: torch.utils._pytree at import time; run/ imports only the "
         f"standard library, {', '.join(RUN_IMPORTS_ALLOWED)} when imported (torch and triton inside the functions "
         "that need them)"]
+    outside = "is an exception class outside hatch_precompile/errors.py; move it there, or, if only its module sees it"
+    assert error_violations(tmp_path) == [
+        "hatch_precompile/build/step_check.py:3: errors: imports HatchPrecompileError from hatch_precompile.run.lazy; "
+        "import it from hatch_precompile.errors",
+        f"hatch_precompile/build/step_check.py:6: errors: Mismatch {outside}, name it _Mismatch",
+        f"hatch_precompile/build/step_check.py:15: errors: Local {outside}, name it _Local",
+        "hatch_precompile/build/step_check.py:17: errors: uses switch.HatchPrecompileError; HatchPrecompileError is "
+        "hatch_precompile.errors's",
+        "hatch_precompile/errors.py:1: errors: hatch_precompile/errors.py imports torch; it is the bottom layer, "
+        "standard library only",
+        "hatch_precompile/errors.py:8: errors: PrecompileError is also torch.compiler's; name ours otherwise (as "
+        "HatchPrecompileError)",
+        "hatch_precompile/errors.py:12: errors: Stray is defined twice in hatch_precompile/errors.py; give each a name "
+        "that says what it is",
+        "hatch_precompile/errors.py:12: errors: Stray derives from neither HatchPrecompileError nor PrecompileWarning"]
     reads = "read it through hatch_precompile/run/variables.py"
     assert variable_reads(tmp_path) == [
         f"hatch_precompile/build/artifact_layout.py:8: variables: os.getenv('PRECOMPILE') reads one of our variables; {reads}",

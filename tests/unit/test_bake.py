@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import SAMPLE, run
 
+from hatch_precompile.errors import MissingTool, WheelError
+
 
 def pyproject(requires: str, backend: str, more: str = "") -> str:
     """The sample's metadata, built by ``backend``, declaring its workload for bake."""
@@ -114,19 +116,18 @@ def test_wheel_names_are_read_by_packaging(name, stem, python_abi, platforms):
 def test_a_file_name_that_is_not_a_wheels_is_refused_naming_it(name):
     from hatch_precompile.tools import wheelfile
 
-    with pytest.raises(wheelfile.WheelError, match=f"{name} is not a wheel " + r"\(name-version\[-build\]"):
+    with pytest.raises(WheelError, match=f"{name} is not a wheel " + r"\(name-version\[-build\]"):
         wheelfile.wheel_name(name)
 
 
 def test_bake_without_the_publishing_tools_stops_before_the_workload_naming_the_extra(tmp_path, monkeypatch):
     import importlib.util
 
-    from hatch_precompile.build import elf
     from hatch_precompile.tools import bake
 
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "auditwheel" else find_spec(name, *a))
-    with pytest.raises(elf.MissingTool, match=r"pip install 'hatch-precompile\[publish\]'"):
+    with pytest.raises(MissingTool, match=r"pip install 'hatch-precompile\[publish\]'"):
         bake.bake(tmp_path / "tiny-1.0-py3-none-any.whl", tmp_path / "out", python=sys.executable, say=print)
     assert not (tmp_path / "out").exists()
 

@@ -8,6 +8,7 @@ import pytest
 
 from hatch_precompile.build import build_summary, options
 from hatch_precompile.build.reporter import Reporter, worded
+from hatch_precompile.errors import Instability
 from hatch_precompile.protocol import FileEntry, Manifest
 
 BREAK = {"location": "/src/mypkg/model.py:12", "reason": "Tensor.item() call"}
@@ -54,7 +55,7 @@ def test_a_graph_break_is_passed_noted_or_an_instability_as_the_option_says(leve
                "the value a tensor (torch.where, tensor arithmetic), or set torch._dynamo.config.capture_scalar_outputs "
                "= True")
     if level == "error":
-        with pytest.raises(build_summary.Instability) as raised:
+        with pytest.raises(Instability) as raised:
             build_summary.check_instabilities([manifest()], opts, reporter)
         assert str(raised.value) == message and not said
     else:

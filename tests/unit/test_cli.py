@@ -11,6 +11,7 @@ from conftest import run
 from packaging.utils import canonicalize_name
 
 from hatch_precompile import protocol
+from hatch_precompile.errors import MissingTool
 from hatch_precompile.run import switch, usercache
 from hatch_precompile.tools import report, targets
 
@@ -143,12 +144,11 @@ def test_report_of_a_project_without_the_publishing_tools_says_which_extra(tmp_p
     """`report ./mypkg` builds the wheel here: without auditwheel, the build would stop on it."""
     import importlib.util
 
-    from hatch_precompile.build import elf
     from hatch_precompile.tools import main_report
 
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "auditwheel" else find_spec(name, *a))
-    with pytest.raises(elf.MissingTool, match=rf"^building {tmp_path}: .*pip install 'hatch-precompile\[publish\]'"):
+    with pytest.raises(MissingTool, match=rf"^building {tmp_path}: .*pip install 'hatch-precompile\[publish\]'"):
         main_report._report_project(tmp_path)
 
 

@@ -10,6 +10,7 @@ import types
 
 import pytest
 
+from hatch_precompile.errors import Unidentified
 from hatch_precompile.run import environment_key, gpu
 
 H100 = gpu.Device("NVIDIA H100 80GB HBM3", "9.0", "GPU-965ed56d-8fbe-a492-bee9-3c3f47d5b1e8")
@@ -38,13 +39,13 @@ def test_visible_devices_follow_cuda_visible_devices(visible, expected):
 
 
 def test_mig_slices_are_not_guessed():
-    with pytest.raises(gpu.Unidentified, match="MIG slice"):
+    with pytest.raises(Unidentified, match="MIG slice"):
         gpu.visible([H100], {"CUDA_VISIBLE_DEVICES": "MIG-4b5c2d7e-0000"})
 
 
 def test_mixed_models_need_the_bus_order(monkeypatch):
     monkeypatch.setattr(gpu, "devices", lambda: [L4, H100])
-    with pytest.raises(gpu.Unidentified, match="CUDA_DEVICE_ORDER=PCI_BUS_ID"):
+    with pytest.raises(Unidentified, match="CUDA_DEVICE_ORDER=PCI_BUS_ID"):
         gpu.identify({})
     assert gpu.identify({"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}) == L4
     assert gpu.identify({"CUDA_VISIBLE_DEVICES": "1"}) == H100
@@ -74,7 +75,7 @@ def test_key_asks_nvml_not_cuda(monkeypatch):
 
 def test_unidentified_gpu_gets_a_key_no_build_has(monkeypatch):
     def refuse():
-        raise gpu.Unidentified("NVML's nvmlInit_v2 returned error 9")
+        raise Unidentified("NVML's nvmlInit_v2 returned error 9")
 
     monkeypatch.setattr(gpu, "identify", refuse)
     key = environment_key.current(fake_torch("13.0"))

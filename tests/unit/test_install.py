@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from hatch_precompile.errors import PrecompileWarning
 from hatch_precompile.protocol import FileEntry, Manifest, sha256
 from hatch_precompile.run import artifacts, cache_install, load_caches, private_dirs
 
@@ -56,7 +57,7 @@ def files_in(directory: Path) -> list[Path]:
 
 
 def assert_skipped(package: str, cache: Path, reason: str) -> str:
-    with pytest.warns(load_caches.PrecompileWarning, match=f"not using {package}'s precompiled caches"):
+    with pytest.warns(PrecompileWarning, match=f"not using {package}'s precompiled caches"):
         result = load_caches.load(package)
     assert not result.loaded and result.installed == 0
     assert reason in result.reason, result.reason
@@ -183,7 +184,7 @@ def test_a_file_cut_short_is_replaced_whole(tmp_path, monkeypatch, env_here, cac
 def test_planted_symlink_in_the_cache_dir_is_not_followed(tmp_path, monkeypatch, env_here, cache):
     package, _ = ship(tmp_path, monkeypatch, env_here)
     elsewhere = plant_link(cache / "aotautograd", tmp_path)
-    with pytest.warns(load_caches.PrecompileWarning):
+    with pytest.warns(PrecompileWarning):
         result = load_caches.load(package)
     assert not result.loaded and "aotautograd in the Inductor cache dir is a symlink" in result.reason
     assert files_in(elsewhere) == []
@@ -203,7 +204,7 @@ def test_uncreatable_cache_dir(tmp_path, monkeypatch, env_here, cache):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(blocker / "cache"))
-    with pytest.warns(load_caches.PrecompileWarning):
+    with pytest.warns(PrecompileWarning):
         result = load_caches.load(package)
     assert not result.loaded and result.reason.startswith("cannot create the Inductor cache dir")
 
@@ -221,7 +222,7 @@ def test_an_invalid_switch_value_is_said_once_and_loads_nothing(tmp_path, monkey
     monkeypatch.setattr(load_caches, "_warned", set())
     first, _ = ship(tmp_path, monkeypatch, env_here)
     second, _ = ship(tmp_path, monkeypatch, env_here)
-    with pytest.warns(load_caches.PrecompileWarning) as said:
+    with pytest.warns(PrecompileWarning) as said:
         results = [load_caches.load(first), load_caches.load(second)]
     assert [str(w.message) for w in said] == [
         "hatch-precompile: PRECOMPILE='maybe' is not a valid switch value: use one of 1, on, true, yes or 0, false, "
@@ -290,7 +291,7 @@ def test_symlink_on_the_way_owned_by_another_user_is_refused(tmp_path, monkeypat
     cache.symlink_to(elsewhere)
     os.lchown(cache, OTHER_UID, OTHER_UID)
     package, _ = ship(tmp_path, monkeypatch, env_here)
-    with pytest.warns(load_caches.PrecompileWarning):
+    with pytest.warns(PrecompileWarning):
         result = load_caches.load(package)
     assert not result.loaded and f"{cache} is a symlink owned by uid {OTHER_UID}" in result.reason
     assert files_in(elsewhere) == []
@@ -310,7 +311,7 @@ def test_a_symlink_met_part_way_undoes_what_was_linked(tmp_path, monkeypatch, en
     files = {f"inductor/aa/file{n:02}": b"x" * n for n in range(20)} | {"inductor/zz/last": b"last"}
     package, _ = ship(tmp_path, monkeypatch, env_here, files=files)
     elsewhere = plant_link(cache / "zz", tmp_path)
-    with pytest.warns(load_caches.PrecompileWarning):
+    with pytest.warns(PrecompileWarning):
         result = load_caches.load(package)
     assert not result.loaded and "zz in the Inductor cache dir is a symlink or not a directory" in result.reason
     assert files_in(cache) == [] and not (cache / "aa").exists(), "the 20 files linked before are removed"
@@ -322,6 +323,7 @@ import resource, signal, sys
 from pathlib import Path
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 sys.path.insert(0, sys.argv[1])
+from hatch_precompile.errors import Skip
 from hatch_precompile.run import artifacts, cache_install, private_dirs
 if sys.argv[4] == "no-hard-links":  # as on vfat or exFAT: no link(), and no renameat2 either
     def no_hard_links(*args, **kwargs):
@@ -332,7 +334,7 @@ found = artifacts.find(sys.argv[2])
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))  # the first big file fails part-way
 try:
     cache_install.install(found, cache_install.destinations(found, None), Path(sys.argv[3]))
-except artifacts.Skip as skip:
+except Skip as skip:
     print(skip)
 """
 
@@ -448,7 +450,8 @@ import json, os, sys
 sys.path.insert(0, sys.argv[1])
 import torch
 from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-from hatch_precompile.run import artifacts, cache_install
+from hatch_precompile.errors import Skip
+from hatch_precompile.run import cache_install
 for name in ("LOGNAME", "USER", "LNAME", "USERNAME", "TORCHINDUCTOR_CACHE_DIR"):
     os.environ.pop(name, None)
 os.setuid(54321)  # a uid with no passwd entry, as in containers run with --user
@@ -456,7 +459,7 @@ found = [default_cache_dir(), str(cache_install.inductor_cache_dir())]
 torch.__version__ = "2.7.1"  # before 2.13, torch's own default_cache_dir() raises KeyError here
 try:
     found.append(str(cache_install.inductor_cache_dir()))
-except artifacts.Skip as skip:
+except Skip as skip:
     found.append(str(skip))
 print(json.dumps(found))
 """

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from hatch_precompile.build import elf, isa
+from hatch_precompile.errors import ElfUnreadable, MissingTool
 from hatch_precompile.protocol import DYNAMIC_THREADS_VAR, Manifest
 from hatch_precompile.run import environment_key, key_matching, machine, relocate, warm_shortcuts
 from unit.test_install import assert_skipped, ship
@@ -107,7 +108,7 @@ def test_needs_are_read_from_real_elf_files():
 def test_not_elf_is_told_apart(tmp_path):
     (tmp_path / "x.so").write_bytes(b"\x7fELF but nothing else")
     assert elf.is_elf(tmp_path / "x.so")
-    with pytest.raises(elf.Unreadable):
+    with pytest.raises(ElfUnreadable):
         elf.needs(tmp_path / "x.so")
     (tmp_path / "y.cpp").write_text("int x;")
     assert not elf.is_elf(tmp_path / "y.cpp")
@@ -144,7 +145,7 @@ def test_without_auditwheel_tagging_is_refused_naming_the_extra(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "auditwheel" else find_spec(name, *a))
     assert elf.platform_tag(KERNEL_NEEDS, TORCH_SHIPS, "x86_64") == (
         None, "auditwheel is not installed (hatch-precompile[publish])")
-    with pytest.raises(elf.MissingTool) as raised:
+    with pytest.raises(MissingTool) as raised:
         elf.require_publishing_tools("build hook `precompile`: ")
     assert str(raised.value) == (
         "build hook `precompile`: the wheel's manylinux tag needs auditwheel's policies, and auditwheel is not "

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from hatch_precompile.build import options, settings
-from hatch_precompile.build.options import OptionError, Options
+from hatch_precompile.build.options import Options
+from hatch_precompile.errors import OptionError
 
 HOOK = "precompile"
 WORKLOAD = {"workload": "mypkg.precompile:workload"}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hatch_precompile.errors import PrecompileWarning
+from hatch_precompile.errors import PrecompileWarning, Untrusted
 from hatch_precompile.run import load_caches, memos, private_dirs, usercache, warm_shortcuts
 from unit.test_install import FILES, OTHER_UID, assert_skipped, files_in, needs_root, ship
 
@@ -180,7 +180,7 @@ def test_a_store_dir_is_this_users_or_untrusted(tmp_path):
     with private_dirs.open_private(tmp_path, ("d",)) as opened:
         assert stat.S_IMODE(opened.stat().st_mode) == 0o700
     (tmp_path / "link").symlink_to(directory)
-    with pytest.raises(private_dirs.Untrusted, match="link is a symlink or not a directory"):
+    with pytest.raises(Untrusted, match="link is a symlink or not a directory"):
         private_dirs.open_private(tmp_path, ("link",))
     with pytest.raises(FileNotFoundError):
         private_dirs.open_private(tmp_path, ("missing",))

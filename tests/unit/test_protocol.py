@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from hatch_precompile import protocol
-from hatch_precompile.protocol import Manifest, ManifestError, workloads
+from hatch_precompile.errors import ManifestError
+from hatch_precompile.protocol import Manifest, workloads
 from hatch_precompile.protocol import manifest as manifest_schema
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "reference"
@@ -60,7 +61,8 @@ def test_docs_manifest_md_is_generated_from_the_fields():
 
 
 def test_a_step_contract_of_another_format_or_route_is_refused_by_name():
-    from hatch_precompile.protocol.step_file import CONTRACT_FORMAT, ContractError, read_contract
+    from hatch_precompile.errors import ContractError
+    from hatch_precompile.protocol.step_file import CONTRACT_FORMAT, read_contract
 
     good = {"format": CONTRACT_FORMAT, "route": "aotinductor", "torch": "2.13.0", "export": {}}
     assert read_contract(good, "serve") is good

@@ -11,6 +11,7 @@ import pytest
 import tomllib
 
 from hatch_precompile.build import options, settings_schema
+from hatch_precompile.errors import OptionError
 
 fastjsonschema = pytest.importorskip("fastjsonschema")
 api = pytest.importorskip("validate_pyproject.api")
@@ -46,7 +47,7 @@ VALUES = {
 def parses(table: dict) -> bool:
     try:
         options.parse(table, HOOK)
-    except options.OptionError:
+    except OptionError:
         return False
     return True
 

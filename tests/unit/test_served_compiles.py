@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from hatch_precompile.errors import ServedError
 from hatch_precompile.protocol import served_compiles
 from hatch_precompile.run import served_compile
 
@@ -90,17 +91,17 @@ def test_the_index_reads_back_and_refuses_what_it_cannot_serve():
                                          "b" * 64: "an object of the call's"})
     text = served_compiles.dumps("a settings digest", {key: function})
     assert served_compiles.parse(text) == ("a settings digest", {key: function})
-    with pytest.raises(served_compiles.ServedError, match="compiler settings"):
+    with pytest.raises(ServedError, match="compiler settings"):
         served_compiles.parse(json.dumps({**json.loads(text), "settings": None}))
     data = json.loads(text)
-    with pytest.raises(served_compiles.ServedError, match="format"):
+    with pytest.raises(ServedError, match="format"):
         served_compiles.parse(json.dumps({**data, "format": 99}))
     wrong = {**data, "functions": {"0" * 64: data["functions"][key]}}
-    with pytest.raises(served_compiles.ServedError, match="not keyed by its name and line"):
+    with pytest.raises(ServedError, match="not keyed by its name and line"):
         served_compiles.parse(json.dumps(wrong))
     evil = json.loads(text)
     evil["functions"][key]["guarded"]["a" * 64][0]["source"] = "G['os'].system('x')"
-    with pytest.raises(served_compiles.ServedError, match="not one this version can hold"):
+    with pytest.raises(ServedError, match="not one this version can hold"):
         served_compiles.parse(json.dumps(evil))
 
 

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from hatch_precompile.build import step_capture, step_check
+from hatch_precompile.errors import LoaderCrashed, NotAvailable, StepCaptureError, StepMismatch
 from hatch_precompile.protocol import STEPS_DIR_VAR
 from hatch_precompile.run import call_contract, shipped_steps
 
@@ -118,7 +119,7 @@ def test_the_check_catches_a_step_that_baked_in_a_weight():
         loss.backward()
         return loss.detach()
 
-    with pytest.raises(step_capture.StepMismatch, match=r"step 'train': the captured step computes something else "
+    with pytest.raises(StepMismatch, match=r"step 'train': the captured step computes something else "
                                                  r"than training_step run eagerly .*the result"):
         step_capture.check_against_reference("train", training_step, (m, x, y), baked, "eager")
 
@@ -138,7 +139,7 @@ def test_the_check_catches_a_branch_the_changed_inputs_take_otherwise():
     assert flipped  # the shuffle moves the first label for some of these
     for labels in flipped:
         first = int(labels[0])
-        with pytest.raises(step_capture.StepMismatch):
+        with pytest.raises(StepMismatch):
             step_capture.check_against_reference("branch", step, (m, x, labels), branched, "eager")
 
 
@@ -148,7 +149,7 @@ def test_the_check_catches_missing_gradients():
     def no_backward(m_, x_, y_):
         return nn.functional.cross_entropy(m_(x_), y_).detach()
 
-    with pytest.raises(step_capture.StepMismatch, match="the gradient of 0.weight is NoneType, expected Tensor"):
+    with pytest.raises(StepMismatch, match="the gradient of 0.weight is NoneType, expected Tensor"):
         step_capture.check_against_reference("train", training_step, (m, x, y), no_backward, "eager")
 
 
@@ -165,7 +166,7 @@ def test_the_check_catches_a_result_that_lost_its_gradient():
     def loss(m_, x_, y_):  # the user calls backward() on what the step returns
         return nn.functional.cross_entropy(m_(x_), y_)
 
-    with pytest.raises(step_capture.StepMismatch, match=r"the result needs gradients from \S*loss but does not from the "
+    with pytest.raises(StepMismatch, match=r"the result needs gradients from \S*loss but does not from the "
                                                  r"captured step \(call backward\(\) inside the step\)"):
         step_capture.check_against_reference("loss", loss, (m, x, y), lambda *a: loss(*a).detach(), "eager")
 
@@ -255,7 +256,7 @@ def branch_on_value(m, x):
 def test_an_inference_step_that_cannot_be_exported_fails_naming_step_route_and_reason(monkeypatch, tmp_path):
     monkeypatch.setenv(STEPS_DIR_VAR, str(tmp_path / "steps"))
     m, (x, _) = model().eval(), batch()
-    with torch.no_grad(), pytest.raises(step_capture.StepCaptureError) as raised:
+    with torch.no_grad(), pytest.raises(StepCaptureError) as raised:
         step_capture.save_step("serve", branch_on_value, m, x)
     message = str(raised.value)
     assert message.startswith(f"step 'serve' (aotinductor route): torch {torch.__version__} could not capture it: ")
@@ -282,7 +283,7 @@ def test_a_training_step_torch_cannot_capture_names_the_step_and_what_to_do(monk
     monkeypatch.setattr(torch.compiler, "precompile", precompile, raising=False)
     monkeypatch.setenv(STEPS_DIR_VAR, str(tmp_path / "steps"))
     m, (x, y) = model(), batch()
-    with pytest.raises(step_capture.StepCaptureError, match=r"step 'train' \(precompile route\): torch \S+ could not "
+    with pytest.raises(StepCaptureError, match=r"step 'train' \(precompile route\): torch \S+ could not "
                        r"capture it: RuntimeError: Could not guard on data-dependent expression Eq\(u0, 1\)\. The "
                        r"training route traces the whole step.*under torch.no_grad\(\) with the model in eval\(\)"):
         step_capture.save_step("train", training_step, m, x, y)
@@ -365,10 +366,10 @@ def test_a_loss_either_route_captures_wrongly_fails_the_build_naming_both_routes
     """on_failure="error": a loss a route captured wrongly fails the build; one torch cannot capture
     by either route ships its warm fallback (torch 2.8.0 refuses sample_pkg's dynamic batch in the
     joint graph: failing there failed a user's install)."""
-    mismatch = step_check.StepMismatch("step 'train': the captured step computes something else")
+    mismatch = StepMismatch("step 'train': the captured step computes something else")
     loss_routes(monkeypatch, tmp_path, RuntimeError("data-dependent branch"), mismatch)
     m, (x, y) = model(), batch()
-    with pytest.raises(step_check.StepMismatch, match=r"step 'train' \(a loss, backward=True\) can be shipped by neither "
+    with pytest.raises(StepMismatch, match=r"step 'train' \(a loss, backward=True\) can be shipped by neither "
                        r"route: aotinductor route \(forward and backward\): torch \S+ could not export it at \S+: "
                        r"RuntimeError: data-dependent branch; precompile route: step 'train': the captured step "
                        r"computes something else\. .*on_failure=\"warn\""):
@@ -400,10 +401,10 @@ def test_a_torch_that_lacks_the_loss_routes_only_notes_even_with_on_failure_erro
     from hatch_precompile.child import package_proof
 
     def crashed(*args, **kwargs):  # the loader took its prover down: this torch lacks the route here
-        raise package_proof.LoaderCrashed("crashed (SIGSEGV)", {"torch": torch.__version__, "device": "cpu"}, "")
+        raise LoaderCrashed("crashed (SIGSEGV)", {"torch": torch.__version__, "device": "cpu"}, "")
 
     monkeypatch.setattr(package_proof, "prove", crashed)
-    with pytest.raises(step_check.NotAvailable, match=r"loader crashed \(SIGSEGV\) opening and running") as crash:
+    with pytest.raises(NotAvailable, match=r"loader crashed \(SIGSEGV\) opening and running") as crash:
         export_proof.proven_in_child("train", b"", {}, [])
     loss_routes(monkeypatch, tmp_path, crash.value, None)
     m, (x, y) = model(), batch()
@@ -449,7 +450,7 @@ def test_the_statistical_check_of_a_step_that_draws_random_numbers(loaded, says)
         return reference(*a)
 
     step_check.check_statistically("drop", reference, other_stream, args)
-    with pytest.raises(step_capture.StepMismatch, match=f"step 'drop': the captured step draws random numbers.*{says}"):
+    with pytest.raises(StepMismatch, match=f"step 'drop': the captured step draws random numbers.*{says}"):
         step_check.check_statistically("drop", reference, step_check.with_backward(loaded), args)
     assert all(p.grad is None for p in m.parameters()), "the check runs on copies"
 
@@ -585,9 +586,10 @@ import json, sys
 import torch  # the interpreter's own, before the site that holds another goes first
 sys.path.insert(0, sys.argv[1])
 from hatch_precompile.child import package_proof  # installed in that site, as pip installs it
+from hatch_precompile.errors import LoaderRefused
 try:
     package_proof.prove(b"not a package", {}, [], 120)
-except package_proof.LoaderRefused as exc:
+except LoaderRefused as exc:
     print(json.dumps([package_proof.__file__, str(exc)]))
 """
 

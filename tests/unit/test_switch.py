@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from hatch_precompile.errors import GateValueError
 from hatch_precompile.run import switch, variables
 
 
@@ -26,7 +27,7 @@ def test_gate_precedence(env, default, expected):
 
 
 def test_gate_rejects_garbage():
-    with pytest.raises(switch.GateValueError, match="PRECOMPILE_MY_PKG='maybe'"):
+    with pytest.raises(GateValueError, match="PRECOMPILE_MY_PKG='maybe'"):
         switch.enabled("my_pkg", True, {"PRECOMPILE_MY_PKG": "maybe"})
 
 

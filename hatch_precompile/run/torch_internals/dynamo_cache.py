@@ -33,14 +33,11 @@ import sys
 import threading
 from typing import Any, Callable, Iterator
 
+from hatch_precompile.errors import DynamoEntryRefused
 from hatch_precompile.protocol import served_compiles
 from hatch_precompile.run.torch_internals.registry import lookup
 
 _lock = threading.Lock()  # one install at a time: the wrappers below are the package module's for its duration
-
-
-class Refused(Exception):
-    """The entry is not installed; the message says why (the function is traced, as without it)."""
 
 
 def unsupported(torch: Any) -> str | None:
@@ -76,7 +73,7 @@ def install(fn: Any, data: bytes, guarded: dict[str, Any], env_checked: bool,
             any_threads: bool = False) -> tuple[dict[str, int], list[str]]:
     """Install the entry ``data`` on ``fn``'s code; what its guarded codes became (``{"served": n,
     "held": objects held to the build's, "traced": guarded codes never run}``) and why each traced
-    one is. Raises Refused, having left
+    one is. Raises DynamoEntryRefused, having left
     nothing installed. ``env_checked``: load() matched the set's environment key here (torch,
     Python, GPU by NVML), so torch's own check of the same, which asks CUDA, is not asked again.
     ``any_threads``: the set's kernels read the thread count when they run (``cpp.dynamic_threads``),
@@ -91,7 +88,7 @@ def install(fn: Any, data: bytes, guarded: dict[str, Any], env_checked: bool,
             dynamo.check_versions = lambda: None
         compile_package = package.CompilePackage(fn, dynamo)
     except Exception as exc:  # another torch's entry, the package's source changed, torch moved
-        raise Refused(f"torch does not take the shipped Dynamo cache entry: {exc!r}") from None
+        raise DynamoEntryRefused(f"torch does not take the shipped Dynamo cache entry: {exc!r}") from None
     counts = {"served": 0, "held": 0, "traced": 0}
     reasons: list[str] = []
     with _lock:
@@ -135,7 +132,7 @@ def install(fn: Any, data: bytes, guarded: dict[str, Any], env_checked: bool,
             for scope, before in zip(scopes, names_before):  # what uninstall() leaves: the builtins dict, say
                 for name in set(scope) - before:
                     scope.pop(name, None)
-            raise Refused(f"torch could not install the shipped Dynamo cache entry: {exc!r}") from None
+            raise DynamoEntryRefused(f"torch could not install the shipped Dynamo cache entry: {exc!r}") from None
         finally:
             package.load_guards_state, package.load_guard_manager = load_state, load_manager
     return counts, reasons
