@@ -75,7 +75,7 @@ def bake(wheel: Path, out_dir: Path, *, python: str, say: Callable[[str], None],
     _check_torch(contents, dist_info, wheel, python)
     say(f"bake: {wheel.name}: {', '.join(plan.workloads)} ({plan.source}) with {python}")
     with tempfile.TemporaryDirectory(prefix="hatch-precompile-bake-") as tmp:
-        artifacts = _run(wheel, contents, Path(tmp), plan, python, say)
+        artifacts = _run(wheel, Path(tmp), plan, python, say)
         baked = _with_artifacts(contents, record, dist_info, artifacts, plan, wheel)
     tag = _tag(baked, wheel, dist_info)
     baked[f"{dist_info}/WHEEL"] = wheelfile.with_tag(contents[f"{dist_info}/WHEEL"], tag)
@@ -204,8 +204,7 @@ def _check_torch(contents: dict[str, bytes], dist_info: str, wheel: Path, python
 # -- running the workload ---------------------------------------------------------------------------
 
 
-def _run(wheel: Path, contents: dict[str, bytes], tmp: Path, plan: Plan, python: str,
-         say: Callable[[str], None]) -> Path:
+def _run(wheel: Path, tmp: Path, plan: Plan, python: str, say: Callable[[str], None]) -> Path:
     from hatch_precompile.build import capture_outcome
     from hatch_precompile.build.reporter import Reporter
     from hatch_precompile.build.workload_run import capture

@@ -109,7 +109,7 @@ def _mb(n: int | None) -> str:
     return f"{(n or 0) / 1e6:.2f} MB"
 
 
-def render(target: str, found: list[Artifacts]) -> str:
+def render(found: list[Artifacts]) -> str:
     out: list[str] = []
     for artifacts in found:
         where = "shipped" if artifacts.origin == "shipped" else "stored by `hatch-precompile warm`"

@@ -35,8 +35,8 @@ from hatch_precompile.protocol import DIRNAME, MANIFEST_FILE, SETS_DIR, Manifest
 from hatch_precompile.run import usercache, verdict
 
 
-def shipped_match(package: str, directory: Path) -> str | None:
-    """The torch/env summary if a shipped artifact set already fits this environment, else None."""
+def shipped_match(directory: Path) -> str | None:
+    """The torch/env summary if a set the package at ``directory`` shipped already fits this environment, else None."""
     here = verdict.here()
     for manifest_file in sorted((directory / DIRNAME / SETS_DIR).glob(f"*/{MANIFEST_FILE}")):
         try:
