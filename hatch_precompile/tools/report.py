@@ -228,7 +228,7 @@ def _render_workload(w: dict[str, Any]) -> list[str]:
             if g["recompile_reason"]:
                 out.append(f"                 recompiled because: {g['recompile_reason'].strip()}")
             if g.get("restart_seconds"):
-                out.append(f"                 {pitfalls.restart(g)}")
+                out.append(f"                 {pitfalls.restarted_trace_line(g)}")
     else:
         out.append(f"    graphs compiled: {w['unique_graphs'] or 0} (per-graph times not recorded by this version)")
     out.append(f"    graph breaks: {len(w['graph_breaks'])}")
