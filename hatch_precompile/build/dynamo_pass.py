@@ -1,7 +1,7 @@
 """The build's second pass: the workloads again, under torch's ``caching_precompile``, for the Dynamo
 cache entries of the package's own ``torch.compile`` calls (served untraced: run/served_compile.py).
 
-Started by workload_run.py after the first pass (build_child.py), in a fresh process (a
+Started by workload_run.py after the first pass (child/build_child.py), in a fresh process (a
 ``torch.compile`` wrapper made at the package's import only records an entry where the flag was
 on when it was made), on a copy of the first pass's cache dir: every graph the first pass compiled
 is found there, so nothing is compiled again, and the first pass's entries (which users' traced

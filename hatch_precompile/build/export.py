@@ -70,7 +70,7 @@ def save(name: str, fn: Callable, args: tuple, shapes: Any, check: str, out: Pat
         program = torch_export.joint_program(torch, program)
     with tempfile.TemporaryDirectory(prefix="hatch-precompile-export-") as tmp:
         package_path = os.path.join(tmp, "step.pt2")
-        flags = _compile(torch, program, package_path, tmp)
+        flags = _compile(program, package_path, tmp)
         package = Path(package_path).read_bytes()
     candidates = {**export_contract.module_tensors(args, positions), **_lifted(torch, program)}
     proof = export_proof.proven_in_child(name, package, candidates, export_contract.flat_tensors(torch, inputs))
@@ -101,11 +101,11 @@ def available(torch: Any, training: bool = False) -> str | None:
         return f"torch {torch.__version__} has no torch._inductor.aoti_compile_and_package"
     if not hasattr(config.aot_inductor, "package_constants_in_so"):
         return f"torch {torch.__version__}'s AOTInductor cannot leave the weights out of a package"
-    if not aoti.keeps_tensor_constants(torch):
+    if not aoti.keeps_tensor_constants():
         return (f"torch {torch.__version__}'s Inductor cannot keep small tensors out of the code it generates (no "
                 "always_keep_tensor_constants or joint_graph_constant_folding): a caller's other weights would not be "
                 "seen")
-    if training and not torch_export.has_joint_export(torch):
+    if training and not torch_export.has_joint_export():
         return (f"torch {torch.__version__} cannot export a step's backward "
                 "(no torch.export.experimental._export_forward_backward)")
     return None
@@ -159,7 +159,7 @@ def input_shapes(name: str, fn: Callable, args: tuple, dynamic_shapes: Any) -> A
     return tuple(s for i, s in enumerate(dynamic_shapes) if i not in positions)
 
 
-def _compile(torch: Any, program: Any, package_path: str, tmp: str) -> list[tuple[str, ...]]:
+def _compile(program: Any, package_path: str, tmp: str) -> list[tuple[str, ...]]:
     """AOTInductor's package of ``program`` at ``package_path``, compiled in a private cache dir;
     the arch flags its compiles used."""
     patching.wrap("compile-command", before=_record_flags)
@@ -167,8 +167,8 @@ def _compile(torch: Any, program: Any, package_path: str, tmp: str) -> list[tupl
     _compiles.recording = True
     try:
         with _cache_dir(os.path.join(tmp, "inductor-cache")):
-            torch_export.aoti_compile(torch, program, package_path, {"aot_inductor.package_constants_in_so": False,
-                                                                       **aoti.KEEP_CONSTANTS})
+            torch_export.aoti_compile(program, package_path, {"aot_inductor.package_constants_in_so": False,
+                                                              **aoti.KEEP_CONSTANTS})
     finally:
         _compiles.recording = False
     return list(dict.fromkeys(_compiles.flags))

@@ -31,7 +31,7 @@ def module_tensors(args: tuple, positions: list[int]) -> dict[str, Any]:
 
 def flat_tensors(torch: Any, inputs: tuple) -> list[Any]:
     """The flat tensors a package takes for ``inputs`` (its other leaves were fixed at export)."""
-    leaves, _ = aoti.pytree(torch).tree_flatten((inputs, {}))
+    leaves, _ = aoti.pytree().tree_flatten((inputs, {}))
     return [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
 
 
@@ -39,7 +39,7 @@ def contract_and_constants(torch: Any, name: str, program: Any, args: tuple, pos
                            proof: package_proof.Proof, flags: list[tuple[str, ...]],
                            read: dict[int, list]) -> tuple[dict[str, Any], bytes | None]:
     """The export's contract (run/exported_step.py reads it) and the constants shipped beside it."""
-    pytree = aoti.pytree(torch)
+    pytree = aoti.pytree()
     leaves, in_spec = pytree.tree_flatten((inputs, {}))
     placeholders = _user_input_values(program)
     ranges: dict[str, list] = {}
@@ -53,7 +53,7 @@ def contract_and_constants(torch: Any, name: str, program: Any, args: tuple, pos
             continue
         value = next(tensors)
         described.append({
-            "dims": [_dim(name, i, d) for d in value.shape], "dtype": str(leaf.dtype), "device": str(leaf.device),
+            "dims": [_dim(i, d) for d in value.shape], "dtype": str(leaf.dtype), "device": str(leaf.device),
             "stride": None if leaf.is_contiguous() else list(leaf.stride()),
         })
     fqns = list(proof.fqns)  # as the proving process's loader listed them: none is opened here yet
@@ -176,7 +176,7 @@ def _user_input_values(program: Any) -> list[Any]:
     return values
 
 
-def _dim(name: str, leaf: int, size: Any) -> int | str:
+def _dim(leaf: int, size: Any) -> int | str:
     if isinstance(size, int):
         return size
     expr = size.node.expr

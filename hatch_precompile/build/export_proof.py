@@ -70,7 +70,7 @@ def _resized(torch: Any, args: tuple, spec: dict[str, Any]) -> tuple | None:
     """Copies of ``args`` with every dim that may vary at another size in its range (sliced, or
     grown by repeating its first entries), or None where no dim varies."""
     sizes: dict[str, tuple[int, int]] = {}
-    pytree = aoti.pytree(torch)
+    pytree = aoti.pytree()
     positions = {int(k) for k in spec["modules"]}
     inputs = tuple(a for i, a in enumerate(args) if i not in positions)
     leaves, tree = pytree.tree_flatten((inputs, {}))

@@ -1,7 +1,7 @@
 """``save_step`` under ``hatch-precompile verify``: the shipped step, loaded as users get it, against ``fn``.
 
 Each call adds a record to ``this_process.verified`` (its name, the route it took and why, what
-differed), which verify's child (tools/verify_child.py) reports. A shipped exported step is first
+differed), which verify's child (child/verify_child.py) reports. A shipped exported step is first
 opened by a process of its own (child/package_proof.py): a loader that crashes there would take the
 user's process with it, and is reported instead of called.
 """
@@ -25,7 +25,7 @@ class ProcessState:
     code calls save_step, with nothing to hand it, and the child reports it after them."""
 
     verified: list[dict[str, Any]] = field(default_factory=list)
-    """One record per step the workloads saved, in order (tools/verify_child.py reports them)."""
+    """One record per step the workloads saved, in order (child/verify_child.py reports them)."""
 
 
 this_process = ProcessState()

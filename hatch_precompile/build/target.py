@@ -177,7 +177,8 @@ def _virtual_env(environ: Mapping[str, str]) -> tuple[str, str] | None:
 
 
 def _venv_creator(environ: Mapping[str, str]) -> tuple[str, str] | None:
-    """The interpreter whose stdlib ``venv`` made this throwaway build venv (``python -m build``)."""
+    """The interpreter whose stdlib ``venv`` made this throwaway build venv (``python -m build``).
+    Read from this process's ``sys.prefix``: ``environ`` is unused, taken as every one of _FINDERS takes it."""
     if not Path(sys.prefix).name.startswith(_FRONTEND_VENVS):
         return None  # a user's own venv: its creator is just the base Python
     try:

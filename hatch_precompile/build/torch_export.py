@@ -8,7 +8,7 @@ from typing import Any
 from hatch_precompile.run.torch_internals.registry import lookup
 
 
-def aoti_compile(torch: Any, program: Any, package_path: str, configs: dict[str, Any]) -> Any:
+def aoti_compile(program: Any, package_path: str, configs: dict[str, Any]) -> Any:
     """AOTInductor's package of an exported program (build side: the export route)."""
     lookup("aoti-compile", "call")
     from torch._inductor import aoti_compile_and_package, config
@@ -26,7 +26,7 @@ def aoti_compile(torch: Any, program: Any, package_path: str, configs: dict[str,
             metadata.update(before)
 
 
-def has_joint_export(torch: Any) -> bool:
+def has_joint_export() -> bool:
     """Whether this torch can make an exported loss into one graph of the loss and its gradients."""
     lookup("joint-export", "call")
     try:
@@ -45,11 +45,11 @@ def joint_program(torch: Any, program: Any) -> Any:
     joint = getattr(experimental, "_export_forward_backward", None)
     if joint is None:
         raise NotImplementedError(f"torch {torch.__version__} has no torch.export.experimental._export_forward_backward")
-    with _math_attention_on_cpu(torch, program):
+    with _math_attention_on_cpu(program):
         return joint(program, joint_loss_index=0)
 
 
-def _math_attention_on_cpu(torch: Any, program: Any) -> Any:
+def _math_attention_on_cpu(program: Any) -> Any:
     """Attention by its math kernel while a CPU program's backward is derived: the joint graph of
     the fused CPU kernel (_scaled_dot_product_flash_attention_for_cpu) gives other gradients than
     eager's (torch 2.13: off by 0.1 to 5 on a small transformer), the math kernel's matches. GPU

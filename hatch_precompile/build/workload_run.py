@@ -1,6 +1,6 @@
 """Run the workloads in the build's child, per CPU capability, each run laid out as a set (``capture``).
 
-No torch here: the child (build_child.py) imports it; this process starts it through
+No torch here: the child (child/build_child.py) imports it; this process starts it through
 child/supervisor.py and shows its progress, and artifact_layout.py lays out what it left.
 Backend-neutral, so that ``warm`` and ``bake`` run exactly what a build runs.
 """
@@ -166,7 +166,7 @@ def _run_child(
 ) -> ChildResult:
     """The child's result; raises WorkloadFailed if it did not finish them all."""
     timeout, heartbeat = limits
-    job = supervisor.Job("hatch_precompile.build.build_child", spec, PREFIX, reporter.line,
+    job = supervisor.Job("hatch_precompile.child.build_child", spec, PREFIX, reporter.line,
                          relay=lambda line: reporter.line(f"  | {line}"),
                          timeout=timeout, heartbeat=variables.heartbeat() if heartbeat is None else heartbeat)
     try:

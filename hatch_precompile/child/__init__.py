@@ -3,7 +3,8 @@
 ``supervisor`` starts and watches the child (its own process group, one timeout and heartbeat
 policy, its output relayed); ``workload_loop`` is the child's side (the workload loop, progress
 events, the typed ``protocol.ChildResult`` it writes); ``observe`` measures what each workload
-compiled. The jobs
-themselves are the build's ``build/build_child.py``, ``verify``'s ``tools/verify_child.py`` and ``snoop``'s
-``tools/snoop_child.py``.
+compiled. The jobs themselves are the children's mains, each started by module name and imported by no
+module: the build's ``build_child``, ``verify``'s ``verify_child`` and ``snoop``'s ``snoop_child``.
+They sit above the other layers (the build's child runs build/'s capture and export, verify's child
+build/'s step check), the shared machinery below build/.
 """

@@ -1,7 +1,7 @@
 """What a workload compiled, observed from inside the process that runs it.
 
-Shared by the build's child (build/build_child.py), ``verify``'s (tools/verify_child.py) and ``snoop``'s
-(tools/snoop_child.py): per workload,
+Shared by the build's child (child/build_child.py), ``verify``'s (child/verify_child.py) and ``snoop``'s
+(child/snoop_child.py): per workload,
 torch's counters, each graph compiled with its seconds and source location (compilation
 metrics), recompiles, kernels built, bytes of cache and what each cache key was made of
 (child/key_details.py); in the build also graph breaks and

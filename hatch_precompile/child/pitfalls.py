@@ -110,13 +110,13 @@ def find(result: dict[str, Any], graphs: list[dict[str, Any]]) -> list[dict[str,
                               "what": f"{item.get('function')}: {unstable[0]} ({reason.strip()})", "fix": unstable[1]})
     for graph in graphs:
         if graph.get("restart_seconds"):
-            found.append({"kind": "restarted trace", "location": graph.get("location"), "what": restart(graph),
+            found.append({"kind": "restarted trace", "location": graph.get("location"), "what": restarted_trace_line(graph),
                           "fix": "remove the graph break that restarts it (its own pitfall says where and how), or "
                                  "move it out of the compiled code: each restart is a second trace of the frame"})
     return found
 
 
-def restart(graph: dict[str, Any]) -> str:
+def restarted_trace_line(graph: dict[str, Any]) -> str:
     """One line: the seconds a frame's tracing was thrown away, and why Dynamo restarted it."""
     reasons = "; ".join(str(r).strip() for r in graph.get("restart_reasons") or []) or "reason not recorded"
     return (f"{graph.get('function')}: {graph['restart_seconds']:.2f} s of Dynamo tracing thrown away by a restart, "

@@ -38,7 +38,7 @@ Say = Callable[[str], None]
 class Job:
     """What to run and how to show it: ``entry``'s ``main(argv)`` with the spec, under ``prefix``."""
 
-    entry: str  # the module whose main(argv) is the child: build.build_child, tools.verify_child, tools.snoop_child
+    entry: str  # the module whose main(argv) is the child: child.build_child, child.verify_child, child.snoop_child
     spec: dict[str, Any]
     prefix: str  # the caller's line prefix: "precompile", "verify", ...
     say: Say

@@ -159,9 +159,8 @@ class PrecompileBuildHook(BuildHookInterface):
 
     def _capture(self, package: str) -> Path | None:
         """Run the workloads; the artifact dir, or None when the wheel is to be built without."""
-        from hatch_precompile.build import failure_hints  # imported only when on
+        from hatch_precompile.build import capture_outcome, failure_hints  # imported only when on
         from hatch_precompile.build.workload_run import capture
-        from hatch_precompile.errors import Unusable, WorkloadFailed
 
         where = self.where
         self.reporter.info(f"building artifacts for {where.why}")
@@ -174,31 +173,24 @@ class PrecompileBuildHook(BuildHookInterface):
             self.reporter.notice(f"torch's trace goes to {trace}, inside the unpacked sdist this wheel is built from, "
                                  "which the frontend removes after the build: set HATCH_PRECOMPILE_TORCH_TRACE to "
                                  "an absolute path to keep it")
-        try:
-            artifacts = capture(
+        outcome = capture_outcome.outcome_of(
+            lambda: capture(
                 root=Path(self.root), work_dir=self._scratch(), package=package,
                 workloads=list(self.options.workloads), timeout=self.options.timeout,
                 reporter=self.reporter, python=where.python, environ=environ,
                 capabilities=self.options.cpu_capabilities, device=self.options.device,
                 cpu_target=self.options.cpu_target, heartbeat=self.settings.heartbeat, trace=trace,
                 dynamo_cache=self.options.dynamo_cache,
-            )
-        except Unusable as exc:  # not the workload's fault: the wheel is still good without
-            self.reporter.notice(f"{exc}; building the wheel without precompiled artifacts")
-            return None
-        except WorkloadFailed as exc:
-            lines = [str(exc), *failure_hints.hints(exc, where)]
-            if self.options.on_failure == "warn":
-                self.reporter.notice(*lines, 'on-failure = "warn": building the wheel without precompiled artifacts')
-                return None
-            self.app.abort(worded(*lines))
-            raise  # abort() exits; this only guards an app that returns
-        if artifacts is None:
-            self.reporter.notice(
-                "the workload compiled nothing (no torch.compile call ran and no "
-                "TorchScript module was saved); building the wheel without artifacts"
-            )
-        return artifacts
+            ),
+            self.options.workloads, going_on="building the wheel without precompiled artifacts",
+            on_failure=self.options.on_failure, hints=lambda failure: failure_hints.hints(failure, where),
+        )
+        if outcome.stops:
+            self.app.abort(worded(*outcome.lines))
+            raise SystemExit(1)  # abort() exits; this only guards an app that returns
+        if outcome.artifacts is None:
+            self.reporter.notice(*outcome.lines)
+        return outcome.artifacts
 
     def _scratch(self) -> Path:
         if self._work_dir is None:

@@ -73,7 +73,7 @@ class ExportedStep:
             raise StepRefused(f"the package asks for the constants {sorted(needed ^ set(spec['constants']))[:5]} "
                               "otherwise than its contract", LOADER)
         self._shipped = _shipped_constants(torch, shipped) if shipped else {}
-        self._pytree = aoti.pytree(torch)
+        self._pytree = aoti.pytree()
         self._in_spec = _spec(self._pytree, spec["call_spec"][0])
         self._out_spec = _spec(self._pytree, spec["call_spec"][1])
         self._modules = {int(k): v for k, v in spec["modules"].items()}

@@ -68,7 +68,7 @@ class ProcessState:
     the workloads, which know nothing of it, have run."""
 
     served: Counter[tuple[str, str, str]] = field(default_factory=Counter)
-    """Calls each route served, by (package, step, route): what snoop counts (tools/snoop_child.py)."""
+    """Calls each route served, by (package, step, route): what snoop counts (child/snoop_child.py)."""
     declared: dict[tuple[str, str], bool] = field(default_factory=dict)
     """Each (package, step) load_step made, and whether its fallback ran: in a build's child, what tells
     the build a step declared here that the workload never saved (build/step_capture.py)."""

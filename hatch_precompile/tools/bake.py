@@ -75,7 +75,7 @@ def bake(wheel: Path, out_dir: Path, *, python: str, say: Callable[[str], None],
     _check_torch(contents, dist_info, wheel, python)
     say(f"bake: {wheel.name}: {', '.join(plan.workloads)} ({plan.source}) with {python}")
     with tempfile.TemporaryDirectory(prefix="hatch-precompile-bake-") as tmp:
-        artifacts = _run(wheel, contents, Path(tmp), plan, python, say)
+        artifacts = _run(wheel, Path(tmp), plan, python, say)
         baked = _with_artifacts(contents, record, dist_info, artifacts, plan, wheel)
     tag = _tag(baked, wheel, dist_info)
     baked[f"{dist_info}/WHEEL"] = wheelfile.with_tag(contents[f"{dist_info}/WHEEL"], tag)
@@ -204,11 +204,10 @@ def _check_torch(contents: dict[str, bytes], dist_info: str, wheel: Path, python
 # -- running the workload ---------------------------------------------------------------------------
 
 
-def _run(wheel: Path, contents: dict[str, bytes], tmp: Path, plan: Plan, python: str,
-         say: Callable[[str], None]) -> Path:
+def _run(wheel: Path, tmp: Path, plan: Plan, python: str, say: Callable[[str], None]) -> Path:
+    from hatch_precompile.build import capture_outcome
     from hatch_precompile.build.reporter import Reporter
     from hatch_precompile.build.workload_run import capture
-    from hatch_precompile.errors import CannotCompile, Unusable, WorkloadFailed
 
     site = tmp / "site"
     wheelfile.unpack(wheel, site)  # its modes kept: a workload may run a script the package ships
@@ -217,22 +216,19 @@ def _run(wheel: Path, contents: dict[str, bytes], tmp: Path, plan: Plan, python:
     if removed:
         say(f"bake: the workloads run without {', '.join(removed)}, as on users' machines")
     env["PYTHONPATH"] = os.pathsep.join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    try:
-        built = capture(root=None, work_dir=tmp / "work", package=plan.package, workloads=list(plan.workloads),
-                        timeout=plan.timeout, reporter=Reporter(say, say), python=python, environ=env, device=plan.device,
-                        cpu_target=plan.cpu_target, capabilities=plan.capabilities, trace=plan.torch_trace,
-                        dynamo_cache=plan.dynamo_cache)
-    except WorkloadFailed as exc:
-        hint = (f"\nbake: install {exc.missing_module!r} into the environment of {python}: bake puts only the "
-                "wheel itself on its path" if exc.missing_module else "")
-        raise BakeError(f"{wheel.name}: {exc}{hint}") from None
-    except (Unusable, CannotCompile) as exc:
-        raise BakeError(f"{wheel.name}: {exc}") from None
-    if built is None:
-        raise BakeError(f"{wheel.name}: the workload(s) {', '.join(plan.workloads)} compiled nothing (no "
-                        "torch.compile call ran and no TorchScript module was saved)")
+    outcome = capture_outcome.outcome_of(
+        lambda: capture(root=None, work_dir=tmp / "work", package=plan.package, workloads=list(plan.workloads),
+                        timeout=plan.timeout, reporter=Reporter(say, say), python=python, environ=env,
+                        device=plan.device, cpu_target=plan.cpu_target, capabilities=plan.capabilities,
+                        trace=plan.torch_trace, dynamo_cache=plan.dynamo_cache),
+        plan.workloads,
+        hints=lambda failure: [f"bake: install {failure.missing_module!r} into the environment of {python}: bake puts "
+                               "only the wheel itself on its path"] if failure.missing_module else [],
+    )
+    if outcome.artifacts is None:
+        raise BakeError(f"{wheel.name}: {outcome.why}")
     keep = tmp / "artifacts"
-    shutil.move(str(built), keep)
+    shutil.move(str(outcome.artifacts), keep)
     return keep
 
 

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"hatch-precompile {args.command}: {missing}", file=sys.stderr)
             return missing.exit_code
     elif found:
-        print(report.render(target, found), end="")
+        print(report.render(found), end="")
     if missing:
         raise missing
     return EXIT_OK

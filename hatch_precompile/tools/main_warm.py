@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     package, directory, workloads, source = arguments.workloads(args)
     if not args.force:
-        fits = warm.shipped_match(package, directory)
+        fits = warm.shipped_match(directory)
         if fits:
             said(f"warm: {package}'s shipped artifacts already match this environment ({fits}); "
                  "nothing to do (--force warms anyway)")

@@ -109,7 +109,7 @@ def _mb(n: int | None) -> str:
     return f"{(n or 0) / 1e6:.2f} MB"
 
 
-def render(target: str, found: list[Artifacts]) -> str:
+def render(found: list[Artifacts]) -> str:
     out: list[str] = []
     for artifacts in found:
         where = "shipped" if artifacts.origin == "shipped" else "stored by `hatch-precompile warm`"
@@ -228,7 +228,7 @@ def _render_workload(w: dict[str, Any]) -> list[str]:
             if g["recompile_reason"]:
                 out.append(f"                 recompiled because: {g['recompile_reason'].strip()}")
             if g.get("restart_seconds"):
-                out.append(f"                 {pitfalls.restart(g)}")
+                out.append(f"                 {pitfalls.restarted_trace_line(g)}")
     else:
         out.append(f"    graphs compiled: {w['unique_graphs'] or 0} (per-graph times not recorded by this version)")
     out.append(f"    graph breaks: {len(w['graph_breaks'])}")

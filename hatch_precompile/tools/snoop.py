@@ -1,6 +1,6 @@
 """``hatch-precompile snoop``: SnoopCompile's ``@snoopi`` for real programs.
 
-Runs a program (tools/snoop_child.py) and reports every graph it compiled, largest first, with
+Runs a program (child/snoop_child.py) and reports every graph it compiled, largest first, with
 its owning distribution and whether a cache -- for a hatch-precompile package, its own shipped
 artifacts -- served it; per distribution ("parcel") the seconds compiled and served and the
 coverage of its artifacts; the workload gaps (graphs of such a package compiled fresh, their call
@@ -72,7 +72,7 @@ def run(command: list[str], cache_dir: str | None, say: Callable[[str], None],
         before = set(torch_trace.logs(trace)) if trace is not None and trace.is_dir() else set()
         # The program's own output goes to stderr, so that stdout stays the report (--json). A
         # program runs as long as it runs: no timeout (an interrupt stops it and all it started).
-        job = supervisor.Job("hatch_precompile.tools.snoop_child", {"target": target}, "snoop", say,
+        job = supervisor.Job("hatch_precompile.child.snoop_child", {"target": target}, "snoop", say,
                          relay=lambda line: print(line, file=sys.stderr, flush=True))
         try:
             child = supervisor.run(job, Path(tmp), python, env if trace is None else torch_trace.environ(env, trace))

@@ -1,7 +1,7 @@
 """``hatch-precompile verify``: do the artifacts still cover what the package compiles?
 
 Runs the package's workloads in a fresh process with an empty Inductor cache dir, after
-``load()`` (verify_child.py), and counts what did not come from the caches: AOTAutograd and FX graph
+``load()`` (child/verify_child.py), and counts what did not come from the caches: AOTAutograd and FX graph
 misses and bypasses, and new kernel binaries (each one a g++ run). Any miss fails: the Julia
 ``@warnpcfail`` for a package's CI, catching artifacts gone stale after a code change.
 """
@@ -96,7 +96,7 @@ def _run(package: str, workloads: list[str], timeout: float, say: Callable[[str]
         say(f"verify {package}: load(), then {len(workloads)} workload(s) in a fresh process "
             "with an empty Inductor cache dir")
         # The workloads' own output goes to stderr, so that stdout stays the report (--json).
-        job = supervisor.Job("hatch_precompile.tools.verify_child",
+        job = supervisor.Job("hatch_precompile.child.verify_child",
                          {"package": package, "workloads": workloads, "setting": setting}, "verify",
                          say, relay=lambda line: print(line, file=sys.stderr, flush=True), timeout=timeout)
         try:

@@ -27,15 +27,16 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
+from hatch_precompile.build import capture_outcome
 from hatch_precompile.build.reporter import Reporter
 from hatch_precompile.build.workload_run import capture
-from hatch_precompile.errors import ManifestError, Untrusted, WarmError, WorkloadFailed
+from hatch_precompile.errors import ManifestError, Untrusted, WarmError
 from hatch_precompile.protocol import DIRNAME, MANIFEST_FILE, SETS_DIR, Manifest, canonical_name
 from hatch_precompile.run import usercache, verdict
 
 
-def shipped_match(package: str, directory: Path) -> str | None:
-    """The torch/env summary if a shipped artifact set already fits this environment, else None."""
+def shipped_match(directory: Path) -> str | None:
+    """The torch/env summary if a set the package at ``directory`` shipped already fits this environment, else None."""
     here = verdict.here()
     for manifest_file in sorted((directory / DIRNAME / SETS_DIR).glob(f"*/{MANIFEST_FILE}")):
         try:
@@ -61,8 +62,6 @@ def warm(
     except Untrusted as exc:
         raise WarmError(f"not storing into the per-user cache: {exc}; remove it, or set XDG_CACHE_HOME to a dir "
                         "of your own") from None
-    except WorkloadFailed as exc:
-        raise WarmError(str(exc) + (f" (this machine has no usable GPU: {exc.no_gpu})" if exc.no_gpu else "")) from None
     except OSError as exc:
         raise WarmError(str(exc)) from None
 
@@ -71,15 +70,14 @@ def _warm(package: str, workloads: list[str], timeout: float, say: Callable[[str
           ) -> tuple[Path, Manifest]:
     work = _work_dir()
     try:
-        built = capture(
-            root=None, work_dir=work, package=package, workloads=workloads, timeout=timeout,
-            reporter=Reporter(say, say), device=device,
+        outcome = capture_outcome.outcome_of(
+            lambda: capture(root=None, work_dir=work, package=package, workloads=workloads, timeout=timeout,
+                            reporter=Reporter(say, say), device=device),
+            workloads, hints=lambda failure: [f"this machine has no usable GPU: {failure.no_gpu}"] if failure.no_gpu else [],
         )
-        if built is None:
-            raise WarmError(
-                f"the workload(s) {', '.join(workloads)} compiled nothing (no torch.compile call ran "
-                "and no TorchScript module was saved); nothing stored"
-            )
+        if outcome.artifacts is None:
+            raise WarmError(outcome.why)
+        built = outcome.artifacts
         (manifest_file,) = (built / SETS_DIR).glob(f"*/{MANIFEST_FILE}")
         manifest = Manifest.parse(manifest_file.read_bytes())
         # Not part of the file list (manifest.json never is): what made this entry, for `report`.

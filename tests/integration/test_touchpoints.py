@@ -123,7 +123,7 @@ def test_a_config_that_takes_no_settings_costs_a_compile_not_correctness(runtime
 
 
 def test_verify_settings_torch_does_not_take_are_named(tmp_path):
-    code = ("import torch\nfrom hatch_precompile.tools.verify_child import apply_setting\n"
+    code = ("import torch\nfrom hatch_precompile.child.verify_child import apply_setting\n"
             "try:\n    apply_setting(torch, {'config': ['inductor', 'cpp.threads', '4']})\n"
             "except ValueError as exc:\n    print(exc)\n")
     proc = run([sys.executable, "-c", code], env=misbehaving("verify-setting"), cwd=tmp_path)

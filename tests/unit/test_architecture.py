@@ -28,19 +28,24 @@ PACKAGE = "hatch_precompile"
 # before it. The root package (``hatch_precompile/__init__.py``, every module's parent, whose public
 # names resolve on first use) is in no layer: importing it is what importing any module does first.
 # ``hatch`` (the hatchling adapter) and ``tools`` (the command line) both sit on ``build``.
-LAYERS = ("__main__", "hatch", "tools", "build", "child", "run", "protocol", "errors")
+LAYERS = ("hatch", "tools", "build", "child", "run", "protocol", "errors")
+
+# Above every layer, the entry points: modules started by name (``python -m``) and imported by no
+# module. ``__main__`` starts the command line; each child's main (``child/*_child.py``: the build's,
+# verify's, snoop's) is started by child/supervisor.py and runs build/ and run/ in the child. They
+# may import any layer but the hatchling adapter (a child runs without hatchling).
+ENTRY_POINTS = "entry points"
+ENTRY_POINT_MODULES = (f"{PACKAGE}.__main__", f"{PACKAGE}.child.*_child")
 
 # The files that may touch torch's private modules and private attributes: the touchpoints' owners
-# (run/torch_internals/, and build/torch_export.py for what only a build calls) and what runs in a build's, verify's or snoop's child (and, outside the package, what measures
-# torch from outside). pyproject.toml's per-file-ignores for TID251 must name exactly these.
+# (run/torch_internals/, and build/torch_export.py for what only a build calls) and what runs in a build's,
+# verify's or snoop's child (child/, and build/export.py; outside the package, what measures torch from
+# outside). pyproject.toml's per-file-ignores for TID251 must name exactly these.
 TORCH_INTERNALS_ALLOWED = (
     "hatch_precompile/run/torch_internals/*.py",
     "hatch_precompile/build/torch_export.py",
     "hatch_precompile/child/*.py",
-    "hatch_precompile/build/build_child.py",
     "hatch_precompile/build/export.py",
-    "hatch_precompile/tools/verify_child.py",
-    "hatch_precompile/tools/snoop_child.py",
     "tests/**",
     "bench/**",
     "scripts/**",
@@ -122,8 +127,11 @@ def own(target: str) -> bool:
 
 
 def layer(module: str) -> str | None:
+    """The layer of ``module`` (its folder under the package, or ENTRY_POINTS); None for the root."""
     parts = module.split(".")
-    return None if len(parts) == 1 else parts[1]
+    if len(parts) == 1:
+        return None
+    return ENTRY_POINTS if any(fnmatch.fnmatchcase(module, entry) for entry in ENTRY_POINT_MODULES) else parts[1]
 
 
 # --- the layering -----------------------------------------------------------------------------------
@@ -137,14 +145,21 @@ def layering_violations(root: Path = ROOT) -> list[str]:
             theirs = layer(imp.target) if own(imp.target) else None
             if mine is None or theirs is None:
                 continue
-            if LAYERS.index(theirs) < LAYERS.index(mine):
+            if theirs == ENTRY_POINTS:
+                found.append(f"{imp.path}:{imp.line}: layering: imports {imp.target}, an entry point (started by "
+                             "module name, imported by no module)")
+            elif mine == ENTRY_POINTS:
+                if theirs == HATCHLING_LAYER:
+                    found.append(f"{imp.path}:{imp.line}: layering: an entry point imports {imp.target}; entry points "
+                                 f"import any layer but {HATCHLING_LAYER}/")
+            elif LAYERS.index(theirs) < LAYERS.index(mine):
                 found.append(f"{imp.path}:{imp.line}: layering: {mine}/ imports {imp.target}, a layer above it "
                              f"(imports go {' -> '.join(LAYERS)})")
     return found
 
 
 def test_every_module_is_in_a_layer():
-    unknown = [rel(m) for m in modules() if layer(m) is not None and layer(m) not in LAYERS]
+    unknown = [rel(m) for m in modules() if layer(m) not in (None, ENTRY_POINTS, *LAYERS)]
     assert not unknown, f"modules in no layer of {LAYERS}: {unknown}; add the folder to LAYERS and docs/architecture.md"
 
 
@@ -153,9 +168,34 @@ def test_imports_go_one_way():
     assert not found, "\n".join(found)
 
 
+def started_by_name(root: Path = ROOT) -> dict[str, str]:
+    """Each module a child job starts by name (``supervisor.Job("hatch_precompile....", ...)``): where."""
+    found = {}
+    for module in modules(root):
+        for node in ast.walk(tree(module, root)):
+            if (isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == "Job" and node.args
+                    and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+                found[node.args[0].value] = f"{rel(module, root)}:{node.lineno}"
+    return found
+
+
+def test_each_childs_main_is_an_entry_point_that_a_job_starts():
+    """The children's mains are entry points because they are started by name: each ``child/*_child.py``
+    is started by a job, and each module a job starts exists with a ``main(argv)``."""
+    started = started_by_name()
+    mains = [m for m in modules() if layer(m) == ENTRY_POINTS and m != f"{PACKAGE}.__main__"]
+    assert mains, f"no child's main matches {ENTRY_POINT_MODULES}"
+    assert not [m for m in mains if m not in started], "a child's main no job starts: " + ", ".join(
+        m for m in mains if m not in started)
+    for name, where in started.items():
+        assert name in modules(), f"{where}: a job starts {name}, which is no module"
+        assert any(isinstance(node, ast.FunctionDef) and node.name == "main" for node in tree(name).body), \
+            f"{where}: a job starts {name}, which has no main(argv)"
+
+
 def test_the_architecture_doc_states_the_layering_checked():
     doc = (ROOT / "docs" / "architecture.md").read_text()
-    order = " → ".join(f"`{name}`" for name in LAYERS[1:])
+    order = " → ".join(f"`{name}`" for name in LAYERS)
     assert order in doc, f"docs/architecture.md should state the layers checked here, in order: {order}"
 
 
@@ -676,6 +716,9 @@ def test_each_check_reports_a_broken_rule_with_its_place(tmp_path):
                                 "class Mismatch(errors.HatchPrecompileError, AssertionError):\n    pass\n\n\n"
                                 "class _Retry(Exception):\n    pass\n\n\ndef f():\n    class Local(Mismatch):\n"
                                 "        pass\n    return switch.HatchPrecompileError, HatchPrecompileError, Local\n"),
+        "build/workload_run.py": "from hatch_precompile.child import build_child\n",
+        "child/__init__.py": "",
+        "child/build_child.py": "from hatch_precompile.build import artifact_layout\nfrom hatch_precompile.hatch import hooks\n",
         "hatch/__init__.py": "",
         "hatch/hooks.py": "from hatchling.plugin import hookimpl\n",
         "build/artifact_layout.py": ("import os\n\nfrom hatch_precompile.protocol import names\n\n\ndef f(env):\n"
@@ -687,6 +730,10 @@ def test_each_check_reports_a_broken_rule_with_its_place(tmp_path):
         (tmp_path / PACKAGE / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / PACKAGE / name).write_text(text)
     assert layering_violations(tmp_path) == [
+        "hatch_precompile/build/workload_run.py:1: layering: imports hatch_precompile.child.build_child, an entry point "
+        "(started by module name, imported by no module)",
+        "hatch_precompile/child/build_child.py:2: layering: an entry point imports hatch_precompile.hatch.hooks; entry "
+        "points import any layer but hatch/",
         "hatch_precompile/protocol/names.py:3: layering: protocol/ imports hatch_precompile.run.switch, a layer above it "
         f"(imports go {' -> '.join(LAYERS)})"]
     assert private_name_violations(tmp_path) == [

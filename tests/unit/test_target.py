@@ -8,7 +8,7 @@ import pytest
 
 
 def test_supported_torch_range(capsys):
-    from hatch_precompile.build import build_child
+    from hatch_precompile.child import build_child
 
     assert build_child.supported_torch_problem("2.6.0+cpu") == (
         "torch 2.6.0+cpu is older than 2.7, the oldest hatch-precompile supports"

@@ -46,7 +46,7 @@ def aoti_bind(loader: Any, constants: dict[str, Any]) -> None:
     loader.load_constants(constants, False, True, True)  # use_inactive, check_full_update, user_managed
 
 
-def keeps_tensor_constants(torch: Any) -> bool:
+def keeps_tensor_constants() -> bool:
     """Whether this torch's Inductor can keep every tensor constant out of the code it generates
     (``always_keep_tensor_constants``: without it, 0-dim tensors and 1-D ones of up to 8 elements
     are folded in, and a caller's other values would not be seen; ``joint_graph_constant_folding``
@@ -65,7 +65,7 @@ def keeps_tensor_constants(torch: Any) -> bool:
 KEEP_CONSTANTS = {"always_keep_tensor_constants": True, "joint_graph_constant_folding": False}
 
 
-def pytree(torch: Any) -> Any:
+def pytree() -> Any:
     """``torch.utils._pytree``: how an exported program flattens its inputs and outputs."""
     lookup("pytree", "call")
     import torch.utils._pytree as found

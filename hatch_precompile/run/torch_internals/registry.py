@@ -127,7 +127,7 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "cannot be loaded and the error (child/lookups.py)",
                broken="no file named: `why` says the entry was there but not which file failed"),
     Touchpoint("verify-setting", "torch._inductor.config, torch._functorch.config", "<setting>", "setting",
-               "verify's `--setting inductor.NAME=VALUE` / `functorch.NAME=VALUE` (tools/verify_child.py)",
+               "verify's `--setting inductor.NAME=VALUE` / `functorch.NAME=VALUE` (child/verify_child.py)",
                broken="verify's `--setting` fails with the setting named"),
     Touchpoint("precompile-logger", "torch._precompile", "logger", "logging", "load_step: torch's warning that the "
                "code it runs is untrusted, for a step whose sha256 the manifest vouches for (run/shipped_steps.py)",
@@ -145,7 +145,7 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "why (child/observe.py)",
                broken="no recompiles recorded"),
     Touchpoint("compile-times", DYNAMO_UTILS, "compile_times", "read", "build: compile time by phase "
-               "(build/build_child.py)",
+               "(child/build_child.py)",
                broken="no phases in `report`"),
     Touchpoint("megacache", "torch.compiler", "save_cache_artifacts", "call", "build's second pass: torch writes "
                "the Dynamo cache entries as it saves its Mega-Cache (build/dynamo_pass.py; the bytes are not kept)",
@@ -161,7 +161,7 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "Intel's, from its remembered `--version` line (run/warm_shortcuts.py)",
                broken="passed through: torch runs the compiler's `--version`"),
     Touchpoint("cpp-compiler", CPP_BUILDER, "get_cpp_compiler", "call", "load and build: the compiler Inductor "
-               "resolved (run/key_matching.py, run/warm_shortcuts.py, build/build_child.py)",
+               "resolved (run/key_matching.py, run/warm_shortcuts.py, child/build_child.py)",
                broken="no compiler recorded, no stand-in; probes as usual; an exported step's CPU features unknown: refused"),
     Touchpoint("cache-dir", "torch._inductor.runtime.cache_dir_utils", "cache_dir", "call", "load, on a GPU: the "
                "cache dir the tuned configs go to (run/tuned_configs.py)",
