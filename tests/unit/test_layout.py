@@ -87,7 +87,7 @@ def test_where_to_look_leads_to_code_that_exists():
     assert not missing, "docs/architecture.md's 'Where to look' names what does not exist: " + ", ".join(missing)
 
 
-# The five questions a newcomer asks first (issue 57), and the function each answer must lead to:
+# The questions a newcomer asks first (issue 57's five, and one more), and the function each answer must lead to:
 # where the decision is made. Each answer names at most three files: one decision, one place.
 QUESTIONS = {
     "a": ("Where a loss step writes the caller's `.grad`.", ("run/exported_step.py", "ExportedStep._gradients")),
@@ -95,6 +95,7 @@ QUESTIONS = {
     "c": ("Where the build decides a step cannot ship, and what it prints.", ("build/step_capture.py", "save_step")),
     "d": ("Whether the shipped caches are valid for this machine.", ("run/verdict.py", "set_to_use")),
     "e": ("How `PRECOMPILE=0` gates the build.", ("run/switch.py", "enabled")),
+    "f": ("Where a failed workload fails the build, or does not.", ("build/capture_outcome.py", "outcome_of")),
 }
 MAX_FILES_PER_ANSWER = 3
 BULLET = re.compile(r"^- \*\*\((\w)\) (.+?)\*\* (.*?)(?=^- \*\*|\Z)", re.M | re.S)
