@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import venv
 import zipfile
 from collections.abc import Callable
@@ -29,6 +30,8 @@ TEST_USER_CACHE = tempfile.mkdtemp(prefix="hatch-precompile-tests-user-cache-")
 # under the temp dir after a cold compile, and this suite makes dozens of venvs.
 TEST_TMPDIR = tempfile.mkdtemp(prefix="hatch-precompile-tests-tmp-")
 TORCH_REQUIREMENT = f"torch=={metadata.version('torch').split('+')[0]}"
+# A file each run() appends its command's seconds to, when set: what to cut when the suite is slow.
+COMMAND_TIMES = os.environ.get("SUITE_COMMAND_TIMES")
 
 
 # The slow tier: a test that builds a wheel or a venv, or runs torch in fresh processes. These
@@ -99,6 +102,7 @@ def run(cmd, *, env=None, cwd=None, check=True, timeout=1200) -> subprocess.Comp
     if not GPUS_VISIBLE:  # the CPU path, on any machine: a GPU's tests are test_gpu.py's
         full_env["CUDA_VISIBLE_DEVICES"] = full_env["HIP_VISIBLE_DEVICES"] = ""
     full_env.update(env or {})
+    started = time.perf_counter()
     proc = subprocess.run(
         [str(c) for c in cmd],
         env=full_env,
@@ -108,6 +112,11 @@ def run(cmd, *, env=None, cwd=None, check=True, timeout=1200) -> subprocess.Comp
         text=True,
         timeout=timeout,
     )
+    if COMMAND_TIMES:  # where the suite's minutes go, command by command (SUITE_COMMAND_TIMES)
+        with open(COMMAND_TIMES, "a") as times:
+            times.write(json.dumps({"test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0],
+                                    "seconds": round(time.perf_counter() - started, 1),
+                                    "command": " ".join(map(str, cmd))[:300]}) + "\n")
     if check and proc.returncode != 0:
         pytest.fail(f"{' '.join(map(str, cmd))} exited {proc.returncode}:\n{proc.stdout[-6000:]}")
     return proc
