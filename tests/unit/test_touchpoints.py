@@ -264,7 +264,7 @@ def test_the_keys_are_hashed_from_the_first_compile_not_at_import(fake, monkeypa
                             dataclasses.replace(registry.REGISTRY[name], module=where, elsewhere=None))
     monkeypatch.setattr(patching, "_hooks", {})
     monkeypatch.setattr(prefetch, "_first_compile", [])
-    warm_shortcuts.apply()
+    warm_shortcuts.install_shortcuts()
     assert started == []  # Inductor imported, nothing compiled: nothing hashed
     assert module._compile("f") == "graph of f" and started == ["torch-key"]
     assert module._compile("g") == "graph of g" and started == ["torch-key"]  # once
@@ -288,7 +288,7 @@ def test_the_compilers_version_is_asked_at_the_first_compile_and_a_failing_start
         "command": "g++", "version": "unavailable (exit 1)", "family": "gcc"})
     prefetch.at_first_compile(lambda: 1 / 0)
     manifest = Manifest("p", {}, {}, compiler={"family": "gcc", "command": "g++", "config": "g++"})
-    assert key_matching.apply(manifest, notes.append) == [] and asked == []
+    assert key_matching.match_build_keys(manifest, notes.append) == [] and asked == []
     assert module._compile("f") == "graph of f"
     assert asked == ["--version"] and notes == [
         "no working C++ compiler here (g++: unavailable (exit 1)): torch needs one, of the gcc family, "
