@@ -300,7 +300,7 @@ def _visible(torch: Any) -> dict[str, Any] | None:
 
 
 def _settings() -> dict[str, Any]:
-    """The Inductor settings of SETTINGS the graphs were compiled under (run/key_matching.py applies them)."""
+    """The Inductor settings of SETTINGS the graphs were compiled under (run/cache_keys_as_built.py applies them)."""
     try:
         from torch._inductor import config
 

@@ -19,9 +19,9 @@ from hatch_precompile.protocol import CACHE_DIR_VAR, SERVED_FILE
 from hatch_precompile.run import (
     artifacts,
     cache_install,
+    cache_keys_as_built,
     environment_key,
     foreseen_misses,
-    key_matching,
     switch,
     variables,
 )
@@ -121,7 +121,7 @@ def _load(package: str) -> LoadResult:
     cache_dir = cache_install.inductor_cache_dir()
     installed, present = _install(found, cache_dir)
     _installed[package] = (found, cache_dir)
-    notes = tuple(key_matching.match_build_keys(found.manifest, note_once)) + tuple(
+    notes = tuple(cache_keys_as_built.match_build_keys(found.manifest, note_once)) + tuple(
         foreseen_misses.contradictions(found.manifest.visible, str(found.manifest.env.get("torch") or "")))
     for note in notes:  # what this process will compile anyway, said before it happens
         _warn_once(f"hatch-precompile: {package}'s precompiled caches are installed, but {note}", 4)

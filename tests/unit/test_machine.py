@@ -15,7 +15,7 @@ import pytest
 from hatch_precompile.build import elf, isa
 from hatch_precompile.errors import ElfUnreadable, MissingTool
 from hatch_precompile.protocol import DYNAMIC_THREADS_VAR, Manifest
-from hatch_precompile.run import environment_key, key_matching, machine, relocate, warm_shortcuts
+from hatch_precompile.run import cache_keys_as_built, environment_key, machine, relocate, warm_shortcuts
 from unit.test_install import assert_skipped, ship
 
 LINUX = sys.platform.startswith("linux")
@@ -248,11 +248,11 @@ def test_compiler_family_as_inductor_tells_it(command, family):
 
 
 def test_the_build_compiler_is_put_into_the_key_only_for_a_stand_in(monkeypatch):
-    monkeypatch.setattr(key_matching, "_built_compiler", {"config": [None, "g++"], "family": "gcc"})
+    monkeypatch.setattr(cache_keys_as_built, "_built_compiler", {"config": [None, "g++"], "family": "gcc"})
     for resolved, expected in (("g++-12", (None, "g++")), ("clang++", (None, "g++-12"))):
-        monkeypatch.setattr(key_matching, "stands_in", lambda resolved=resolved: environment_key.compiler_family(resolved) == "gcc")
+        monkeypatch.setattr(cache_keys_as_built, "stands_in", lambda resolved=resolved: environment_key.compiler_family(resolved) == "gcc")
         key = {"cpp.cxx": (None, "g++-12"), "cpp.threads": -1}
-        key_matching.agree_compiler(key)
+        cache_keys_as_built.agree_compiler(key)
         assert key == {"cpp.cxx": expected, "cpp.threads": -1}
 
 
@@ -275,11 +275,11 @@ def test_a_sets_dynamic_threads_reach_this_process_unless_the_user_chose(monkeyp
     monkeypatch.setattr(config.cpp, "dynamic_threads", False)
     monkeypatch.delenv(DYNAMIC_THREADS_VAR, raising=False)
     later: list[str] = []
-    assert key_matching.match_build_keys(manifest, later.append) == []
+    assert cache_keys_as_built.match_build_keys(manifest, later.append) == []
     assert config.cpp.dynamic_threads is True
     monkeypatch.setattr(config.cpp, "dynamic_threads", False)
     monkeypatch.setenv(DYNAMIC_THREADS_VAR, "0")
-    (note,) = key_matching.match_build_keys(manifest, later.append)
+    (note,) = cache_keys_as_built.match_build_keys(manifest, later.append)
     assert later == [] and note.startswith("TORCHINDUCTOR_CPP_DYNAMIC_THREADS=0 here") and config.cpp.dynamic_threads is False
 
 
@@ -287,11 +287,11 @@ def test_a_missing_compiler_is_said_through_the_loaders_note(monkeypatch):
     """Once Inductor is imported, key_agreement tells load()'s note (passed in: it does not import the loader)."""
     notes: list[str] = []
     monkeypatch.setattr(environment_key, "compiler", lambda: {"command": "g++", "version": "unavailable: not found"})
-    key_matching._say_if_unavailable({"family": "gcc"}, notes.append)
+    cache_keys_as_built._say_if_unavailable({"family": "gcc"}, notes.append)
     assert notes == ["no working C++ compiler here (g++: unavailable: not found): torch needs one, "
                      "of the gcc family, even to load the shipped kernels"]
     monkeypatch.setattr(environment_key, "compiler", lambda: {"command": "g++", "version": "13.2"})
-    key_matching._say_if_unavailable({"family": "gcc"}, notes.append)
+    cache_keys_as_built._say_if_unavailable({"family": "gcc"}, notes.append)
     assert len(notes) == 1
 
 
