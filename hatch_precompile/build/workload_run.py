@@ -43,7 +43,7 @@ def capture(
 
     ``root`` is the project dir put first on the child's ``sys.path`` (None: the package is
     already importable, as for ``hatch-precompile warm``). ``python`` and ``environ`` are the
-    child's interpreter and environment (another environment's, see target.py). Each of
+    child's interpreter and environment (another environment's, see target_environment.py). Each of
     ``capabilities`` (``ATEN_CPU_CAPABILITY`` values) gets a run and an artifact set of its own;
     none: one run as the machine is. ``device``, ``cpu_target`` and ``dynamo_cache`` are the options of those names;
     ``heartbeat``, the seconds between a long phase's lines (None: the variable's, or 30);

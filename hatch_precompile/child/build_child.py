@@ -60,7 +60,7 @@ def main(argv: list[str]) -> int:
 
     from hatch_precompile.run import triton_modules, warm_shortcuts
 
-    warm_shortcuts.apply()  # records this machine's ISA probes (the environment key runs them first)
+    warm_shortcuts.install_shortcuts()  # records this machine's ISA probes (the environment key runs them first)
     triton_modules.record(out / C_MODULES_DIR)  # on a GPU: Triton's C helpers, shipped so users build none
     environment, refused = _environment_or_refusal(torch, spec.get("capability"), spec.get("device"))
     if refused is not None:  # before any workload runs: nothing trustworthy could be made
@@ -300,7 +300,7 @@ def _visible(torch: Any) -> dict[str, Any] | None:
 
 
 def _settings() -> dict[str, Any]:
-    """The Inductor settings of SETTINGS the graphs were compiled under (run/key_matching.py applies them)."""
+    """The Inductor settings of SETTINGS the graphs were compiled under (run/cache_keys_as_built.py applies them)."""
     try:
         from torch._inductor import config
 

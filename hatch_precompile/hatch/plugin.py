@@ -1,7 +1,7 @@
 """The hatchling build hook ``[tool.hatch.build.hooks.precompile]``: an adapter, nothing more.
 
 It maps hatch's table to Options (build/options.py), asks the switch (run/switch.py) and the target
-(build/target.py), and hands off to build/workload_run.py; what comes back goes into the wheel, summed
+(build/target_environment.py), and hands off to build/workload_run.py; what comes back goes into the wheel, summed
 up (build/build_summary.py) and tagged (build/wheel_tag.py). Messages go through hatch's app
 (build/reporter.py); an error of the build side becomes hatch's abort.
 """
@@ -63,10 +63,10 @@ class PrecompileBuildHook(BuildHookInterface):
     @cached_property
     def where(self) -> Any:
         """Where the workload runs: the target environment when it has a suitable torch."""
-        from hatch_precompile.build import installer_pins, target
+        from hatch_precompile.build import installer_pins, target_environment
 
         try:
-            return target.choose(self._torch_requirement(), pins=installer_pins.discover())
+            return target_environment.choose(self._torch_requirement(), pins=installer_pins.discover())
         except TargetEnvError as exc:
             raise ValueError(f"build hook `{self.PLUGIN_NAME}`: {exc}") from None
 
@@ -87,7 +87,7 @@ class PrecompileBuildHook(BuildHookInterface):
     def dependencies(self) -> list[str]:
         """What the build env needs for a precompiled wheel: the tools that tag it (build/elf.py:
         not in users' installs), the project's torch requirement, and the torch the installer was
-        told to put into the target (target.py), unless the workload runs in the target env."""
+        told to put into the target (target_environment.py), unless the workload runs in the target env."""
         if self.target_name != "wheel" or not self.enabled[0] or not self.options.workloads:
             return []
         from hatch_precompile.build import elf

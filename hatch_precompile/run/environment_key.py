@@ -9,7 +9,7 @@ model and compute capability of the GPU torch will call ``cuda:0``, the CUDA ver
 built with, and Triton's version.
 
 The C++ compiler is not a key field: the shipped kernels are binaries, and any compiler of the
-same family stands in for the build's (``compiler()``; see run/key_matching.py).
+same family stands in for the build's (``compiler()``; see run/cache_keys_as_built.py).
 """
 
 from __future__ import annotations

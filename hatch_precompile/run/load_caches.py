@@ -19,9 +19,9 @@ from hatch_precompile.protocol import CACHE_DIR_VAR, SERVED_FILE
 from hatch_precompile.run import (
     artifacts,
     cache_install,
+    cache_keys_as_built,
     environment_key,
     foreseen_misses,
-    key_matching,
     switch,
     variables,
 )
@@ -121,7 +121,7 @@ def _load(package: str) -> LoadResult:
     cache_dir = cache_install.inductor_cache_dir()
     installed, present = _install(found, cache_dir)
     _installed[package] = (found, cache_dir)
-    notes = tuple(key_matching.apply(found.manifest, note_once)) + tuple(
+    notes = tuple(cache_keys_as_built.match_build_keys(found.manifest, note_once)) + tuple(
         foreseen_misses.contradictions(found.manifest.visible, str(found.manifest.env.get("torch") or "")))
     for note in notes:  # what this process will compile anyway, said before it happens
         _warn_once(f"hatch-precompile: {package}'s precompiled caches are installed, but {note}", 4)
@@ -137,12 +137,12 @@ def _load(package: str) -> LoadResult:
     if found.manifest.env.get("gpu"):
         from hatch_precompile.run import triton_modules, tuned_configs
 
-        tuned_configs.apply()
+        tuned_configs.point_kernels_at_tuned_configs()
         triton_modules.serve(found)
     if found.manifest.kernels:
         from hatch_precompile.run import machine, warm_shortcuts
 
-        warm_shortcuts.apply(found.manifest, machine.cpu_features())
+        warm_shortcuts.install_shortcuts(found.manifest, machine.cpu_features())
     reason = f"installed from {found.root} (hatch-precompile warm)" if found.warmed else "installed"
     return LoadResult(package, True, reason, installed, present, str(cache_dir), found.name, notes)
 

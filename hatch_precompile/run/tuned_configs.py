@@ -18,7 +18,8 @@ from typing import Any
 from hatch_precompile.run.torch_internals import patching, settings
 
 
-def apply() -> None:
+def point_kernels_at_tuned_configs() -> None:
+    """Have each kernel's autotune recheck look in this cache dir, where its tuned config is shipped."""
     patching.wrap("autotune-recheck", before=_in_cache_dir)
 
 

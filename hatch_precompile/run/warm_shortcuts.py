@@ -66,7 +66,7 @@ _vouched: dict[frozenset[str], set[str]] = {}
 _probed: dict[str, bool] = {}  # this process's probes: arch flags -> passed
 
 
-def apply(manifest: Manifest | None = None, cpu: frozenset[str] | None = None) -> None:
+def install_shortcuts(manifest: Manifest | None = None, cpu: frozenset[str] | None = None) -> None:
     """Install the shortcuts (idempotent). ``manifest``: a set load() installed; ``cpu``: this
     CPU's features, to tell which of the set's probes it may vouch for."""
     if manifest is not None and cpu is not None:

@@ -139,17 +139,17 @@ def checked(args: argparse.Namespace) -> list[str]:
 
 def workloads(args: argparse.Namespace) -> tuple[str, Path, list[str], str]:
     """(import name, package dir, workloads, where they were found) of ``args.package``."""
-    from hatch_precompile.tools import targets
+    from hatch_precompile.tools import command_targets
 
-    return targets.workloads(args.package, checked(args) or None)
+    return command_targets.workloads(args.package, checked(args) or None)
 
 
 def set_manifests(package: str) -> list[Any]:
     """The sound manifests of ``package``'s artifact sets, shipped or warmed (none if not installed)."""
-    from hatch_precompile.tools import targets
+    from hatch_precompile.tools import command_targets
 
     try:
-        return [a.manifest for a in targets.installed(package) if a.manifest is not None and a.problem is None]
+        return [a.manifest for a in command_targets.installed(package) if a.manifest is not None and a.problem is None]
     except TargetNotFound:
         return []
 

@@ -176,9 +176,9 @@ def _check_torch(contents: dict[str, bytes], dist_info: str, wheel: Path, python
     from packaging.utils import canonicalize_name
     from packaging.version import InvalidVersion, Version
 
-    from hatch_precompile.build import target
+    from hatch_precompile.build import target_environment
 
-    found = target.probe(python, variables.as_on_users_machines(os.environ)[0])
+    found = target_environment.probe(python, variables.as_on_users_machines(os.environ)[0])
     if found is None or not found.torch:
         raise BakeError(f"{python} {'cannot run' if found is None else 'has no torch'}: bake runs the workload "
                         "with an interpreter that has the torch to bake for (--python)")

@@ -12,7 +12,7 @@ from typing import Any
 
 from hatch_precompile.errors import NotFound, TargetNotFound, UsageError
 from hatch_precompile.protocol import EXIT_OK
-from hatch_precompile.tools import arguments, targets
+from hatch_precompile.tools import arguments, command_targets
 
 
 def configure(subparsers: Any) -> None:
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         kind, found = _report_path(target, path, arguments.quiet(args))
     else:
         try:
-            kind, found = "installed", targets.installed(target)
+            kind, found = "installed", command_targets.installed(target)
         except TargetNotFound:
             if not (path.is_dir() and (path / "pyproject.toml").is_file()):
                 raise
@@ -66,9 +66,9 @@ def _looks_like_path(target: str) -> bool:
     return target.endswith(".whl") or os.sep in target or "/" in target or target in (".", "..")
 
 
-def _report_path(target: str, path: Path, quiet: bool = False) -> tuple[str, list[targets.Artifacts]]:
+def _report_path(target: str, path: Path, quiet: bool = False) -> tuple[str, list[command_targets.Artifacts]]:
     if path.is_file() and path.suffix == ".whl":
-        return "wheel", targets.in_wheel(path)
+        return "wheel", command_targets.in_wheel(path)
     if path.is_dir() and (path / "pyproject.toml").is_file():
         return "project", _report_project(path, quiet)
     if not path.exists():
@@ -76,7 +76,7 @@ def _report_path(target: str, path: Path, quiet: bool = False) -> tuple[str, lis
     raise UsageError(f"{target} is neither a .whl file nor a project dir with a pyproject.toml")
 
 
-def _report_project(project: Path, quiet: bool = False) -> list[targets.Artifacts]:
+def _report_project(project: Path, quiet: bool = False) -> list[command_targets.Artifacts]:
     """Build the project's precompiled wheel into a temp dir, as `pip install` would, and read it;
     the build's output on stderr (``quiet``: only where it fails)."""
     try:
@@ -100,7 +100,7 @@ def _report_project(project: Path, quiet: bool = False) -> list[targets.Artifact
             said = "\n".join((proc.stdout or "").splitlines()[-40:]) if quiet else ""
             raise UsageError(f"building {project} failed (exit {proc.returncode}); "
                              + (f"its last lines:\n{said}" if quiet else "its output is above"))
-        found = targets.in_wheel(wheels[-1])
+        found = command_targets.in_wheel(wheels[-1])
         for artifacts in found:  # the temp dir is gone once we return: name what it was built from
             artifacts.location = f"{project} -> {wheels[-1].name}!{artifacts.location.partition('!')[2]}"
         return found

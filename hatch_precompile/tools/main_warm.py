@@ -31,13 +31,13 @@ def configure(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hatch_precompile.tools import targets, warm
+    from hatch_precompile.tools import command_targets, warm
 
     say, said = arguments.speaker(args), arguments.result(args)
     if args.clear:
         if args.workload or args.force:
             raise UsageError("--clear takes no --workload or --force")
-        package = targets.import_name(args.package)
+        package = command_targets.import_name(args.package)
         removed = warm.clear(package)
         said(f"warm --clear: removed {removed}" if removed is not None else
              f"warm --clear: nothing stored for {package} ({usercache.package_dir(package)})")
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if not enabled:
         said(f"warm: note: {package} is disabled ({why}); load() will not use what is stored until enabled")
     say(f"warm {package}: running {', '.join(workloads)} (from {source}) ...")
-    stored, manifest = warm.warm(package, workloads, args.timeout, say, targets.declared_device(package))
+    stored, manifest = warm.warm(package, workloads, args.timeout, say, command_targets.declared_device(package))
     total = sum(entry.size for entry in manifest.files.values())
     said(f"warm: stored {len(manifest.files)} files ({total / 1e6:.2f} MB) for torch {manifest.env['torch']}, "
          f"CPU capability {manifest.env['cpu_capability']} in {stored}")

@@ -3,7 +3,7 @@
 What a build compiled and what it cost, the SnoopCompile view: per workload its wall time, the
 graphs compiled with their compile seconds (largest first), graph breaks and recompiles with
 their source locations, float64 computed inside compiled graphs; what was captured and how big.
-Pure functions over the typed Manifest; the CLI finds the manifests (targets.py).
+Pure functions over the typed Manifest; the CLI finds the manifests (command_targets.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 from hatch_precompile.child import pitfalls
 from hatch_precompile.protocol import ENV_FIELDS, SETS_DIR, Manifest, file_kind
 from hatch_precompile.protocol import workloads as workload_records
-from hatch_precompile.tools.targets import Artifacts
+from hatch_precompile.tools.command_targets import Artifacts
 
 
 def summarize(manifest: Manifest) -> dict[str, Any]:

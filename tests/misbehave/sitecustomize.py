@@ -142,7 +142,7 @@ def _codecache_hash_details(module):
         details = module.FxGraphHashDetails
         original = details.__init__
 
-        def __init__(self, *args, salt=None, **kwargs):  # another signature than run/key_matching.py reads
+        def __init__(self, *args, salt=None, **kwargs):  # another signature than run/cache_keys_as_built.py reads
             original(self, *args, **kwargs)
 
         details.__init__ = __init__

@@ -13,7 +13,7 @@ from packaging.utils import canonicalize_name
 from hatch_precompile import protocol
 from hatch_precompile.errors import MissingTool
 from hatch_precompile.run import switch, usercache
-from hatch_precompile.tools import report, targets
+from hatch_precompile.tools import command_targets, report
 
 # load() before the package's own import: a disabled package returns before importing anything.
 # (Enabled, load() reads the package through importlib.resources, which imports it, and its
@@ -47,7 +47,7 @@ def test_warm_falls_back_to_the_conventional_workload_name(tmp_path, monkeypatch
     (tmp_path / "oldpkg" / "precompile.py").write_text("def workload(): pass\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    package, _, names, source = targets.workloads("oldpkg")
+    package, _, names, source = command_targets.workloads("oldpkg")
     assert (package, names, source) == ("oldpkg", ["oldpkg.precompile:workload"], "the conventional name")
 
 

@@ -15,7 +15,7 @@ import pytest
 from hatch_precompile.build import elf, isa
 from hatch_precompile.errors import ElfUnreadable, MissingTool
 from hatch_precompile.protocol import DYNAMIC_THREADS_VAR, Manifest
-from hatch_precompile.run import environment_key, key_matching, machine, relocate, warm_shortcuts
+from hatch_precompile.run import cache_keys_as_built, environment_key, machine, relocate, warm_shortcuts
 from unit.test_install import assert_skipped, ship
 
 LINUX = sys.platform.startswith("linux")
@@ -248,11 +248,11 @@ def test_compiler_family_as_inductor_tells_it(command, family):
 
 
 def test_the_build_compiler_is_put_into_the_key_only_for_a_stand_in(monkeypatch):
-    monkeypatch.setattr(key_matching, "_built_compiler", {"config": [None, "g++"], "family": "gcc"})
+    monkeypatch.setattr(cache_keys_as_built, "_built_compiler", {"config": [None, "g++"], "family": "gcc"})
     for resolved, expected in (("g++-12", (None, "g++")), ("clang++", (None, "g++-12"))):
-        monkeypatch.setattr(key_matching, "stands_in", lambda resolved=resolved: environment_key.compiler_family(resolved) == "gcc")
+        monkeypatch.setattr(cache_keys_as_built, "stands_in", lambda resolved=resolved: environment_key.compiler_family(resolved) == "gcc")
         key = {"cpp.cxx": (None, "g++-12"), "cpp.threads": -1}
-        key_matching.agree_compiler(key)
+        cache_keys_as_built.agree_compiler(key)
         assert key == {"cpp.cxx": expected, "cpp.threads": -1}
 
 
@@ -275,11 +275,11 @@ def test_a_sets_dynamic_threads_reach_this_process_unless_the_user_chose(monkeyp
     monkeypatch.setattr(config.cpp, "dynamic_threads", False)
     monkeypatch.delenv(DYNAMIC_THREADS_VAR, raising=False)
     later: list[str] = []
-    assert key_matching.apply(manifest, later.append) == []
+    assert cache_keys_as_built.match_build_keys(manifest, later.append) == []
     assert config.cpp.dynamic_threads is True
     monkeypatch.setattr(config.cpp, "dynamic_threads", False)
     monkeypatch.setenv(DYNAMIC_THREADS_VAR, "0")
-    (note,) = key_matching.apply(manifest, later.append)
+    (note,) = cache_keys_as_built.match_build_keys(manifest, later.append)
     assert later == [] and note.startswith("TORCHINDUCTOR_CPP_DYNAMIC_THREADS=0 here") and config.cpp.dynamic_threads is False
 
 
@@ -287,11 +287,11 @@ def test_a_missing_compiler_is_said_through_the_loaders_note(monkeypatch):
     """Once Inductor is imported, key_agreement tells load()'s note (passed in: it does not import the loader)."""
     notes: list[str] = []
     monkeypatch.setattr(environment_key, "compiler", lambda: {"command": "g++", "version": "unavailable: not found"})
-    key_matching._say_if_unavailable({"family": "gcc"}, notes.append)
+    cache_keys_as_built._say_if_unavailable({"family": "gcc"}, notes.append)
     assert notes == ["no working C++ compiler here (g++: unavailable: not found): torch needs one, "
                      "of the gcc family, even to load the shipped kernels"]
     monkeypatch.setattr(environment_key, "compiler", lambda: {"command": "g++", "version": "13.2"})
-    key_matching._say_if_unavailable({"family": "gcc"}, notes.append)
+    cache_keys_as_built._say_if_unavailable({"family": "gcc"}, notes.append)
     assert len(notes) == 1
 
 
@@ -299,11 +299,11 @@ def test_probes_are_vouched_for_only_with_their_flags_and_this_cpus_features(mon
     monkeypatch.setattr(warm_shortcuts, "_vouched", {})
     manifest = Manifest("p", {}, {}, compiler={"version": environment_key.compiler_version(environment_key.cxx_command())},
                         probes={"-mavx2 -mfma": ["avx2", "fma"], "-mfoo": ["no-such-feature"]})
-    warm_shortcuts.apply(manifest, frozenset({"avx2", "fma", "sse2"}))
+    warm_shortcuts.install_shortcuts(manifest, frozenset({"avx2", "fma", "sse2"}))
     assert warm_shortcuts.vouches("-mfma -mavx2")  # the same flags, in any order
     assert not warm_shortcuts.vouches("-mavx2") and not warm_shortcuts.vouches("-mfoo") and not warm_shortcuts.vouches("")
     monkeypatch.setattr(warm_shortcuts, "_vouched", {})
-    warm_shortcuts.apply(manifest, None)  # this CPU's features unknown: nothing is vouched for
+    warm_shortcuts.install_shortcuts(manifest, None)  # this CPU's features unknown: nothing is vouched for
     assert not warm_shortcuts.vouches("-mavx2 -mfma")
 
 
@@ -403,7 +403,7 @@ def test_a_malformed_compiler_memo_is_ignored_and_written_anew(tmp_path, monkeyp
 WARM_COMPILER = """
 import json
 from hatch_precompile.run import warm_shortcuts
-warm_shortcuts.apply()
+warm_shortcuts.install_shortcuts()
 from torch._inductor import cpp_builder
 command = cpp_builder.get_cpp_compiler()
 print(json.dumps([command, cpp_builder._is_intel_compiler(command)]))
@@ -421,7 +421,7 @@ def test_a_warm_process_finds_the_compiler_as_torch_does_without_starting_it(tmp
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "XDG_CACHE_HOME": str(tmp_path / "cache"),
            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "CXX": "g++"}
     env.pop("TORCH_INDUCTOR_INSTALL_GXX", None)
-    plain = subprocess.run([sys.executable, "-c", WARM_COMPILER.replace("warm_shortcuts.apply()", "")],
+    plain = subprocess.run([sys.executable, "-c", WARM_COMPILER.replace("warm_shortcuts.install_shortcuts()", "")],
                            env=env, capture_output=True, text=True, check=True).stdout.splitlines()[-1]
     by_torch = starts(bin_dir)
     answers = [subprocess.run([sys.executable, "-c", WARM_COMPILER], env=env, capture_output=True, text=True,

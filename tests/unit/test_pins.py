@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hatch_precompile.build import installer_pins, target
+from hatch_precompile.build import installer_pins, target_environment
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the installer is read from /proc")
 
@@ -103,8 +103,8 @@ def test_nothing_pinned_is_no_pins(installer):
 def test_a_direct_reference_pin_is_kept_and_matched_by_its_file_name():
     found = installer_pins._torch_pins("pip", [("torch @ file:///opt/wheels/torch-2.13.0%2Bcpu-cp311-cp311-manylinux_2_28_x86_64.whl", "x")])
     (pin,) = found.requirements
-    assert target._satisfies("2.13.0+cpu", pin) and not target._satisfies("2.14.1", pin)
-    assert not target._satisfies("", "torch==2.13.0")
+    assert target_environment._satisfies("2.13.0+cpu", pin) and not target_environment._satisfies("2.14.1", pin)
+    assert not target_environment._satisfies("", "torch==2.13.0")
 
 
 def test_the_build_env_gets_one_torch_requirement_that_all_of_them_allow():

@@ -14,7 +14,7 @@ import pytest
 
 from hatch_precompile.build import isa
 from hatch_precompile.child import key_details
-from hatch_precompile.run import key_matching, tuned_configs
+from hatch_precompile.run import cache_keys_as_built, tuned_configs
 from hatch_precompile.run.torch_internals import patching, prefetch, registry, settings
 
 _names = count()
@@ -186,10 +186,10 @@ def test_the_key_hook_leaves_a_key_it_cannot_read_as_torch_made_it(fake, monkeyp
             self.inductor_config = config
 
     name, _ = fake(FxGraphHashDetails=FxGraphHashDetails)
-    monkeypatch.setattr(key_matching, "_built_compiler", {"config": [None, "g++"], "family": "gcc"})
-    monkeypatch.setattr(key_matching, "stands_in", lambda: True)
+    monkeypatch.setattr(cache_keys_as_built, "_built_compiler", {"config": [None, "g++"], "family": "gcc"})
+    monkeypatch.setattr(cache_keys_as_built, "stands_in", lambda: True)
     patching.wrap(point(name, "FxGraphHashDetails.__init__"),
-                  after=lambda arguments, _: key_matching.agree_compiler(arguments["self"].inductor_config))
+                  after=lambda arguments, _: cache_keys_as_built.agree_compiler(arguments["self"].inductor_config))
     assert FxGraphHashDetails("not a dict").inductor_config == "not a dict"
     assert FxGraphHashDetails({"cpp.cxx": (None, "g++-12")}).inductor_config == {"cpp.cxx": (None, "g++")}
 
@@ -264,7 +264,7 @@ def test_the_keys_are_hashed_from_the_first_compile_not_at_import(fake, monkeypa
                             dataclasses.replace(registry.REGISTRY[name], module=where, elsewhere=None))
     monkeypatch.setattr(patching, "_hooks", {})
     monkeypatch.setattr(prefetch, "_first_compile", [])
-    warm_shortcuts.apply()
+    warm_shortcuts.install_shortcuts()
     assert started == []  # Inductor imported, nothing compiled: nothing hashed
     assert module._compile("f") == "graph of f" and started == ["torch-key"]
     assert module._compile("g") == "graph of g" and started == ["torch-key"]  # once
@@ -281,14 +281,14 @@ def test_the_compilers_version_is_asked_at_the_first_compile_and_a_failing_start
                         dataclasses.replace(registry.REGISTRY["dynamo-compile"], module=convert_frame))
     monkeypatch.setattr(patching, "_hooks", {})
     monkeypatch.setattr(prefetch, "_first_compile", [])
-    monkeypatch.setattr(key_matching, "_built_compiler", {})
+    monkeypatch.setattr(cache_keys_as_built, "_built_compiler", {})
     asked, notes = [], []
     monkeypatch.setattr(environment_key, "cxx_command", lambda: "g++")
     monkeypatch.setattr(environment_key, "compiler", lambda: asked.append("--version") or {
         "command": "g++", "version": "unavailable (exit 1)", "family": "gcc"})
     prefetch.at_first_compile(lambda: 1 / 0)
     manifest = Manifest("p", {}, {}, compiler={"family": "gcc", "command": "g++", "config": "g++"})
-    assert key_matching.apply(manifest, notes.append) == [] and asked == []
+    assert cache_keys_as_built.match_build_keys(manifest, notes.append) == [] and asked == []
     assert module._compile("f") == "graph of f"
     assert asked == ["--version"] and notes == [
         "no working C++ compiler here (g++: unavailable (exit 1)): torch needs one, of the gcc family, "

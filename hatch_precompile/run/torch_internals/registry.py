@@ -85,17 +85,17 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "the same, where Triton names the source by its file (Triton 3.8)",
                broken="Triton builds them as usual"),
     Touchpoint("hash-details", CODECACHE, "FxGraphHashDetails.__init__", "wrap", "load: a stand-in compiler's key "
-               "(run/key_matching.py)",
+               "(run/cache_keys_as_built.py)",
                broken="the key as torch made it: the graphs compile again"),
     Touchpoint("inductor-config", CONFIG, "cpp.dynamic_threads", "setting", "load: the set's settings "
-               "(run/key_matching.py); applied under HATCH_PRECOMPILE_NO_PATCHES too",
+               "(run/cache_keys_as_built.py); applied under HATCH_PRECOMPILE_NO_PATCHES too",
                broken="a setting it does not take is left alone (logged): the graphs compile again"),
     Touchpoint("compile-command", CPP_BUILDER, "run_compile_cmd", "wrap", "build: portable kernels and their flags "
                "(build/isa.py, build/export.py)",
                broken="the command runs as torch made it; the set is recorded `native`"),
     Touchpoint("dynamo-compile", CONVERT_FRAME, "_compile", "wrap", "load: the first compile starts the "
                "torch-key and triton-key prefetches (run/warm_shortcuts.py) and asks the compiler's --version "
-               "(run/key_matching.py); build, verify, snoop: each graph's call "
+               "(run/cache_keys_as_built.py); build, verify, snoop: each graph's call "
                "(child/observe.py); build, snoop: a line per graph as it is compiled (child/progress.py)",
                broken="no call signatures recorded (snoop's gaps say less); the keys are hashed when "
                "torch needs them, not before; a compiler that does not work is not said ahead; a build's "
@@ -161,7 +161,7 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "Intel's, from its remembered `--version` line (run/warm_shortcuts.py)",
                broken="passed through: torch runs the compiler's `--version`"),
     Touchpoint("cpp-compiler", CPP_BUILDER, "get_cpp_compiler", "call", "load and build: the compiler Inductor "
-               "resolved (run/key_matching.py, run/warm_shortcuts.py, child/build_child.py)",
+               "resolved (run/cache_keys_as_built.py, run/warm_shortcuts.py, child/build_child.py)",
                broken="no compiler recorded, no stand-in; probes as usual; an exported step's CPU features unknown: refused"),
     Touchpoint("cache-dir", "torch._inductor.runtime.cache_dir_utils", "cache_dir", "call", "load, on a GPU: the "
                "cache dir the tuned configs go to (run/tuned_configs.py)",

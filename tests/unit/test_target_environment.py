@@ -28,20 +28,20 @@ def test_supported_torch_range(capsys):
     ],
 )
 def test_uv_python_option(argv, expected):
-    from hatch_precompile.build import target
+    from hatch_precompile.build import target_environment
 
-    assert target._option(argv, "--python", "-p") == expected
+    assert target_environment._option(argv, "--python", "-p") == expected
 
 
 def test_the_creator_of_a_frontend_build_venv_is_the_target(tmp_path, monkeypatch):
-    from hatch_precompile.build import target
+    from hatch_precompile.build import target_environment
 
     for name, expected in [("build-env-x1y2", "/work/venv/bin/python"), ("my-own-venv", None)]:
         venv = tmp_path / name
         venv.mkdir()
         (venv / "pyvenv.cfg").write_text(f"home = /usr/bin\ncommand = /work/venv/bin/python -m venv --without-pip {venv}\n")
         monkeypatch.setattr(sys, "prefix", str(venv))
-        found = target._venv_creator({})
+        found = target_environment._venv_creator({})
         assert (found[0] if found else None) == expected, name
 
 
@@ -49,10 +49,10 @@ def test_the_probe_reads_an_environment_that_has_neither_torch_nor_hatch_precomp
     """A user's fresh venv: the probe runs in its interpreter and may import only the standard library."""
     import subprocess
 
-    from hatch_precompile.build import target
+    from hatch_precompile.build import target_environment
 
     monkeypatch.chdir(tmp_path)  # a project's dir, as in a build: not this checkout, whose package `-c` would see
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", tmp_path / "venv"], check=True)
-    found = target.probe(str(tmp_path / "venv" / "bin" / "python"), {})
+    found = target_environment.probe(str(tmp_path / "venv" / "bin" / "python"), {})
     assert found is not None and found.torch is None and found.prefix == str(tmp_path / "venv")
     assert found.site_packages and all("venv" in p for p in found.site_packages)

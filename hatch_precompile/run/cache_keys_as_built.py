@@ -36,7 +36,7 @@ from hatch_precompile.run.torch_internals import patching, prefetch, settings
 _built_compiler: dict[str, Any] = {}
 
 
-def apply(manifest: Manifest, note_later: Callable[[str], None]) -> list[str]:
+def match_build_keys(manifest: Manifest, note_later: Callable[[str], None]) -> list[str]:
     """Make this process's keys agree with ``manifest``'s build; what will still differ, as notes.
     What can only be known at the first compile goes to ``note_later`` then (``load()`` passes
     its ``note_once``: this module does not import the loader, which imports it)."""
