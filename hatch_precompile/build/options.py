@@ -11,11 +11,21 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import re
 from typing import Any, Callable
 
 from hatch_precompile.errors import OptionError
-from hatch_precompile.protocol import CPU_TARGETS, DEFAULT_TIMEOUT, DEVICES, DOTTED_NAME, ON_FAILURE, WORKLOAD
+from hatch_precompile.protocol import (
+    CPU_TARGETS,
+    DECLARATION_FORMAT,
+    DEFAULT_TIMEOUT,
+    DEVICES,
+    DOTTED_NAME,
+    ON_FAILURE,
+    WORKLOAD,
+    Declaration,
+)
 
 CHECKS = ("off", "warn", "error")
 CAPABILITY = re.compile(r"[a-z][a-z0-9_]*")  # what ATEN_CPU_CAPABILITY takes: default, avx2, avx512, ...
@@ -195,6 +205,38 @@ def parse(table: dict[str, Any], hook: str, where: str | None = None) -> Options
     if problems:
         raise OptionError(*problems)
     return Options(**values)
+
+
+# A wheel's declaration (protocol/declaration.py) holds these options, read back with the table's
+# own checks: its field -> the option's name.
+DECLARED = {"package": "package", "workloads": "workload", "timeout": "timeout", "device": "device"}
+
+
+def read_declaration(text: str, where: str) -> Declaration | None:
+    """The declaration in ``text`` (``where`` names the file), or None where there is none or it is
+    of another format than this version writes; raises one OptionError naming every bad field."""
+    if not text.strip():
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise OptionError(f"{where} is not JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("format") != DECLARATION_FORMAT:
+        return None
+    problems: list[str] = []
+    values = {}
+    for attribute, option in DECLARED.items():
+        if attribute not in data:
+            if attribute in ("package", "workloads"):  # the rest have defaults
+                problems.append(f"`{attribute}` in {where} is missing")
+            continue
+        try:
+            values[attribute] = check_option(option, data[attribute], f"`{attribute}` in {where}")
+        except OptionError as exc:
+            problems += exc.problems
+    if problems:
+        raise OptionError(*problems)
+    return Declaration(**values)
 
 
 def unknown_option(name: str, place: str, reserved: bool = True) -> str:

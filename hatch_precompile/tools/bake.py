@@ -112,8 +112,9 @@ def declaration(contents: dict[str, bytes], dist_info: str, wheel: Path, workloa
         return Plan(package or opts.import_package or "", opts.workloads, opts.timeout, opts.device,
                     opts.cpu_target, opts.cpu_capabilities, f"[{TABLE}] of {where}",
                     settings.torch_trace(opts, project if project.is_dir() else project.parent), opts.dynamo_cache)
-    found = Declaration.parse(contents.get(f"{dist_info}/extra_metadata/{DECLARATION_FILE}", b"").decode("utf-8",
-                                                                                                         "replace"))
+    declared = f"{dist_info}/extra_metadata/{DECLARATION_FILE}"
+    found = options_module.read_declaration(contents.get(declared, b"").decode("utf-8", "replace"),
+                                            f"{wheel.name}'s {declared}")
     if found is not None and found.workloads:
         return Plan(package or found.package, found.workloads, found.timeout, found.device, defaults.cpu_target,
                     (), f"the declaration in {wheel.name}")

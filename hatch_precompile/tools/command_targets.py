@@ -15,6 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from hatch_precompile.build import options
 from hatch_precompile.errors import ManifestError, TargetNotFound
 from hatch_precompile.protocol import (
     DECLARATION_PATH,
@@ -171,9 +172,10 @@ def _declaration(package: str) -> tuple[Declaration, str] | None:
             text = dist.read_text(DECLARATION_PATH)
         except (metadata.PackageNotFoundError, OSError):
             continue
-        declared = Declaration.parse(text) if text else None
+        where = f"{name} {dist.version}'s {DECLARATION_PATH}"
+        declared = options.read_declaration(text or "", where)
         if declared is not None and declared.package == package:
-            return declared, f"{name} {dist.version}'s {DECLARATION_PATH}"
+            return declared, where
     return None
 
 

@@ -196,3 +196,35 @@ def test_record_is_csv_written_and_checked(tmp_path):
     assert wheelfile.record_problem(unlisted, record) == "RECORD lists pkg/new.txt wrongly"
     absent = {n: d for n, d in written.items() if n != "pkg/run.sh"}
     assert wheelfile.record_problem(absent, record) == "RECORD lists pkg/run.sh, which the wheel lacks"
+
+
+DECLARED = "tiny-1.0.dist-info/extra_metadata/hatch-precompile.json"
+
+
+@pytest.mark.parametrize("declaration, messages", [
+    ('{"format": 1, "package": "tiny", "workloads": ["tiny.work:workload"], "timeout": -1, "device": "gpu"}',
+     [f"`timeout` in tiny-1.0-py3-none-any.whl's {DECLARED} must be a positive number of seconds, got -1",
+      f"`device` in tiny-1.0-py3-none-any.whl's {DECLARED} must be one of "]),
+    ("{not json", [f"tiny-1.0-py3-none-any.whl's {DECLARED} is not JSON"]),
+])
+def test_a_bad_declaration_is_named_field_by_field_not_replaced_by_defaults(tmp_path, declaration, messages):
+    """A wheel's declaration is read with the hook table's own checks: every bad value named at once."""
+    wheel = fake_wheel(tmp_path / "in", files={DECLARED: declaration})
+    proc = bake(wheel, "-o", tmp_path / "out", check=False)
+    assert proc.returncode == 2 and all(m in proc.stdout for m in messages), proc.stdout
+    assert not list((tmp_path / "out").glob("*.whl"))
+
+
+def test_a_declaration_reads_back_as_written_with_the_tables_defaults():
+    from hatch_precompile.build.options import OptionError, read_declaration
+    from hatch_precompile.protocol import Declaration
+
+    written = Declaration("tiny", ("tiny.work:workload",), 90.0, "cpu")
+    assert read_declaration(written.dumps(), "f") == written
+    assert read_declaration('{"format": 1, "package": "tiny", "workloads": ["tiny.work:workload"]}', "f") == \
+        Declaration("tiny", ("tiny.work:workload",))
+    assert read_declaration("", "f") is None and read_declaration('{"format": 2}', "f") is None  # none, or newer
+    with pytest.raises(OptionError) as raised:
+        read_declaration('{"format": 1, "workloads": ["nope"]}', "f")
+    assert raised.value.problems == ["`package` in f is missing",
+                                     "`workloads` in f: entry 'nope' must look like 'package.module:function'"]
