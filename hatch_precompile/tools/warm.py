@@ -37,12 +37,13 @@ from hatch_precompile.run import usercache, verdict
 
 def shipped_match(directory: Path) -> str | None:
     """The torch/env summary if a set the package at ``directory`` shipped already fits this environment, else None."""
-    here = verdict.here()
+    here = None  # gathered (torch imported) only once there is a set to compare
     for manifest_file in sorted((directory / DIRNAME / SETS_DIR).glob(f"*/{MANIFEST_FILE}")):
         try:
             manifest = Manifest.parse(manifest_file.read_bytes())
         except (ManifestError, OSError):
             continue
+        here = here or verdict.here()
         if verdict.problem(manifest, here) is None:
             return f"torch {manifest.env.get('torch')}, CPU capability {manifest.env.get('cpu_capability')}"
     return None
