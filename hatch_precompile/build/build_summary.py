@@ -63,13 +63,13 @@ def total(manifests: list[Manifest], seconds: float) -> str:
 
 def check_instabilities(manifests: list[Manifest], options: Options, reporter: Reporter) -> None:
     """The ``graph-breaks`` and ``recompiles`` options: a notice at "warn", Instability at "error"."""
-    from hatch_precompile.child import pitfalls
+    from hatch_precompile.child import performance_pitfalls
     from hatch_precompile.protocol import workloads
 
     found: dict[str, list[str]] = {"graph-breaks": [], "recompiles": []}
     for manifest in manifests:
         for workload in workloads.of(manifest):
-            for option, lines in pitfalls.of_workload(workload.graph_breaks, workload.recompiles).items():
+            for option, lines in performance_pitfalls.of_workload(workload.graph_breaks, workload.recompiles).items():
                 found[option] = list(dict.fromkeys(found[option] + [f"{workload.name}: {line}" for line in lines]))
     for option, level in (("graph-breaks", options.graph_breaks), ("recompiles", options.recompiles)):
         if level == "off" or not found[option]:

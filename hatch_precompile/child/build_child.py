@@ -245,8 +245,8 @@ def _compiler_command() -> str | None:
 
 def _machine(flags: isa.CompileFlags, kernel_commands: dict[str, Any]) -> dict[str, Any]:
     """The compiler, what the kernels it built may execute (build/isa.py), and the ISA probes
-    that passed (for load()'s probe shortcut, run/warm_shortcuts.py)."""
-    from hatch_precompile.run import environment_key, warm_shortcuts
+    that passed (for load()'s probe shortcut, run/isa_probes.py)."""
+    from hatch_precompile.run import environment_key, isa_probes
 
     command = _compiler_command()
     if command is None:
@@ -271,7 +271,7 @@ def _machine(flags: isa.CompileFlags, kernel_commands: dict[str, Any]) -> dict[s
     found = {"compiler": compiler, "cpu_target": flags.target}
     try:
         found["cpu_features"] = isa.features(command, flag_sets) if flag_sets else []
-        found["probes"] = {p: isa.features(command, {tuple(p.split())}) for p in warm_shortcuts.passed_probes()}
+        found["probes"] = {p: isa.features(command, {tuple(p.split())}) for p in isa_probes.passed_probes()}
     except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as exc:
         # A feature no CPU has: load() refuses the set's kernels rather than trust them.
         found["cpu_features"], found["probes"] = ["?unknown"], {}

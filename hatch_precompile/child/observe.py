@@ -18,7 +18,7 @@ import re
 import time
 from typing import Any, Callable
 
-from hatch_precompile.child import key_details, lookups, progress
+from hatch_precompile.child import key_details, progress, unused_entries
 from hatch_precompile.run.torch_internals import patching
 
 log = logging.getLogger("hatch_precompile.observe")
@@ -35,7 +35,7 @@ class Observer:
         self.dynamo_utils = dynamo_utils
         self.signatures = Signatures()
         self.keys = key_details.KeyRecorder()
-        self.lookups = lookups.Lookups()
+        self.lookups = unused_entries.Lookups()
         self.logs = None
         if logs:
             try:
@@ -100,7 +100,7 @@ def attach_guards(keys: list[dict[str, Any]], saved: list[dict[str, Any]]) -> No
 def unloadable_entries(graphs: list[dict[str, Any]], keys: list[dict[str, Any]],
                        failed: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """For each forward graph whose AOTAutograd lookup missed with no guard failed, why the entry
-    under its key could not be used (child/lookups.py): a file that cannot be loaded, an FX graph
+    under its key could not be used (child/unused_entries.py): a file that cannot be loaded, an FX graph
     entry it names that is missing, or no entry at all."""
     guarded = {g["compile_id"] for g in failed}
     out = []
@@ -111,7 +111,7 @@ def unloadable_entries(graphs: list[dict[str, Any]], keys: list[dict[str, Any]],
         for key in {e["key"] for e in keys if e.get("cache") == "aot" and e.get("compile_id") == compile_id
                     and e.get("key")}:
             try:
-                problem = lookups.unloadable(key)
+                problem = unused_entries.unloadable(key)
             except Exception:  # an observer must never fail the run it observes
                 log.debug("observer: the entry under %s not read back", key, exc_info=True)
                 continue

@@ -7,24 +7,10 @@ by the torch install path, outside TORCHINDUCTOR_CACHE_DIR). For a kernel whose 
 disk the header is never used: the build step is skipped when the binary exists. So we skip
 the header work for exactly those kernels.
 
-2. Before using a vector ISA, every process compiles a probe library per candidate ISA (cached in
-the Inductor cache dir) and dlopens each in a child Python (six children, ~1.2 s here), so that
-an ISA the OS cannot run kills a child, not the program. We remember a successful probe in the
-per-user cache, keyed by the probe's bytes, torch's and Python's versions, the OS kernel release
-and the CPU's flags: the same library on the same machine is not probed again — not even in the
-first process after `pip install`, since the build's own workload run records its probes too.
-Failures are never remembered.
+2. Inductor's ISA probes, compiled and loaded by every process: answered from what this user's
+earlier processes or the loaded set's build proved (isa_probes.py).
 
-3. The ISA probe compile: before it dlopens a probe, each process compiles it with the ATen
-vector headers (~2 s per ISA here), once per compiler version. The build records every probe
-that passed (its flags, and the CPU features they enable). Where a loaded set's build passed a
-probe with the same flags, and this CPU has every feature they enable (/proc/cpuinfo), the set
-vouches for it: the probe is answered yes without compiling, provided this process's compiler
-accepts the flags (asked with an empty translation unit, ~10 ms, unless it is the build's own
-compiler). Torch's library side of the probe (its Sleef symbols) is proven by the build, which
-ran the same torch. Any other probe runs as usual; so does every probe when no set was loaded.
-
-4. Before its first cache lookup, Inductor hashes torch's sources (``torch_key``) and, on a CUDA
+3. Before its first cache lookup, Inductor hashes torch's sources (``torch_key``) and, on a CUDA
 build, Triton's (``triton_key``: 0.4 s, mostly the 400 MB libtriton.so). Both start in the
 background when Dynamo starts its first compile, computed by torch as always (torch's key is never
 stored): not when Inductor is imported, since a package that calls ``torch.compile`` at import
@@ -48,31 +34,22 @@ import functools
 import hashlib
 import importlib.util
 import os
-import platform
-import shlex
-import subprocess
 import sys
 import threading
-from pathlib import Path
 from typing import Any
 
 from hatch_precompile.protocol import Manifest
-from hatch_precompile.run import environment_key, memos, usercache
-from hatch_precompile.run.torch_internals import patching, prefetch, settings
+from hatch_precompile.run import environment_key, isa_probes, memos, usercache
+from hatch_precompile.run.torch_internals import patching, prefetch
 
 _pending = threading.local()
-# Probes loaded sets vouch for: flags (as a set of words) -> the build compilers' --version lines.
-_vouched: dict[frozenset[str], set[str]] = {}
-_probed: dict[str, bool] = {}  # this process's probes: arch flags -> passed
 
 
 def install_shortcuts(manifest: Manifest | None = None, cpu: frozenset[str] | None = None) -> None:
     """Install the shortcuts (idempotent). ``manifest``: a set load() installed; ``cpu``: this
     CPU's features, to tell which of the set's probes it may vouch for."""
     if manifest is not None and cpu is not None:
-        for flags, features in manifest.probes.items():
-            if all(f.lower() in cpu for f in features):
-                _vouched.setdefault(frozenset(flags.split()), set()).add(str((manifest.compiler or {}).get("version")))
+        isa_probes.vouch_for(manifest, cpu)
     patching.wrap("write", after=_note_built_kernel)
     # Inductor asks the compiler's --version to find it and to tell Intel's apart, in every process:
     # answered from the version line remembered for that compiler file, as load()'s own check is.
@@ -82,7 +59,7 @@ def install_shortcuts(manifest: Manifest | None = None, cpu: frozenset[str] | No
     # Inductor hashes torch's whole source tree (torch_key, 0.3-0.7 s here), and where Triton is
     # installed (a CUDA build, on a GPU or not) Triton's too, before the first cache lookup: both
     # start in the background (hashlib drops the GIL) at the first compile, computed by torch as
-    # always (item 4).
+    # always (item 3).
     prefetch.at_first_compile(functools.partial(prefetch.prefetch, "torch-key"))
     # Remembered only where a set was loaded: not for each build env's short-lived Triton.
     triton = functools.partial(prefetch.at_first_compile, functools.partial(
@@ -93,8 +70,7 @@ def install_shortcuts(manifest: Manifest | None = None, cpu: frozenset[str] | No
         prefetch.answer_without("system", "triton_key", otherwise=triton)
     else:
         triton()
-    patching.wrap("check-build", instead=_vouched_probe, after=_note_probe)
-    patching.wrap("probe-load", instead=_remembered_probe, after=_remember_probe)
+    isa_probes.install()
 
 
 class TritonKeyMemo:
@@ -141,11 +117,6 @@ def _shows_no_gpu(manifest: Manifest) -> bool:
     return manifest.env.get("gpu") is None and getattr(getattr(torch, "version", None), "hip", None) is None
 
 
-def passed_probes() -> list[str]:
-    """The arch flags of every ISA probe that passed in this process (the build records them)."""
-    return sorted(flags for flags, passed in _probed.items() if passed)
-
-
 def _note_built_kernel(arguments: dict[str, Any], result: Any) -> None:
     # load_async writes `<key>.main.cpp`, then asks for the header, then builds `<key>.main.so`.
     if arguments.get("extension") == "main.cpp":
@@ -158,39 +129,6 @@ def _skip_header_when_built(arguments: dict[str, Any]) -> Any:
         _pending.binary_exists = False
         return None  # no `-include <pch>`: nothing will be compiled with it
     return patching.PASS
-
-
-def _vouched_probe(arguments: dict[str, Any]) -> Any:
-    return True if vouches(arguments["self"].build_arch_flags()) else patching.PASS
-
-
-def _note_probe(arguments: dict[str, Any], passed: Any) -> None:
-    flags = arguments["self"].build_arch_flags()
-    if isinstance(flags, str):
-        _probed[flags] = passed is True
-
-
-def vouches(arch_flags: Any) -> bool:
-    """Whether a loaded set proves a probe with ``arch_flags`` would pass in this process."""
-    words = frozenset(arch_flags.split()) if isinstance(arch_flags, str) else frozenset()
-    builders = _vouched.get(words)
-    if not words or not builders:
-        return False
-    compiler = settings.cpp_compiler()
-    if environment_key.remembered_compiler_version(compiler) in builders:
-        return True  # the build's own compiler compiled these flags
-    return _accepts(compiler, tuple(sorted(words)))
-
-
-@functools.lru_cache(maxsize=None)
-def _accepts(compiler: str, flags: tuple[str, ...]) -> bool:
-    """Whether ``compiler`` takes ``flags`` (an unknown -m option is an error for gcc and clang)."""
-    try:
-        proc = subprocess.run([*shlex.split(compiler), *flags, "-fsyntax-only", "-x", "c++", "-"], input="",
-                              capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, ValueError, subprocess.SubprocessError):
-        return False
-    return proc.returncode == 0
 
 
 def _working(command: Any) -> bool:
@@ -224,39 +162,3 @@ def _not_intel_by_remembered_version(arguments: dict[str, Any]) -> Any:
     return patching.PASS if "Intel" in environment_key.remembered_compiler_version(command) else False
 
 
-def _probe_library(arguments: dict[str, Any]) -> Any:
-    return arguments.get("output_path", next((v for k, v in arguments.items() if k != "self"), None))
-
-
-def _remembered_probe(arguments: dict[str, Any]) -> Any:
-    library = _probe_library(arguments)
-    key = _probe_key(library) if isinstance(library, str) else None
-    passed = key is not None and memos.get(memos.ISA_PROBES, key, lambda value: value == memos.PASSED)
-    return True if passed else patching.PASS
-
-
-def _remember_probe(arguments: dict[str, Any], ok: Any) -> None:
-    library = _probe_library(arguments)
-    key = _probe_key(library) if ok is True and isinstance(library, str) else None
-    if key is not None:
-        memos.put(memos.ISA_PROBES, key, memos.PASSED)
-
-
-def _probe_key(library: str) -> str | None:
-    """What a successful probe of ``library`` on this machine is remembered under; None: do not."""
-    try:
-        flags = next(
-            (line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")),
-            None,
-        )
-        blob = Path(library).read_bytes()
-    except OSError:
-        return None
-    if usercache.base_dir() is None or flags is None:
-        return None
-    torch = sys.modules.get("torch")
-    hasher = hashlib.sha256(blob)
-    # Not the install path: a build env's result holds for the same torch installed elsewhere.
-    for part in (getattr(torch, "__version__", ""), sys.version_info[:2], platform.release(), flags):
-        hasher.update(b"\0" + str(part).encode())
-    return hasher.hexdigest()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from hatch_precompile.child import pitfalls
+from hatch_precompile.child import performance_pitfalls
 from hatch_precompile.protocol import ENV_FIELDS, SETS_DIR, Manifest, file_kind
 from hatch_precompile.protocol import workloads as workload_records
 from hatch_precompile.tools.command_targets import Artifacts
@@ -228,7 +228,7 @@ def _render_workload(w: dict[str, Any]) -> list[str]:
             if g["recompile_reason"]:
                 out.append(f"                 recompiled because: {g['recompile_reason'].strip()}")
             if g.get("restart_seconds"):
-                out.append(f"                 {pitfalls.restarted_trace_line(g)}")
+                out.append(f"                 {performance_pitfalls.restarted_trace_line(g)}")
     else:
         out.append(f"    graphs compiled: {w['unique_graphs'] or 0} (per-graph times not recorded by this version)")
     out.append(f"    graph breaks: {len(w['graph_breaks'])}")

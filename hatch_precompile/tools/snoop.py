@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hatch_precompile.build import torch_trace
-from hatch_precompile.child import pitfalls, supervisor
+from hatch_precompile.child import performance_pitfalls, supervisor
 from hatch_precompile.errors import ChildError, SnoopError
 from hatch_precompile.protocol import BUILDING_VAR, CACHE_DIR_VAR, TORCHSCRIPT_DIR_VAR
 from hatch_precompile.tools import why
@@ -104,7 +104,7 @@ def analyse(result: dict[str, Any], tmin: float, manifests: Callable[[str], list
         "graphs": [g for g in graphs if g["seconds"] >= tmin],
         "distributions": _parcels(graphs, loads),
         "gaps": [gap for g in graphs if g["seconds"] >= tmin for gap in _gap(g, loads, manifests, result)],
-        "pitfalls": pitfalls.find(result, graphs),
+        "pitfalls": performance_pitfalls.find(result, graphs),
         "loads": result["loads"],
         "steps": result.get("steps") or [],
         "served": result.get("served") or {},

@@ -61,7 +61,7 @@ def explain(here: Iterable[dict[str, Any]], shipped: Iterable[dict[str, Any]], c
     [{field, shipped, here, means}], "sources": [{function, file, change, shipped_line, here_line}],
     "compared_with": shipped compile id, "unused": why torch did not use an entry under the same
     key, or None}``. ``files``: the shipped set's logical paths; ``graphs``: its workloads' graphs;
-    ``failures`` and ``unloadable``: what this process's observer recorded (child/lookups.py)."""
+    ``failures`` and ``unloadable``: what this process's observer recorded (child/unused_entries.py)."""
     mine = [e for e in here if e.get("compile_id") == compile_id]
     ids = set(shipped_ids)
     theirs = [e for e in shipped if e.get("compile_id") in ids]

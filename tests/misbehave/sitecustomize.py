@@ -184,7 +184,7 @@ def _autograd_cache(module):
 
 def _symbolic_shapes(module):
     for name, method in (("guard-eval", "evaluate_guards_expression"), ("guard-expr", "produce_guards_expression")):
-        if name in BROKEN:  # another signature than child/lookups.py reads; torch's calls still work
+        if name in BROKEN:  # another signature than child/unused_entries.py reads; torch's calls still work
             original = getattr(module.ShapeEnv, method)
 
             def other_signature(self, *args, _original=original, **kwargs):

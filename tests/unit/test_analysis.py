@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from hatch_precompile.child import observe, pitfalls
+from hatch_precompile.child import observe, performance_pitfalls
 from hatch_precompile.errors import MergeError
 from hatch_precompile.protocol import FileEntry, Manifest, sha256
 from hatch_precompile.protocol.workloads import Graph, Workload
@@ -105,7 +105,7 @@ def test_signatures_read_as_users_write_them():
      ("Data-dependent branching", "control flow"), ("something new", "a graph break")],
 )
 def test_graph_breaks_are_named_with_a_fix(reason, what):
-    found, fix = pitfalls.graph_break(reason)
+    found, fix = performance_pitfalls.graph_break(reason)
     assert what in found and fix
 
 
@@ -116,13 +116,13 @@ def test_graph_breaks_are_named_with_a_fix(reason, what):
      ("tensor 'L['x']' rank mismatch", "number of dims")],
 )
 def test_unstable_recompiles_are_named_with_a_fix(reason, what):
-    found = pitfalls.instability(reason)
+    found = performance_pitfalls.instability(reason)
     assert found is not None and what in found[0] and found[1]
 
 
 def test_the_grad_mode_recompile_is_expected():
-    assert pitfalls.instability("0/0: GLOBAL_STATE changed: grad_mode") is None
-    lines = pitfalls.of_workload([], [{"function": "f", "location": "m.py:3", "reasons": ["GLOBAL_STATE changed: grad_mode"]}])
+    assert performance_pitfalls.instability("0/0: GLOBAL_STATE changed: grad_mode") is None
+    lines = performance_pitfalls.of_workload([], [{"function": "f", "location": "m.py:3", "reasons": ["GLOBAL_STATE changed: grad_mode"]}])
     assert lines == {"graph-breaks": [], "recompiles": []}
 
 
@@ -130,7 +130,7 @@ def test_every_pitfall_of_a_program_is_found_where_it_happens():
     result = {"float64": [{"location": "m.py:5", "function": "f", "nodes": 3, "ops": ["aten.add"]}],
               "graph_breaks": [{"location": "m.py:7", "reason": "Tensor.item() call"}],
               "recompiles": [{"function": "f", "location": "m.py:1", "reasons": ["size mismatch at index 0"]}]}
-    found = pitfalls.find(result, [graph(dtype="torch.float64")])
+    found = performance_pitfalls.find(result, [graph(dtype="torch.float64")])
     kinds = [(p["kind"], p["location"]) for p in found]
     assert kinds == [("float64 in a compiled graph", "m.py:5"), ("float64 input", "/site/mypkg/model.py:30"),
                      ("graph break", "m.py:7"), ("recompile", "m.py:1")]
@@ -139,7 +139,7 @@ def test_every_pitfall_of_a_program_is_found_where_it_happens():
 
 def test_a_restarted_trace_is_a_pitfall_with_the_seconds_every_start_pays():
     restarted = dict(graph(), restart_seconds=1.5, restart_reasons=["'skip function graph_break in file ...'"])
-    (found,) = pitfalls.find({}, [graph(), restarted])
+    (found,) = performance_pitfalls.find({}, [graph(), restarted])
     assert found["kind"] == "restarted trace" and found["location"] == "/site/mypkg/model.py:30"
     assert found["what"] == ("forward: 1.50 s of Dynamo tracing thrown away by a restart, at every start, warm ones "
                              "too ('skip function graph_break in file ...')")

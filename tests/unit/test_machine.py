@@ -15,7 +15,7 @@ import pytest
 from hatch_precompile.build import elf, isa
 from hatch_precompile.errors import ElfUnreadable, MissingTool
 from hatch_precompile.protocol import DYNAMIC_THREADS_VAR, Manifest
-from hatch_precompile.run import cache_keys_as_built, environment_key, machine, relocate, warm_shortcuts
+from hatch_precompile.run import cache_keys_as_built, environment_key, isa_probes, machine, relocate, warm_shortcuts
 from unit.test_install import assert_skipped, ship
 
 LINUX = sys.platform.startswith("linux")
@@ -296,15 +296,15 @@ def test_a_missing_compiler_is_said_through_the_loaders_note(monkeypatch):
 
 
 def test_probes_are_vouched_for_only_with_their_flags_and_this_cpus_features(monkeypatch):
-    monkeypatch.setattr(warm_shortcuts, "_vouched", {})
+    monkeypatch.setattr(isa_probes, "_vouched", {})
     manifest = Manifest("p", {}, {}, compiler={"version": environment_key.compiler_version(environment_key.cxx_command())},
                         probes={"-mavx2 -mfma": ["avx2", "fma"], "-mfoo": ["no-such-feature"]})
     warm_shortcuts.install_shortcuts(manifest, frozenset({"avx2", "fma", "sse2"}))
-    assert warm_shortcuts.vouches("-mfma -mavx2")  # the same flags, in any order
-    assert not warm_shortcuts.vouches("-mavx2") and not warm_shortcuts.vouches("-mfoo") and not warm_shortcuts.vouches("")
-    monkeypatch.setattr(warm_shortcuts, "_vouched", {})
+    assert isa_probes.vouches("-mfma -mavx2")  # the same flags, in any order
+    assert not isa_probes.vouches("-mavx2") and not isa_probes.vouches("-mfoo") and not isa_probes.vouches("")
+    monkeypatch.setattr(isa_probes, "_vouched", {})
     warm_shortcuts.install_shortcuts(manifest, None)  # this CPU's features unknown: nothing is vouched for
-    assert not warm_shortcuts.vouches("-mavx2 -mfma")
+    assert not isa_probes.vouches("-mavx2 -mfma")
 
 
 # -- the compiler's --version, remembered ------------------------------------------------------------

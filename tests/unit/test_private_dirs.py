@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from hatch_precompile.errors import PrecompileWarning, Untrusted
-from hatch_precompile.run import load_caches, memos, private_dirs, usercache, warm_shortcuts
+from hatch_precompile.run import isa_probes, load_caches, memos, private_dirs, usercache
 from unit.test_install import FILES, OTHER_UID, assert_skipped, files_in, needs_root, ship
 
 
@@ -128,18 +128,18 @@ def test_an_empty_isa_probe_memo_does_not_skip_torchs_probe(tmp_path, monkeypatc
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     arguments = probe_arguments(tmp_path)
-    assert warm_shortcuts._remembered_probe(arguments) is patching.PASS
-    warm_shortcuts._remember_probe(arguments, True)
+    assert isa_probes._remembered_probe(arguments) is patching.PASS
+    isa_probes._remember_probe(arguments, True)
     (memo,) = (tmp_path / "cache" / "hatch-precompile" / memos.ISA_PROBES).iterdir()
     assert memo.read_text() == f"{memo.name}\npassed\n"
-    assert warm_shortcuts._remembered_probe(arguments) is True
+    assert isa_probes._remembered_probe(arguments) is True
     for planted in ("", "\n", "passed", f"{memo.name}\nfailed\n", "another\npassed\n"):
         memo.write_text(planted)
-        assert warm_shortcuts._remembered_probe(arguments) is patching.PASS, planted
-    warm_shortcuts._remember_probe(arguments, False)  # a failed probe is never remembered
-    assert warm_shortcuts._remembered_probe(arguments) is patching.PASS
-    warm_shortcuts._remember_probe(arguments, True)  # and the next pass writes it anew
-    assert warm_shortcuts._remembered_probe(arguments) is True
+        assert isa_probes._remembered_probe(arguments) is patching.PASS, planted
+    isa_probes._remember_probe(arguments, False)  # a failed probe is never remembered
+    assert isa_probes._remembered_probe(arguments) is patching.PASS
+    isa_probes._remember_probe(arguments, True)  # and the next pass writes it anew
+    assert isa_probes._remembered_probe(arguments) is True
 
 
 @needs_root

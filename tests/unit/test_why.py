@@ -118,14 +118,14 @@ def test_a_shipped_key_torch_did_not_use_says_why_a_guard_a_file_or_no_entry_at_
 def test_an_entry_that_cannot_be_loaded_is_named_with_the_error(tmp_path, monkeypatch):
     import uuid
 
-    from hatch_precompile.child import lookups
+    from hatch_precompile.child import unused_entries
 
     cache, key = tmp_path / "cache", f"a{uuid.uuid4().hex}"
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache))
-    assert lookups.unloadable(key) == {"absent": True}
+    assert unused_entries.unloadable(key) == {"absent": True}
     (cache / "aotautograd" / key).mkdir(parents=True)
     (cache / "aotautograd" / key / "entry").write_bytes(b"not a pickle")
-    found = lookups.unloadable(key)
+    found = unused_entries.unloadable(key)
     assert found["file"] == str(cache / "aotautograd" / key / "entry")
     assert found["error"].startswith("UnpicklingError")
 

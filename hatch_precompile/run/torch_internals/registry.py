@@ -69,10 +69,10 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "Triton's key where torch leaves it out of the graphs' keys (run/warm_shortcuts.py)",
                broken="not functools' cache of a function of no arguments, an error, or answers that differ: left to torch, Triton's key prefetched"),
     Touchpoint("check-build", VEC_ISA, "VecISA.check_build", "wrap", "load: answer the ISA probes a shipped set "
-               "proved (run/warm_shortcuts.py)",
+               "proved (run/isa_probes.py)",
                broken="probed as usual"),
     Touchpoint("probe-load", VEC_ISA, "VecISA._probe_load", "wrap", "load: remember the probes that passed "
-               "(run/warm_shortcuts.py)",
+               "(run/isa_probes.py)",
                broken="only a result of `True` is remembered; otherwise probed as usual"),
     Touchpoint("autotune-recheck", TRITON_HEURISTICS, "CachingAutotuner.recheck_autotune_cache", "wrap",
                "load, on a GPU: find the shipped tuned configs (run/tuned_configs.py)",
@@ -117,14 +117,14 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "(build/empty_graphs.py)",
                broken="such graphs are left to torch: returned uncompiled, with no cache entry to ship"),
     Touchpoint("guard-eval", SYMBOLIC_SHAPES, "ShapeEnv.evaluate_guards_expression", "wrap", "verify, snoop: "
-               "each cache entry's guard expression that failed, with this process's values (child/lookups.py)",
+               "each cache entry's guard expression that failed, with this process's values (child/unused_entries.py)",
                broken="no guard failure recorded: `why` says the entry was there but cannot say which guard failed"),
     Touchpoint("guard-expr", SYMBOLIC_SHAPES, "ShapeEnv.produce_guards_expression", "wrap", "build: each cache "
-               "entry's guard expression with the build's values, shipped for `why` (child/lookups.py)",
+               "entry's guard expression with the build's values, shipped for `why` (child/unused_entries.py)",
                broken="no build values beside a failed guard"),
     Touchpoint("cache-entries", AUTOGRAD_CACHE, "AOTAutogradCache._get_tmp_dir, FxGraphCache._get_tmp_dir", "call",
                "verify, snoop: a missed key's entry files read back as torch reads them, to name the one that "
-               "cannot be loaded and the error (child/lookups.py)",
+               "cannot be loaded and the error (child/unused_entries.py)",
                broken="no file named: `why` says the entry was there but not which file failed"),
     Touchpoint("verify-setting", "torch._inductor.config, torch._functorch.config", "<setting>", "setting",
                "verify's `--setting inductor.NAME=VALUE` / `functorch.NAME=VALUE` (child/verify_child.py)",
