@@ -56,8 +56,10 @@ def prove(package: bytes, constants: dict[str, Any], inputs: list[Any], timeout:
                     "inputs": [t.detach() for t in inputs]}, Path(tmp) / IO_FILE)
         # This interpreter's own torch: the one the proof is recorded for (bake runs here under
         # another environment's interpreter than the one hatch_precompile is installed in).
+        # The loader extracts the package under the temp dir: under this one, it goes even if the child crashes.
         proc = subprocess.Popen(supervisor.command(sys.executable, __name__, tmp), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                                env={**os.environ, "TMPDIR": tmp})
         try:
             output, _ = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

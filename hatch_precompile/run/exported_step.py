@@ -18,10 +18,12 @@ call that does not fit raises StepRefused with its kind and reason, and the call
 
 from __future__ import annotations
 
+import atexit
 import io
 import os
 import tempfile
 import threading
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -80,6 +82,7 @@ class ExportedStep:
         self._training: dict[str, Any] | None = spec.get("training")  # the loss and its gradients
         self._bound: dict[int, _BoundArgument] = {}
         self._lock = threading.Lock()
+        _close_at_exit(self)
 
     def call(self, args: tuple) -> Any:
         """The step's result for ``args``; StepRefused (before anything ran) when they do not fit."""
@@ -98,6 +101,8 @@ class ExportedStep:
                     bound = fresh[position] = _BoundArgument.from_full_check(args[position], position, recorded,
                                                                              self._training is not None)
                 bound.check_settings(position)
+            if self._loader is None:
+                raise StepRefused("its package was closed as the interpreter exits", LOADER)
             if fresh:
                 self._bound.update(fresh)
                 self._bind()
@@ -342,6 +347,30 @@ def proof_problem(record: dict[str, Any], torch: Any) -> str | None:
     proven = "; ".join(dict.fromkeys(named))  # each once, in the order they were made
     return (f"its package was proven to open and run on {proven or 'nothing'}, not on {where} (`hatch-precompile "
             "bake` under this torch on such a machine proves it)")
+
+
+# The loader extracts its package into a directory of its own under the temp dir, removed when the
+# loader is destroyed; a loader still referenced as the interpreter exits never is, and each process
+# would leave its steps' libraries behind in /tmp. So the open steps close their loaders at exit.
+_OPEN: weakref.WeakSet[ExportedStep] = weakref.WeakSet()
+_EXIT_WAIT_SECONDS = 5.0  # a thread still running a step keeps its loader (left behind, never torn from under it)
+
+
+def _close_at_exit(step: ExportedStep) -> None:
+    if not _OPEN:
+        atexit.unregister(_close_open_steps)  # registered once, whichever step opens first
+        atexit.register(_close_open_steps)
+    _OPEN.add(step)
+
+
+def _close_open_steps() -> None:
+    """Destroy every open step's loader, so that torch removes the directory it extracted."""
+    for step in list(_OPEN):
+        if step._lock.acquire(timeout=_EXIT_WAIT_SECONDS):
+            try:
+                step._loader = None
+            finally:
+                step._lock.release()
 
 
 def open_package(torch: Any, package: bytes) -> Any:

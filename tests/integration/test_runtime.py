@@ -16,10 +16,13 @@ def so_files(cache):
 
 
 def test_warm_start_hits_every_cache_and_compiles_no_kernel(runtime_python, cold_result, tmp_path):
-    cache = tmp_path / "cache"
+    cache, temp = tmp_path / "cache", tmp_path / "temp"
     cache.mkdir()
-    warm = run_sample(runtime_python, cache)
+    temp.mkdir()
+    warm = run_sample(runtime_python, cache, env={"TMPDIR": str(temp)})
     assert warm["precompiled"], warm["precompile_reason"]
+    # The C++ loader extracted each shipped step's package under the temp dir: gone at exit.
+    assert warm["classify_route"] == "aotinductor" and not list(temp.iterdir())
     assert warm["aot_autograd"].get("autograd_cache_miss", 0) == 0
     # The compiled inference is served untraced from its shipped Dynamo cache entry (no AOTAutograd
     # lookup: the entry holds its graphs); the training step is exported.
