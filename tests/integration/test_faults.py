@@ -13,7 +13,7 @@ import time
 import zipfile
 
 import pytest
-from conftest import TEST_USER_CACHE, blob, run, run_sample, set_manifest, unpack
+from conftest import TEST_USER_CACHE, blob, run, run_one_function, run_sample, set_manifest, unpack
 
 pytestmark = pytest.mark.slow  # builds wheels or venvs, or runs torch in fresh processes
 
@@ -73,12 +73,13 @@ def test_isa_mismatch_skips_then_compiles_normally(runtime_python, site, tmp_pat
     env = {"ATEN_CPU_CAPABILITY": "default"}
     reason = assert_skipped(runtime_python, site, tmp_path, f"built for cpu_capability={shipped!r}", env)
     assert "this environment has cpu_capability='DEFAULT'" in reason and "rebuild the wheel for this environment" in reason
-    # Torch's own recipe crashes here (avx512 kernel source built without its defines); we compile.
+    # Torch's own recipe crashes here (avx512 kernel source built without its defines); we compile
+    # (a function of our own: the sample's cold compile is cold_result's, 40 s more here).
     cache = tmp_path / "cold-cache"
     cache.mkdir()
-    result = run_sample(runtime_python, cache, env=env, pythonpath=site)
+    result = run_one_function(runtime_python, cache, env=env, pythonpath=site)
     assert not result["precompiled"] and result["kernels_compiled"] > 0
-    assert result["aot_autograd"]["autograd_cache_miss"] >= 2
+    assert result["aot_autograd"]["autograd_cache_miss"] >= 1
 
 
 def test_a_cpu_lacking_a_feature_the_kernels_may_use_is_refused(runtime_python, site, tmp_path):
