@@ -43,6 +43,17 @@ SLOW_FIXTURES = frozenset({
 })
 
 
+# Two workers' venvs and builds at once (torch 2.14.1's venv alone is 5 GB): below this, pip and the
+# builds fail with OSError rather than a test saying why.
+DISK_NEEDED_GB = 10
+
+
+def pytest_report_header(config):
+    free = shutil.disk_usage(tempfile.gettempdir()).free / 2**30
+    note = "" if free >= DISK_NEEDED_GB else f": too little, the slow tests need about {DISK_NEEDED_GB} GB"
+    return f"free space under {tempfile.gettempdir()}: {free:.1f} GB{note}"
+
+
 def pytest_sessionfinish(session, exitstatus):
     for path in (TEST_USER_CACHE, TEST_TMPDIR):
         shutil.rmtree(path, ignore_errors=True)
