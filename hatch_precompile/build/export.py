@@ -63,15 +63,16 @@ def save(name: str, fn: Callable, args: tuple, shapes: Any, check: str, out: Pat
     positions = [i for i, a in enumerate(args) if isinstance(a, torch.nn.Module)]
     inputs = tuple(a for i, a in enumerate(args) if i not in positions)
     wrapper = _Wrapper(fn, args, positions, training)
-    with trace_reads.recording({i: args[i] for i in positions}) as read:
-        program = torch.export.export(wrapper, inputs, dynamic_shapes=None if shapes is None else {"inputs": shapes},
-                                      strict=False)
-    if training:
-        program = torch_export.joint_program(torch, program)
-    with tempfile.TemporaryDirectory(prefix="hatch-precompile-export-") as tmp:
-        package_path = os.path.join(tmp, "step.pt2")
-        flags = _compile(program, package_path, tmp)
-        package = Path(package_path).read_bytes()
+    with torch_export.without_torchs_own_deprecations():
+        with trace_reads.recording({i: args[i] for i in positions}) as read:
+            program = torch.export.export(wrapper, inputs, strict=False,
+                                          dynamic_shapes=None if shapes is None else {"inputs": shapes})
+        if training:
+            program = torch_export.joint_program(torch, program)
+        with tempfile.TemporaryDirectory(prefix="hatch-precompile-export-") as tmp:
+            package_path = os.path.join(tmp, "step.pt2")
+            flags = _compile(program, package_path, tmp)
+            package = Path(package_path).read_bytes()
     candidates = {**export_contract.module_tensors(args, positions), **_lifted(torch, program)}
     proof = export_proof.proven_in_child(name, package, candidates, export_contract.flat_tensors(torch, inputs))
     spec, shipped = export_contract.contract_and_constants(torch, name, program, args, positions, inputs, proof,

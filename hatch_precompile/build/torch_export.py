@@ -3,6 +3,9 @@ compile of an exported program, and the joint export of a loss and its gradients
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 from hatch_precompile.run.torch_internals.registry import lookup
@@ -24,6 +27,17 @@ def aoti_compile(program: Any, package_path: str, configs: dict[str, Any]) -> An
         if before is not None and isinstance(metadata, dict):
             metadata.clear()
             metadata.update(before)
+
+
+@contextlib.contextmanager
+def without_torchs_own_deprecations() -> Iterator[None]:
+    """Torch 2.13's export deep-copies its own tree specs (run_decompositions, the joint export,
+    AOTInductor's compile), and each copy of a leaf warns that ``LeafSpec`` is deprecated: torch's
+    code, nothing the package's author can change, printed into every build's output."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                                category=FutureWarning)
+        yield
 
 
 def has_joint_export() -> bool:

@@ -640,3 +640,19 @@ def test_open_steps_close_their_loaders_at_exit_but_never_under_a_running_call(m
     assert idle._loader is None and busy._loader is not None
     with pytest.raises(StepRefused, match="closed as the interpreter exits"):
         idle.call(())
+
+
+def test_an_export_hides_torchs_own_treespec_deprecation_and_nothing_else():
+    """Torch 2.13's export copies its own tree specs, and each copy warns that LeafSpec is deprecated;
+    the build's export hides that warning only (a copy of a spec with a leaf warns on that torch)."""
+    import warnings
+
+    from hatch_precompile.build import torch_export
+
+    spec = torch.utils._pytree.tree_flatten([torch.ones(1)])[1]
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with torch_export.without_torchs_own_deprecations():
+            copy.deepcopy(spec)
+            warnings.warn("the author's own", FutureWarning)
+    assert [str(w.message) for w in seen] == ["the author's own"]
