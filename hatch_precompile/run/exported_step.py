@@ -82,6 +82,7 @@ class ExportedStep:
         self._training: dict[str, Any] | None = spec.get("training")  # the loss and its gradients
         self._bound: dict[int, _BoundArgument] = {}
         self._lock = threading.Lock()
+        self._opened_in = os.getpid()  # a forked child's copy shares this process's extracted directory
         _close_at_exit(self)
 
     def call(self, args: tuple) -> Any:
@@ -351,7 +352,8 @@ def proof_problem(record: dict[str, Any], torch: Any) -> str | None:
 
 # The loader extracts its package into a directory of its own under the temp dir, removed when the
 # loader is destroyed; a loader still referenced as the interpreter exits never is, and each process
-# would leave its steps' libraries behind in /tmp. So the open steps close their loaders at exit.
+# would leave its steps' libraries behind in /tmp. So the open steps close their loaders at exit: in
+# the process that opened them only, as a forked worker's exit must not remove its parent's files.
 _OPEN: weakref.WeakSet[ExportedStep] = weakref.WeakSet()
 _EXIT_WAIT_SECONDS = 5.0  # a thread still running a step keeps its loader (left behind, never torn from under it)
 
@@ -366,6 +368,8 @@ def _close_at_exit(step: ExportedStep) -> None:
 def _close_open_steps() -> None:
     """Destroy every open step's loader, so that torch removes the directory it extracted."""
     for step in list(_OPEN):
+        if step._opened_in != os.getpid():
+            continue
         if step._lock.acquire(timeout=_EXIT_WAIT_SECONDS):
             try:
                 step._loader = None

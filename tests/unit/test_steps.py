@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 
 import pytest
 import torch
@@ -619,16 +620,18 @@ def test_the_prover_imports_its_interpreters_torch_not_the_one_beside_hatch_prec
 
 def test_open_steps_close_their_loaders_at_exit_but_never_under_a_running_call(monkeypatch):
     """Torch removes a loader's extracted package only when the loader is destroyed: at exit each open
-    step drops it (a later call is refused, its fallback runs), unless a thread is inside a call."""
+    step drops it (a later call is refused, its fallback runs), unless a thread is inside a call or
+    the step was opened by the process this one was forked from (whose directory it is)."""
     import threading
 
     from hatch_precompile.errors import StepRefused
     from hatch_precompile.run import exported_step
 
     monkeypatch.setattr(exported_step, "_EXIT_WAIT_SECONDS", 0.05)
-    idle, busy = (object.__new__(exported_step.ExportedStep) for _ in range(2))
-    for step in (idle, busy):
+    idle, busy, forked = (object.__new__(exported_step.ExportedStep) for _ in range(3))
+    for step in (idle, busy, forked):
         step._loader, step._lock, step.spec = object(), threading.Lock(), {"arity": 0, "modes": call_contract.process_modes()}
+        step._opened_in = os.getpid() if step is not forked else os.getpid() + 1  # opened by a parent before a fork
         step._modules, step._bound, step._pytree, step._in_spec = {}, {}, None, None
         monkeypatch.setattr(step, "_inputs", lambda inputs: [], raising=False)
         exported_step._close_at_exit(step)
@@ -637,7 +640,7 @@ def test_open_steps_close_their_loaders_at_exit_but_never_under_a_running_call(m
         exported_step._close_open_steps()
     finally:
         busy._lock.release()
-    assert idle._loader is None and busy._loader is not None
+    assert idle._loader is None and busy._loader is not None and forked._loader is not None
     with pytest.raises(StepRefused, match="closed as the interpreter exits"):
         idle.call(())
 
