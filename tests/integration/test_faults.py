@@ -73,8 +73,8 @@ def test_isa_mismatch_skips_then_compiles_normally(runtime_python, site, tmp_pat
     env = {"ATEN_CPU_CAPABILITY": "default"}
     reason = assert_skipped(runtime_python, site, tmp_path, f"built for cpu_capability={shipped!r}", env)
     assert "this environment has cpu_capability='DEFAULT'" in reason and "rebuild the wheel for this environment" in reason
-    # Torch's own recipe crashes here (avx512 kernel source built without its defines); we compile
-    # (a function of our own: the sample's cold compile is cold_result's, 40 s more here).
+    # Torch's own recipe crashes here (avx512 kernel source built without its defines); we compile.
+    # One function's compile shows it (the sample's whole cold compile, 40 s more, is cold_result's).
     cache = tmp_path / "cold-cache"
     cache.mkdir()
     result = run_one_function(runtime_python, cache, env=env, pythonpath=site)
