@@ -20,12 +20,14 @@ process can tell it from any other (protocol/served_compiles.py), and the option
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import logging
 import os
 import pickle
 import sys
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +68,7 @@ class _Recorder:
     def install(self, torch: Any) -> None:
         patching.wrap("guard-filter", before=self._filter)
         patching.wrap("guarded-code", before=self._guarded_code)
+        patching.wrap("code-source", instead=_property_accessor)
         point = lookup("dropped-guards", "logging")
         logging.getLogger(point.module).addFilter(self._dropped_log)
         lookup("compile-calls", "wrap")
@@ -130,6 +133,30 @@ class _Recorder:
             reason = f"{unknown[0][0]} guard on {unknown[0][1]} (dropped by torch, unknown to this hatch-precompile)"
         self.dropped[hashlib.sha256(state).hexdigest()] = reason if reason is not None else kept
         return None
+
+
+def _property_accessor(arguments: dict[str, Any]) -> Any:
+    """How a new process finds a frame's code that is a property's getter, setter or deleter
+    (transformers' ``loss_function``): torch's own lookup stops at the property and raises, which
+    fails the whole workload's compile under caching_precompile. The answer is torch's form (the
+    qualified name, then the path to the code), walked here as torch walks it when it installs."""
+    code = arguments.get("code")
+    qualname = getattr(code, "co_qualname", None)  # Python 3.11 on, as torch's own lookup
+    module = inspect.getmodule(code) if isinstance(code, types.CodeType) else None
+    if module is None or not qualname:
+        return patching.PASS
+    found: Any = module
+    try:
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except Exception:
+        return patching.PASS
+    if not isinstance(found, property):
+        return patching.PASS
+    for accessor in ("fget", "fset", "fdel"):
+        if getattr(getattr(found, accessor), "__code__", None) is code:
+            return qualname, f"{accessor}.__code__"
+    return patching.PASS
 
 
 def main(argv: list[str]) -> int:
@@ -247,11 +274,17 @@ def _index(recorder: _Recorder, entries: Path, out: Path) -> tuple[dict[str, ser
             notes.append(f"{module}.{qualname}: torch bypassed its entry (it saved no compiled graph or no guard "
                          "for it)")
             continue
+        found = {sha: recorder.dropped.get(sha, "its guards were not recorded while the workload ran")
+                 for sha in sorted(guarded)}
+        if all(isinstance(why, str) for why in found.values()):  # installing it would load graphs no call runs
+            notes.append(f"{module}.{qualname}: every guarded code it compiled would be traced, so its entry is not "
+                         f"shipped: {next(iter(found.values()))}")
+            continue
         (out / f"{key}.entry").parent.mkdir(parents=True, exist_ok=True)
         (out / f"{key}.entry").write_bytes(data)
         functions[key] = served_compiles.Function(
             module, qualname, int(made_for[2]), f"{DYNAMO_DIR}/{key}.entry", tuple(o for o in options if o is not None),
-            {sha: recorder.dropped.get(sha, "its guards were not recorded while the workload ran") for sha in sorted(guarded)})
+            found)
     return functions, notes
 
 

@@ -172,8 +172,10 @@ def dropped_guard(source: str, guard_type: str, derived: tuple[str, ...], is_glo
     kinds = {guard_type, *derived}
     if kinds & {"WEAKREF_ALIVE", "DICT_VERSION"}:
         return f"{guard_type} guard on {source} (an object's state, which no new process can check)"
-    if not is_global or not SOURCE.fullmatch(source):
+    if not is_global:
         return f"{guard_type} guard on {source} (an object of the call's)"
+    if not SOURCE.fullmatch(source):  # type(...), __mro__, a closure's cells: not evaluated by this version
+        return f"{guard_type} guard on {source} (reached by a path this version does not evaluate)"
     code = "CLOSURE_MATCH" in kinds and isinstance(value, types.FunctionType)  # Dynamo holds its code only
     found = ({"kind": "code", "code": code_digest(value.__code__)} if code else describe(value)) if has_value else None
     if found is None:

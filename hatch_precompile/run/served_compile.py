@@ -173,6 +173,10 @@ def _install(package: str, model: Any, function: served_compiles.Function) -> No
         if name in this_process.tried:
             return  # installed on its code already (every wrapper of it is served), or refused
         this_process.tried.add(name)
+        unservable = [why for why in function.guarded.values() if isinstance(why, str)]
+        if len(unservable) == len(function.guarded):  # a set built before such entries were left out
+            _said(function, f"traced: {unservable[0] if unservable else 'its entry holds no guarded code'}")
+            return
         if dynamo_cache.settings_digest() != this_process.packages[package].settings:
             _said(function, "traced: this process's compiler settings (Inductor's, AOTAutograd's) are not the build's")
             return

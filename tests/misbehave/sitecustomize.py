@@ -326,6 +326,8 @@ def _dynamo_package(module):
         module.CompilePackage.install = install_by_another_name
     if "guarded-code" in BROKEN:
         module.CompilePackage.add_guarded_code = _NoSignature(module.CompilePackage.add_guarded_code)
+    if "code-source" in BROKEN:
+        module._get_code_source = _NoSignature(module._get_code_source)
 
 
 def _dynamo_guards(module):
@@ -426,7 +428,7 @@ BREAKERS = frozenset({
     "keep-constants", "pytree", "module-internals", "joint-export", "triton-c-module", "triton-c-module-file",
     "compile-calls", "precompile-entry", "compile-package", "guard-load", "unique-id", "caching-precompile",
     "guard-filter", "guarded-code", "dropped-guards", "guard-state-tensor", "compiler-config",
-    "global-state", "compiler-settings",
+    "global-state", "compiler-settings", "code-source",
 })
 
 

@@ -23,6 +23,10 @@ class Model(torch.nn.Module):
     def forward(self, x):
         return x * 2
 
+    @property
+    def loss_function(self):  # as transformers' own: a property's getter Dynamo compiles as a frame
+        return F.cross_entropy
+
 
 def test_keys_are_torchs_own():
     from torch._dynamo.package import CompilePackage
@@ -80,7 +84,8 @@ def test_a_dropped_guard_is_held_or_the_guarded_code_is_traced():
     assert "an object of the call's" in served_compiles.dropped_guard("L['model']", "ID_MATCH", (), False, Model(), True)
     assert "state" in served_compiles.dropped_guard("G['CONFIG']", "DICT_VERSION", (), True, {}, True)
     assert "no new process can tell" in served_compiles.dropped_guard("G['obj']", "ID_MATCH", (), True, Model(), True)
-    assert "an object of the call's" in served_compiles.dropped_guard("G['f'](1)", "ID_MATCH", (), True, plain, True)
+    assert "a path this version does not evaluate" in served_compiles.dropped_guard("G['f'](1)", "ID_MATCH", (), True,
+                                                                                    plain, True)
 
 
 def test_the_index_reads_back_and_refuses_what_it_cannot_serve():
@@ -125,3 +130,33 @@ def test_only_the_packages_own_calls_are_wrapped_and_the_decorator_is_its_caller
     assert calls == [(plain, {"dynamic": True}), (plain, {"mode": "max-autotune"})]
     served_compile.this_process.packages.clear()  # another package's call: torch's, untouched
     assert wrapped(plain) is plain and len(served) == 2
+
+
+def test_an_entry_whose_every_guarded_code_is_traced_is_not_installed(monkeypatch):
+    from hatch_precompile.run.torch_internals import dynamo_cache
+
+    monkeypatch.setattr(served_compile, "this_process", served_compile.ProcessState())
+    served_compile.this_process.packages["unit"] = None  # never read: nothing is installed
+    monkeypatch.setattr(dynamo_cache, "install", lambda *a, **k: pytest.fail("installed an entry no call can run"))
+    why = "CLOSURE_MATCH guard on L['fn'] (an object of the call's)"
+    function = served_compiles.Function("unit.m", "apply", 3, "dynamo/k.entry", ({},), {"a" * 64: why})
+    served_compile._install("unit", plain, function)
+    assert served_compile.served() == {"unit.m.apply": f"traced: {why}"}
+
+
+def test_a_propertys_getter_is_named_as_torchs_install_finds_it():
+    from torch._dynamo import package
+
+    from hatch_precompile.build import dynamo_pass
+    from hatch_precompile.run.torch_internals import patching
+
+    getter = Model.loss_function.fget.__code__
+    with pytest.raises(package.PackageError):  # torch's own lookup stops at the property
+        package._get_code_source(getter)
+    name, path = dynamo_pass._property_accessor({"code": getter})
+    assert (name, path) == ("Model.loss_function", "fget.__code__")
+    entry = types.SimpleNamespace(python_module=__name__, function_names=[name], code_source=path)
+    assert package._lookup_code(entry) is getter  # what torch walks when it installs the entry
+    for other in (plain.__code__, Model.forward.__code__, None, {}):
+        assert dynamo_pass._property_accessor({"code": other}) is patching.PASS
+    assert dynamo_pass._property_accessor({}) is patching.PASS  # torch's signature unread: torch answers

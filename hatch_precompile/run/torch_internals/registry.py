@@ -233,6 +233,11 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
     Touchpoint("guarded-code", "torch._dynamo.package", "CompilePackage.add_guarded_code", "wrap", "build's second "
                "pass: which guards each serialized guarded code lost (build/dynamo_pass.py)",
                broken="no guarded code recorded: every one is marked traced"),
+    Touchpoint("code-source", "torch._dynamo.package", "_get_code_source", "wrap", "build's second pass: the "
+               "code of a frame that is a property's getter (transformers' `loss_function`) named by the property's "
+               "accessor, where torch's lookup stops at the property (build/dynamo_pass.py)",
+               broken="torch's answer: its `PackageError` fails the second pass, and no compiled function is served "
+               "untraced"),
     Touchpoint("dropped-guards", "torch._dynamo.guards", "log", "logging", "build's second pass: the guards torch "
                "says it dropped, checked against those recorded, kept from printing (build/dynamo_pass.py)",
                broken="only the recorded ones are checked; torch prints a line per dropped guard"),

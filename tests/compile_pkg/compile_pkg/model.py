@@ -37,6 +37,38 @@ def scaled(weights: torch.Tensor):
     return torch.compile(scaled_by(weights))
 
 
+class Classifier(nn.Module):
+    """Its loss chosen by a property whose getter breaks Dynamo's graph, as transformers' ``loss_function``
+    does: the getter is compiled as a frame of its own, which torch's Dynamo cache cannot name alone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = nn.Linear(32, 10)
+
+    @property
+    def loss_function(self):
+        torch._dynamo.graph_break()  # as a logger call in the getter would
+        return F.cross_entropy
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.loss_function(self.head(x), y)
+
+
+def classifier(seed: int = 0):
+    """The classifier compiled by the package."""
+    torch.manual_seed(seed)
+    return torch.compile(Classifier())
+
+
+def doubled(fn):
+    """A closure over a function, compiled by the package: Dynamo holds ``fn`` by identity, which a
+    shipped entry cannot (the object is the call's), so the build ships no entry for it."""
+    def apply(x: torch.Tensor) -> torch.Tensor:
+        return fn(x) * 2
+
+    return torch.compile(apply)
+
+
 @torch.compile(dynamic=False)  # the decorator form, with an option
 def normalized(x: torch.Tensor) -> torch.Tensor:
     return F.normalize(x, dim=-1) * 2

@@ -1,8 +1,9 @@
-"""The build's workload: train with AdamW through the compiled loss, infer, scale."""
+"""The build's workload: train with AdamW through the compiled loss, infer, scale, double, classify."""
 
 import torch
+import torch.nn.functional as F
 
-from compile_pkg.model import batch, compiled_loss, make, normalized, predictor, scaled
+from compile_pkg.model import batch, classifier, compiled_loss, doubled, make, normalized, predictor, scaled
 
 
 def workload() -> None:
@@ -17,3 +18,5 @@ def workload() -> None:
         predictor(model.eval())(x)
     scaled(torch.ones(32))(x)
     normalized(x)
+    doubled(F.softsign)(x)
+    classifier()(x, y).backward()
