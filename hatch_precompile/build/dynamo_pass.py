@@ -57,7 +57,7 @@ class _Recorder:
 
     def __init__(self, package: str) -> None:
         self.package = package
-        self.entries: list[tuple[str, str, tuple[str, ...], bool, Any, bool]] = []  # the last guard filter's
+        self.entries: list[tuple[str, str, tuple[str, ...], Any, bool]] = []  # the last guard filter's
         self.filtered = False  # whether the guard filter saw the last compile's guards
         self.logged: set[tuple[str, str]] = set()  # the guards torch said it dropped, since that filter
         self.dropped: dict[str, list[dict[str, Any]] | str] = {}  # sha256 of a guarded code's guards -> index value
@@ -69,6 +69,7 @@ class _Recorder:
         patching.wrap("guard-filter", before=self._filter)
         patching.wrap("guarded-code", before=self._guarded_code)
         patching.wrap("code-source", instead=_property_accessor)
+        patching.wrap("guard-pickler", instead=_decorated_function)
         point = lookup("dropped-guards", "logging")
         logging.getLogger(point.module).addFilter(self._dropped_log)
         lookup("compile-calls", "wrap")
@@ -100,7 +101,7 @@ class _Recorder:
 
         def recording(entries: Any) -> Any:
             self.filtered = True
-            self.entries = [(e.orig_guard.name, e.guard_type, tuple(e.derived_guard_types or ()), bool(e.is_global),
+            self.entries = [(e.orig_guard.name, e.guard_type, tuple(e.derived_guard_types or ()),
                              e.value if e.has_value else None, bool(e.has_value)) for e in entries]
             return inner(entries) if inner is not None else [True] * len(entries)
 
@@ -119,11 +120,11 @@ class _Recorder:
         kept: list[dict[str, Any]] = []
         reason = None if self.filtered else "its guards were not seen while it compiled"
         named: set[tuple[str, str]] = set()
-        for source, guard_type, derived, is_global, value, has_value in self.entries:
+        for source, guard_type, derived, value, has_value in self.entries:
             if not {guard_type, *derived} & set(served_compiles.DROPPED):
                 continue
             named.add((guard_type, source))
-            found = served_compiles.dropped_guard(source, guard_type, derived, is_global, value, has_value)
+            found = served_compiles.dropped_guard(source, guard_type, derived, value, has_value)
             if isinstance(found, str):
                 reason = reason or found
             else:
@@ -157,6 +158,26 @@ def _property_accessor(arguments: dict[str, Any]) -> Any:
         if getattr(getattr(found, accessor), "__code__", None) is code:
             return qualname, f"{accessor}.__code__"
     return patching.PASS
+
+
+def _decorated_function(arguments: dict[str, Any]) -> Any:
+    """How a guarded code's state keeps a function whose name finds another object (a decorator's
+    wrapper: transformers' ``forward``, the function a call's closure holds): torch keeps a
+    placeholder, and then cannot rebuild the guards on the function's closure when it installs the
+    entry (``'_Missing' object has no attribute '__closure__'``). Kept instead as torch keeps a
+    nested function (its code, module, defaults and closure), rebuilt from them when it installs."""
+    pickler, obj = arguments.get("self"), arguments.get("obj")
+    rebuild = getattr(type(pickler), "_unpickle_nested_function", None)
+    if rebuild is None or not isinstance(obj, types.FunctionType) or "<locals>" in obj.__qualname__:
+        return patching.PASS
+    if any(id(obj) in getattr(pickler, kept, {}) for kept in ("empty_values", "missing_values")):
+        return patching.PASS  # torch's own choice for it comes first
+    found: Any = sys.modules.get(obj.__module__)
+    for part in obj.__qualname__.split(".") if found is not None else ():
+        found = getattr(found, part, None)
+    if found is obj or found is None:
+        return patching.PASS
+    return rebuild, (obj.__code__, obj.__module__, obj.__qualname__, obj.__defaults__, obj.__closure__)
 
 
 def main(argv: list[str]) -> int:

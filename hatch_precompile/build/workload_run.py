@@ -152,8 +152,8 @@ def _served_compiles(python: str, run_dir: Path, spec: dict[str, Any], env: dict
     if made.is_dir():
         shutil.move(str(made), str(out_dir / DYNAMO_DIR))
     data = result.data
-    traced = (f"; {data['traced']} of their guarded codes are traced (a guard on an object of the call's, on one "
-              "no new process can tell from another, or reached by a path not evaluated)") if data.get("traced") else ""
+    traced = (f"; {data['traced']} of their guarded codes are traced (a guard on an object no new process can tell "
+              "from another, on an object's state, or reached by a path not evaluated)") if data.get("traced") else ""
     reporter.info(f"{data.get('functions', 0)} compiled function(s) served without Dynamo tracing them "
                   f"({data.get('guarded', 0)} guarded code(s)){traced}; second pass {time.perf_counter() - started:.1f} s")
     for note in data.get("notes") or []:

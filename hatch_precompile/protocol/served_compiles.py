@@ -8,20 +8,24 @@ name and first line (``source_key``). Torch drops the guards it cannot serialize
 identity: ID_MATCH, CLOSURE_MATCH, WEAKREF_ALIVE, DICT_VERSION, and those derived from them). For
 each guarded code of each entry, this index lists what was dropped and, where the object is one a
 new process can tell from any other by what it is (a module, a class, a function with its code, a
-builtin, reached from the code's globals), its ``described`` form: at run time
-(run/served_compile.py) the object at the same source must be described the same, and is then
-held to by identity at every call. A guarded code that dropped anything else is ``unservable``: it
-is never installed, and such a call is traced by Dynamo as without hatch-precompile. Standard
-library only: ``load()``'s path reads it.
+builtin, an enum member), its ``described`` form. Its source is Dynamo's name for the path to it,
+from the code's globals (``G['F'].gelu``) or from the call's locals (``L['self'].__class__``,
+``dict(type(L['self']).__dict__)['forward'].__closure__[0].cell_contents``): ``evaluator`` accepts
+only such paths (names, attributes, keys, and Dynamo's ``type``/``dict``/``list`` forms) and
+compiles them for evaluation. At run time (run/torch_internals/dynamo_cache.py) the object at the
+same source must be described the same, and is then held to by identity at every call. A guarded
+code that dropped anything else is ``unservable``: it is never installed, and such a call is traced
+by Dynamo as without hatch-precompile. Standard library only: ``load()``'s path reads it.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import enum
 import hashlib
 import inspect
 import json
-import re
 import sys
 import types
 from typing import Any
@@ -33,8 +37,8 @@ SERVED_FORMAT = 1
 # those of them a new process can hold to an object it finds again by name.
 DROPPED = ("ID_MATCH", "CLOSURE_MATCH", "WEAKREF_ALIVE", "DICT_VERSION")
 BY_NAME = ("ID_MATCH", "CLOSURE_MATCH", "FUNCTION_MATCH", "CLASS_MATCH", "MODULE_MATCH", "BUILTIN_MATCH")
-# A source a new process evaluates: a name in the code's globals, then attributes and keys.
-SOURCE = re.compile(r"G\['[A-Za-z_][A-Za-z0-9_]*'\](?:\.[A-Za-z_][A-Za-z0-9_]*|\['[A-Za-z0-9_.]*'\]|\[\d+\])*")
+# What a source may use besides the code's globals (G) and the call's locals (L): Dynamo's forms.
+SOURCE_HELPERS = {"type": type, "dict": dict, "list": list}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,14 +113,20 @@ def _is_module(value: Any) -> bool:
 
 def describe(value: Any, depth: int = 0) -> dict[str, Any] | None:
     """What ``value`` is, told so that a new process can tell whether the object it has at the same
-    source is an equal one: a module by its name; a class by its module and qualified name; a
-    function by those, its code (digested), its defaults and what its closure holds; a builtin by its
-    type and names; a plain constant by its value. None for anything else (an instance, a tensor),
-    which no process can be held to."""
+    source is an equal one: a module by its name; a class by its module and qualified name (not one
+    made inside a function: two such are told apart by nothing); a function by those, its code
+    (digested), its defaults and what its closure holds; a builtin by its type and names; an enum
+    member by its class and name; a code object by its digest; a plain constant by its type and
+    value. None for anything else (an instance, a tensor), which no process can be held to."""
     if depth > 4:
         return None
-    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+    if type(value) in (type(None), bool, int, float, str, bytes):  # not a subclass: its methods may be anything
         return {"kind": "value", "repr": repr(value)}
+    if isinstance(value, enum.Enum):
+        owner = describe(type(value), depth + 1)
+        return None if owner is None else {"kind": "enum", "class": owner, "name": value.name}
+    if isinstance(value, types.CodeType):
+        return {"kind": "code", "code": code_digest(value)}
     if isinstance(value, tuple):
         items = [describe(item, depth + 1) for item in value]
         return None if None in items else {"kind": "tuple", "items": items}
@@ -126,6 +136,8 @@ def describe(value: Any, depth: int = 0) -> dict[str, Any] | None:
     module = getattr(value, "__module__", None)
     qualname = getattr(value, "__qualname__", None) or getattr(value, "__name__", None)
     if inspect.isclass(value):
+        if not isinstance(qualname, str) or "<locals>" in qualname:
+            return None
         return {"kind": "class", "module": module, "qualname": qualname, "meta": type(value).__qualname__}
     if isinstance(value, types.FunctionType):
         parts = []
@@ -166,15 +178,48 @@ def code_digest(code: types.CodeType) -> str:
     return digest.hexdigest()
 
 
-def dropped_guard(source: str, guard_type: str, derived: tuple[str, ...], is_global: bool, value: Any,
+def evaluator(source: str) -> tuple[types.CodeType, bool] | None:
+    """``source`` compiled for evaluation with ``G`` (the code's globals), ``L`` (the call's locals)
+    and SOURCE_HELPERS, and whether it reads the call's locals; None where it is not a path of
+    Dynamo's (a name, attributes, keys, ``type(x)``, ``dict(x.__dict__)``, ``dict.__getitem__(x, k)``,
+    ``list(dict.keys(x))``): nothing else is ever evaluated, so a shipped index runs no call of its own."""
+    try:
+        tree = ast.parse(source, mode="eval")
+    except (SyntaxError, ValueError):
+        return None
+    if not _is_path(tree.body):
+        return None
+    local = any(isinstance(node, ast.Name) and node.id == "L" for node in ast.walk(tree))
+    return compile(tree, "<dynamo source>", "eval"), local
+
+
+def _is_path(node: ast.expr) -> bool:
+    match node:
+        case ast.Name(id="G" | "L"):
+            return True
+        case ast.Attribute(value=inner):
+            return _is_path(inner)
+        case ast.Subscript(value=inner, slice=ast.Constant(value=key)):
+            return type(key) in (str, int) and _is_path(inner)
+        case ast.Call(func=ast.Name(id="type"), args=[inner], keywords=[]):
+            return _is_path(inner)
+        case ast.Call(func=ast.Name(id="dict"), args=[ast.Attribute(attr="__dict__") as inner], keywords=[]):
+            return _is_path(inner)
+        case ast.Call(func=ast.Attribute(value=ast.Name(id="dict"), attr="__getitem__"), args=[mapping, key], keywords=[]):
+            return _is_path(mapping) and _is_path(key)
+        case ast.Call(func=ast.Name(id="list"), keywords=[],
+                      args=[ast.Call(func=ast.Attribute(value=ast.Name(id="dict"), attr="keys"), args=[inner], keywords=[])]):
+            return _is_path(inner)
+    return False
+
+
+def dropped_guard(source: str, guard_type: str, derived: tuple[str, ...], value: Any,
                   has_value: bool) -> dict[str, Any] | str:
     """One dropped guard as the index records it, or why a call guarded so cannot be served."""
     kinds = {guard_type, *derived}
     if kinds & {"WEAKREF_ALIVE", "DICT_VERSION"}:
         return f"{guard_type} guard on {source} (an object's state, which no new process can check)"
-    if not is_global:
-        return f"{guard_type} guard on {source} (an object of the call's)"
-    if not SOURCE.fullmatch(source):  # type(...), __mro__, a closure's cells: not evaluated by this version
+    if evaluator(source) is None:
         return f"{guard_type} guard on {source} (reached by a path this version does not evaluate)"
     code = "CLOSURE_MATCH" in kinds and isinstance(value, types.FunctionType)  # Dynamo holds its code only
     found = ({"kind": "code", "code": code_digest(value.__code__)} if code else describe(value)) if has_value else None
@@ -241,7 +286,7 @@ def _guarded(value: Any) -> dict[str, Any]:
         if not isinstance(dropped, list):
             raise TypeError(f"guarded code {sha!r} is neither a list nor a reason")
         for guard in dropped:
-            if not (isinstance(guard, dict) and isinstance(guard.get("source"), str) and SOURCE.fullmatch(guard["source"])
+            if not (isinstance(guard, dict) and isinstance(guard.get("source"), str) and evaluator(guard["source"])
                     and isinstance(guard.get("described"), dict)):
                 raise ValueError(f"guarded code {sha!r} has a guard that is not one this version can hold: {guard!r}")
         checked[_str(sha)] = dropped

@@ -42,7 +42,7 @@ import json, sys
 import torch
 import torch.nn.functional as F
 import compile_pkg
-from compile_pkg import model as M
+from compile_pkg import model as M, wrapping
 from torch._dynamo.utils import get_compilation_metrics
 from hatch_precompile.run import served_compile
 
@@ -104,7 +104,15 @@ def classified(seed):
     return [loss.item()] + [p.grad.double().sum().item() for p in net.parameters()]
 case("a loss chosen by a property's getter, a frame of its own", lambda: classified(0))
 case("the same, another instance", lambda: classified(3))
-case("a closure over a function, its entry never shipped", lambda: [M.doubled(F.softsign)(x).sum().item()])
+def decorated(seed):
+    net = M.decorated(seed)
+    out = net(x).sum()
+    out.backward()
+    return [out.item(), wrapping.CALLS["count"]] + [p.grad.double().sum().item() for p in net.parameters()]
+case("a forward decorated from another module", lambda: decorated(0))
+case("a decorated forward, its wrapper's global changed", lambda: decorated(4))
+case("a closure over a function", lambda: [M.doubled(F.softsign)(x).sum().item()])
+case("a closure over another function", lambda: [M.doubled(F.tanhshrink)(x).sum().item()])
 # Another package's compile in the same process keeps every guard torch has: an object replaced.
 class Holder:
     def __init__(self, w):
@@ -123,11 +131,11 @@ print(json.dumps({"results": results, "served": served_compile.served(),
 
 SERVED = ("first call", "another model instance", "a compiled module, another instance", "a closure over another object",
           "a function compiled by decorator", "a loss chosen by a property's getter, a frame of its own",
-          "the same, another instance")
+          "the same, another instance", "a closure over a function", "a forward decorated from another module")
 TRACED = ("a changed module attribute", "another shape", "another dtype", "an input that requires grad",
           "eval against train", "a mutated global", "a mutated global dict", "a library function monkeypatched",
           "a compiled module in train()", "a closure under no_grad", "another package's compile, a global replaced",
-          "a closure over a function, its entry never shipped")
+          "a closure over another function", "a decorated forward, its wrapper's global changed")
 
 
 def run_cases(site: Path, tmp_path: Path, name: str, env: dict[str, str] | None = None,
@@ -140,15 +148,16 @@ def run_cases(site: Path, tmp_path: Path, name: str, env: dict[str, str] | None 
 
 def test_every_guard_is_kept_each_call_served_or_traced_as_a_cold_compile_computes(compile_build, tmp_path):
     log = (compile_build / "build.log").read_text()
-    # 5: torch alone fails the whole second pass at the property's getter (PackageError); named here, it is served
-    assert "precompile: 5 compiled function(s) served without Dynamo tracing them (5 guarded code(s))" in log, log
-    assert ("not served untraced: compile_pkg.model.doubled.<locals>.apply: every guarded code it compiled would be "
-            "traced, so its entry is not shipped: CLOSURE_MATCH guard on L['fn'] (an object of the call's)") in log, log
+    # 7: torch alone fails the whole second pass at the property's getter (PackageError); named here, it is served.
+    # The closure over a function is held at each call to the code the build's held (a source in the call's locals).
+    assert "precompile: 7 compiled function(s) served without Dynamo tracing them (7 guarded code(s))" in log, log
+    assert "not served untraced" not in log, log
     served = run_cases(compile_build / "site", tmp_path, "served")
     cold = run_cases(compile_build / "site", tmp_path, "cold", {"PRECOMPILE": "0"})
     assert served["reason"] == "installed" and not served["caching_precompile"]
-    assert sorted(served["served"]) == ["compile_pkg.model.Classifier.forward", "compile_pkg.model.MLP.forward",
-                                        "compile_pkg.model.loss_fn",
+    assert sorted(served["served"]) == ["compile_pkg.model.Classifier.forward", "compile_pkg.model.Decorated.forward",
+                                        "compile_pkg.model.MLP.forward",
+                                        "compile_pkg.model.doubled.<locals>.apply", "compile_pkg.model.loss_fn",
                                         "compile_pkg.model.normalized",
                                         "compile_pkg.model.scaled_by.<locals>.scaled_sum"], served["served"]
     assert all(outcome.startswith("served: 1 guarded code(s)") for outcome in served["served"].values()), served["served"]

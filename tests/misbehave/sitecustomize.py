@@ -331,6 +331,13 @@ def _dynamo_package(module):
 
 
 def _dynamo_guards(module):
+    if "guard-pickler" in BROKEN:
+        reducer_override = module.GuardsStatePickler.reducer_override
+
+        def reducer_override_by_another_signature(self, *args):  # the hook finds no `obj`
+            return reducer_override(self, *args)
+
+        module.GuardsStatePickler.reducer_override = reducer_override_by_another_signature
     if "guard-filter" in BROKEN:
         init = module.CheckFunctionManager.__init__
 
@@ -428,7 +435,7 @@ BREAKERS = frozenset({
     "keep-constants", "pytree", "module-internals", "joint-export", "triton-c-module", "triton-c-module-file",
     "compile-calls", "precompile-entry", "compile-package", "guard-load", "unique-id", "caching-precompile",
     "guard-filter", "guarded-code", "dropped-guards", "guard-state-tensor", "compiler-config",
-    "global-state", "compiler-settings", "code-source",
+    "global-state", "compiler-settings", "code-source", "guard-pickler",
 })
 
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import enum
+import functools
 import json
 import types
 
@@ -73,19 +75,89 @@ def test_an_object_is_told_apart_by_what_it_is():
     assert served_compiles.describe(outer(2.0)) != served_compiles.describe(outer(3.0))
     assert served_compiles.describe(outer(torch.ones(2))) is None  # a tensor: no process can be held to it
     assert served_compiles.describe(Model()) is None
+    # An enum member by its class and name; a str subclass's instance is not a plain constant.
+    assert served_compiles.describe(Mode.FAST) == {"kind": "enum", "name": "FAST",
+                                                   "class": served_compiles.describe(Mode)}
+    assert served_compiles.describe(Mode.FAST) != served_compiles.describe(Mode.SLOW)
+    assert served_compiles.describe(Shouting("a")) is None and served_compiles.describe("a")["kind"] == "value"
+    assert served_compiles.describe(plain.__code__) == {"kind": "code", "code": served_compiles.code_digest(plain.__code__)}
+    assert served_compiles.describe(made_class()) is None  # two classes made so are told apart by nothing
+
+
+class Mode(enum.Enum):
+    FAST = "fast"
+    SLOW = "slow"
+
+
+class Shouting(str):
+    def lower(self):
+        return self.upper()
+
+
+def made_class():
+    class Made:
+        pass
+
+    return Made
 
 
 def test_a_dropped_guard_is_held_or_the_guarded_code_is_traced():
-    held = served_compiles.dropped_guard("G['F'].gelu", "BUILTIN_MATCH", ("ID_MATCH",), True, F.gelu, True)
+    held = served_compiles.dropped_guard("G['F'].gelu", "BUILTIN_MATCH", ("ID_MATCH",), F.gelu, True)
     assert held["source"] == "G['F'].gelu" and held["described"] == served_compiles.describe(F.gelu)
-    closure = served_compiles.dropped_guard("G['F'].layer_norm", "CLOSURE_MATCH", (), True, F.layer_norm, True)
+    closure = served_compiles.dropped_guard("G['F'].layer_norm", "CLOSURE_MATCH", (), F.layer_norm, True)
     assert closure["code"] and closure["described"] == {"kind": "code",
                                                         "code": served_compiles.code_digest(F.layer_norm.__code__)}
-    assert "an object of the call's" in served_compiles.dropped_guard("L['model']", "ID_MATCH", (), False, Model(), True)
-    assert "state" in served_compiles.dropped_guard("G['CONFIG']", "DICT_VERSION", (), True, {}, True)
-    assert "no new process can tell" in served_compiles.dropped_guard("G['obj']", "ID_MATCH", (), True, Model(), True)
-    assert "a path this version does not evaluate" in served_compiles.dropped_guard("G['f'](1)", "ID_MATCH", (), True,
+    # The call's own objects: a class or a function at a path from its locals is held; an instance never.
+    local = served_compiles.dropped_guard("L['self'].__class__", "CLASS_MATCH", ("ID_MATCH",), Model, True)
+    assert local["described"] == served_compiles.describe(Model)
+    assert "no new process can tell" in served_compiles.dropped_guard("L['model']", "ID_MATCH", (), Model(), True)
+    assert "state" in served_compiles.dropped_guard("G['CONFIG']", "DICT_VERSION", (), {}, True)
+    assert "no new process can tell" in served_compiles.dropped_guard("G['obj']", "ID_MATCH", (), Model(), True)
+    assert "a path this version does not evaluate" in served_compiles.dropped_guard("G['f'](1)", "ID_MATCH", (),
                                                                                     plain, True)
+
+
+@pytest.mark.parametrize("source, local", [
+    ("G['F'].gelu", False), ("G['torch'].nn['x'][2]", False), ("L['self'].__class__", True),
+    ("type(L['self'].config).__mro__[4].__getattribute__", True),
+    ("dict(type(L['self']._modules['h']).__dict__)['forward'].__closure__[0].cell_contents", True),
+    ("dict.__getitem__(G['m']._REGISTRY, list(dict.keys(G['m']._REGISTRY))[1])['hi']", False),
+])
+def test_dynamos_paths_are_evaluated(source, local):
+    code, reads_locals = served_compiles.evaluator(source)
+    assert reads_locals == local and isinstance(code, types.CodeType)
+
+
+@pytest.mark.parametrize("source", [
+    "G['os'].system('x')", "__import__('os')", "G['f'](1)", "dict(G['x'])", "type(G['a'], G['b'])", "X['a']",
+    "list(G['a'])", "G[G['k']]", "L['a'] or G['b']", "(lambda: 1)()", "G['a'][True]", "G['a'].b(", "",
+    "dict.update(G['a'], G['b'])", "type(G['a']).mro()",
+])
+def test_nothing_else_is_ever_evaluated(source):
+    assert served_compiles.evaluator(source) is None
+    assert "a path this version does not evaluate" in served_compiles.dropped_guard(source, "ID_MATCH", (), plain, True)
+
+
+def test_a_source_in_the_calls_locals_is_pinned_by_the_first_call_that_brings_the_builds_object():
+    from hatch_precompile.run.torch_internals import dynamo_cache
+
+    dropped = [served_compiles.dropped_guard("L['self'].__class__", "CLASS_MATCH", ("ID_MATCH",), Model, True),
+               served_compiles.dropped_guard("L['fn']", "CLOSURE_MATCH", (), outer(2.0), True),
+               served_compiles.dropped_guard("G['F'].gelu", "BUILTIN_MATCH", ("ID_MATCH",), F.gelu, True)]
+    check, held = dynamo_cache._held(dropped, {"F": F})
+    assert held == 3
+
+    class Other(Model):
+        pass
+
+    assert not check({"self": Other(), "fn": outer(2.0)})  # another class: not pinned, traced
+    assert not check({"self": Model(), "fn": plain})  # another function's code
+    assert not check({"fn": outer(2.0)})  # a local missing: traced, never raised
+    assert check({"self": Model(), "fn": outer(2.0)})  # the build's objects: pinned
+    assert check({"self": Model(), "fn": outer(5.0)})  # Dynamo holds a closure's code (its cells have guards of their own)
+    again = type("Model", (torch.nn.Module,), {"__module__": __name__})  # described as Model, but another object
+    assert not check({"self": again(), "fn": outer(2.0)})
+    assert not dynamo_cache._held(dropped, {"F": types.SimpleNamespace(gelu=plain)})[0]  # a global that is not the build's
 
 
 def test_the_index_reads_back_and_refuses_what_it_cannot_serve():
@@ -93,7 +165,7 @@ def test_the_index_reads_back_and_refuses_what_it_cannot_serve():
     function = served_compiles.Function(__name__, "plain", 3, f"dynamo/{key}.entry", ({"dynamic": None},),
                                         {"a" * 64: [{"source": "G['F']", "type": "MODULE_MATCH", "code": False,
                                                      "described": {"kind": "module", "name": "F"}}],
-                                         "b" * 64: "an object of the call's"})
+                                         "b" * 64: "an object no new process can tell apart from another"})
     text = served_compiles.dumps("a settings digest", {key: function})
     assert served_compiles.parse(text) == ("a settings digest", {key: function})
     with pytest.raises(ServedError, match="compiler settings"):
@@ -138,7 +210,7 @@ def test_an_entry_whose_every_guarded_code_is_traced_is_not_installed(monkeypatc
     monkeypatch.setattr(served_compile, "this_process", served_compile.ProcessState())
     served_compile.this_process.packages["unit"] = None  # never read: nothing is installed
     monkeypatch.setattr(dynamo_cache, "install", lambda *a, **k: pytest.fail("installed an entry no call can run"))
-    why = "CLOSURE_MATCH guard on L['fn'] (an object of the call's)"
+    why = "DICT_VERSION guard on G['CONFIG'] (an object's state, which no new process can check)"
     function = served_compiles.Function("unit.m", "apply", 3, "dynamo/k.entry", ({},), {"a" * 64: why})
     served_compile._install("unit", plain, function)
     assert served_compile.served() == {"unit.m.apply": f"traced: {why}"}
@@ -160,3 +232,87 @@ def test_a_propertys_getter_is_named_as_torchs_install_finds_it():
     for other in (plain.__code__, Model.forward.__code__, None, {}):
         assert dynamo_pass._property_accessor({"code": other}) is patching.PASS
     assert dynamo_pass._property_accessor({}) is patching.PASS  # torch's signature unread: torch answers
+
+
+def test_an_entry_no_call_could_run_is_not_shipped_and_the_build_says_why(tmp_path):
+    import hashlib
+    import pickle
+
+    from hatch_precompile.build import dynamo_pass
+
+    recorder = dynamo_pass._Recorder("unit")
+    entries = {}
+    for name, line, guards in (("kept", 3, b"held"), ("dropped", 7, b"never")):
+        key = served_compiles.source_key(name, line)
+        code = types.SimpleNamespace(python_module="unit.m", guarded_codes=[types.SimpleNamespace(guards_state=guards)])
+        entry = types.SimpleNamespace(dynamo=types.SimpleNamespace(codes=[code], fn_name=name, fn_first_lineno=line))
+        (tmp_path / "cache" / key).mkdir(parents=True)
+        (tmp_path / "cache" / key / "entry").write_bytes(pickle.dumps(entry))
+        recorder.options[key], recorder.modules[key] = [{}], ("unit.m", name)
+        entries[name] = key
+    why = "WEAKREF_ALIVE guard on L['self'] (an object's state, which no new process can check)"
+    recorder.dropped = {hashlib.sha256(b"held").hexdigest(): [], hashlib.sha256(b"never").hexdigest(): why}
+    functions, notes = dynamo_pass._index(recorder, tmp_path / "cache", tmp_path / "out")
+    assert list(functions) == [entries["kept"]] and (tmp_path / "out" / f"{entries['kept']}.entry").is_file()
+    assert not (tmp_path / "out" / f"{entries['dropped']}.entry").exists()
+    assert notes == [f"unit.m.dropped: every guarded code it compiled would be traced, so its entry is not shipped: {why}"]
+
+
+def scaled_twice(fn):
+    @functools.wraps(fn)
+    def wrapper(*args):
+        return fn(*args) * 2
+
+    return wrapper
+
+
+@scaled_twice
+def decorated(x):
+    return x + 1
+
+
+def test_a_decorated_function_is_kept_in_the_guards_state_as_torch_keeps_a_nested_one():
+    import io
+
+    from torch._dynamo import guards
+
+    from hatch_precompile.build import dynamo_pass
+    from hatch_precompile.run.torch_internals import patching
+
+    inner = decorated.__wrapped__  # its name finds the wrapper, not itself
+    pickler = guards.GuardsStatePickler({}, {}, {}, io.BytesIO())
+    assert pickler.reducer_override(inner)[0] is guards._Missing  # torch keeps a placeholder
+    rebuild, args = dynamo_pass._decorated_function({"self": pickler, "obj": inner})
+    again = rebuild(*args)
+    assert again.__code__ is inner.__code__ and again.__globals__ is inner.__globals__ and again(1) == 2
+    for kept_by_torch in (plain, decorated, outer(2.0), len):  # by name, the wrapper itself, nested, a builtin
+        assert dynamo_pass._decorated_function({"self": pickler, "obj": kept_by_torch}) is patching.PASS
+    pickler.missing_values[id(inner)] = inner  # torch's own choice for an object comes first
+    assert dynamo_pass._decorated_function({"self": pickler, "obj": inner}) is patching.PASS
+    assert dynamo_pass._decorated_function({}) is patching.PASS  # torch's signature unread: torch answers
+
+
+foreign = types.FunctionType(plain.__code__, vars(json), "foreign")  # named here, runs with json's globals
+
+
+def test_a_code_is_named_by_the_globals_it_runs_with_or_traced():
+    from hatch_precompile.run.torch_internals import dynamo_cache
+
+    def entry(*others):
+        return types.SimpleNamespace(codes=[types.SimpleNamespace(python_module=__name__), *others])
+
+    dynamo = entry()
+    assert dynamo_cache._codes_of_other_globals(foreign, dynamo) == {} and dynamo.codes[0].python_module == "json"
+    dynamo = entry()
+    nowhere = types.FunctionType(plain.__code__, {"__name__": "nowhere"})
+    assert list(dynamo_cache._codes_of_other_globals(nowhere, dynamo)) == [id(plain.__code__)]
+    assert dynamo.codes[0].python_module == __name__  # left as torch named it; its guarded codes are traced
+
+    def code(name, source):
+        return types.SimpleNamespace(python_module=__name__, function_names=[name], code_source=source,
+                                     install_to_global=False)
+
+    dynamo = entry(code("decorated", "__wrapped__.__code__"), code("foreign", "__code__"),
+                   types.SimpleNamespace(install_to_global=True, code_source=None))  # a resume function
+    found = dynamo_cache._codes_of_other_globals(decorated, dynamo)
+    assert list(found) == [id(plain.__code__)] and "another module's globals" in found[id(plain.__code__)]

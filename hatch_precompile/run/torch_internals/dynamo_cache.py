@@ -86,6 +86,7 @@ def install(fn: Any, data: bytes, guarded: dict[str, Any], env_checked: bool,
         dynamo, backends = entry.dynamo, entry.backends
         if env_checked:  # asking CUDA here would initialise it in the parent of fork-started workers
             dynamo.check_versions = lambda: None
+        elsewhere = _codes_of_other_globals(fn, dynamo)
         compile_package = package.CompilePackage(fn, dynamo)
     except Exception as exc:  # another torch's entry, the package's source changed, torch moved
         raise DynamoEntryRefused(f"torch does not take the shipped Dynamo cache entry: {exc!r}") from None
@@ -106,6 +107,8 @@ def install(fn: Any, data: bytes, guarded: dict[str, Any], env_checked: bool,
         def build_manager(state: Any, code: Any, scope: dict[str, Any]) -> Any:
             manager = load_manager(state, code, scope)
             dropped = guarded.get(digests.get(id(state), ""), "its guards are not in the index")
+            if id(code) in elsewhere:  # torch's guards would read one module's globals, the code another's
+                dropped = elsewhere[id(code)]
             check, held = _held(dropped, scope) if isinstance(dropped, list) else (None, dropped)
             if check is None:
                 counts["traced"] += 1
@@ -136,6 +139,41 @@ def install(fn: Any, data: bytes, guarded: dict[str, Any], env_checked: bool,
         finally:
             package.load_guards_state, package.load_guard_manager = load_state, load_manager
     return counts, reasons
+
+
+def _codes_of_other_globals(fn: Any, dynamo: Any) -> dict[int, str]:
+    """Torch installs an entry's code into the module its entry names, and builds its guards over
+    that module's globals; a decorator's wrapper (``functools.wraps``: transformers' ``forward``)
+    names the module of the function it wraps, and runs with its own module's globals. The entry's
+    first code (the compiled function's own) is named by its globals' module instead, so that its
+    guards read, and its compiled graphs are installed into, the globals it runs with. Returns the
+    codes (by id) whose globals are still another module's than the one torch would use, and why:
+    their guarded codes are never run (traced)."""
+    func = getattr(fn, "__func__", fn)
+    main, *others = dynamo.codes
+    elsewhere: dict[int, str] = {}
+    name = getattr(func, "__globals__", {}).get("__name__")
+    if isinstance(name, str) and getattr(sys.modules.get(name), "__dict__", None) is func.__globals__:
+        main.python_module = name
+    else:
+        elsewhere[id(func.__code__)] = "its code runs with globals that are no module's"
+    for code in others:
+        if code.install_to_global or not code.code_source:  # a resume function: made over that module's globals
+            continue
+        try:
+            found: Any = sys.modules[code.python_module]
+            path = code.function_names[0].split(".") + code.code_source.split(".")
+            for part in path[:-1]:
+                name, _, index = part.partition("[")
+                found = getattr(found, name)
+                if index:
+                    found = found[int(index.rstrip("]"))]
+            if path[-1] != "__code__" or found.__globals__ is not vars(sys.modules[code.python_module]):
+                elsewhere[id(found.__code__)] = (f"its code {code.function_names[0]}.{code.code_source} runs with "
+                                                 "another module's globals than the one its entry names")
+        except Exception:  # torch finds it or refuses the entry: either way nothing runs over wrong globals
+            continue
+    return elsewhere
 
 
 @contextlib.contextmanager
@@ -188,38 +226,82 @@ def _never(frame_locals: Any) -> bool:
 
 
 def _held(dropped: list[dict[str, Any]], scope: dict[str, Any]) -> tuple[Callable[[Any], bool] | None, int | str]:
-    """A guard holding each source of ``dropped`` to the object there now, where that object is
-    described as the build's was, and how many it holds; (None, why not) where one is not."""
+    """A guard holding each source of ``dropped`` to one object, as Dynamo's identity guard held it
+    to the build's, and how many it holds; (None, why not) where one cannot be.
+
+    A source in the code's globals is held to the object there now, once that object is described
+    as the build's was. A source in the call's locals (``L['self'].__class__``) has no object until
+    a call: the first call whose object there is described as the build's pins it, and every later
+    call must bring that very object. Until one does, the guard fails and the call is traced."""
     if not dropped:
         return _always, 0
-    pins: dict[str, Any] = {"G": scope}
-    parts = []
+    pins: list[Any] = []
+    tests, lazy = [], []
     for index, guard in enumerate(dropped):
         source = guard["source"]
-        if not served_compiles.SOURCE.fullmatch(source):
+        compiled = served_compiles.evaluator(source)
+        if compiled is None:
             return None, f"{source} is not a source this version evaluates"
+        code, local = compiled
+        path = f"({source}).__code__" if guard.get("code") else source  # CLOSURE_MATCH: its code, as Dynamo holds it
+        tests.append(f"({path}) is _pins[{index}]")
+        if local:
+            pins.append(_UNPINNED)
+            lazy.append((index, code, guard))
+            continue
         try:
-            current = eval(source, {"G": scope})  # a checked path of names and keys: nothing is called
+            current = _found(code, guard, scope, None)
         except Exception as exc:
             return None, f"{source} is not there ({exc!r})"
-        if guard.get("code"):  # CLOSURE_MATCH: the function's code, as Dynamo holds it
-            current, source = getattr(current, "__code__", None), f"({source}).__code__"
-            found = {"kind": "code", "code": served_compiles.code_digest(current)} if current is not None else None
-        else:
-            found = served_compiles.describe(current)
-        if found != guard["described"]:  # another object than the build's: a monkeypatch, another version
-            return None, f"{source} is another object than the build's ({_what(current)})"
-        pins[f"_{index}"] = current
-        parts.append(f"({source}) is _{index}")
-    test = eval(builtins.compile("lambda _: " + " and ".join(parts), "<hatch-precompile guards>", "eval"), pins)
+        if current is _UNPINNED:  # another object than the build's: a monkeypatch, another version
+            return None, f"{path} is another object than the build's ({_what(_evaluate(code, scope, None))})"
+        pins.append(current)
+    namespace = {**served_compiles.SOURCE_HELPERS, "__builtins__": {}, "G": scope, "_pins": pins}
+    test = eval(builtins.compile("lambda L: " + " and ".join(tests), "<hatch-precompile guards>", "eval"), namespace)
+    refused: dict[int, Any] = {}  # the last object a lazy source brought that is not the build's
+
+    def pin(frame_locals: Any) -> bool:
+        """Pins each unpinned local source's object where it is the build's; whether any was pinned."""
+        pinned = False
+        for index, code, guard in lazy:
+            if pins[index] is not _UNPINNED:
+                continue
+            current = _evaluate(code, scope, frame_locals)
+            if index in refused and refused[index] is current:
+                continue
+            found = _found(code, guard, scope, frame_locals)
+            if found is _UNPINNED:
+                refused[index] = current
+            else:
+                pins[index], pinned = found, True
+        return pinned
 
     def check(frame_locals: Any) -> bool:
         try:
-            return bool(test(frame_locals))
+            return bool(test(frame_locals)) or (bool(lazy) and pin(frame_locals) and bool(test(frame_locals)))
         except Exception:  # a name deleted, an attribute gone: not the object the entry was made for
             return False
 
-    return check, len(parts)
+    return check, len(tests)
+
+
+_UNPINNED = object()  # a local source's object before a call brings the build's
+
+
+def _evaluate(code: Any, scope: dict[str, Any], frame_locals: Any) -> Any:
+    return eval(code, {**served_compiles.SOURCE_HELPERS, "__builtins__": {}, "G": scope, "L": frame_locals})
+
+
+def _found(code: Any, guard: dict[str, Any], scope: dict[str, Any], frame_locals: Any) -> Any:
+    """The object a source of ``guard`` is to be held to (a function's code, for CLOSURE_MATCH), or
+    _UNPINNED where what is there is not described as the build's was."""
+    current = _evaluate(code, scope, frame_locals)
+    if guard.get("code"):
+        current = getattr(current, "__code__", None)
+        found = {"kind": "code", "code": served_compiles.code_digest(current)} if current is not None else None
+    else:
+        found = served_compiles.describe(current)
+    return current if found == guard["described"] else _UNPINNED
 
 
 def _what(value: Any) -> str:

@@ -238,6 +238,12 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "accessor, where torch's lookup stops at the property (build/dynamo_pass.py)",
                broken="torch's answer: its `PackageError` fails the second pass, and no compiled function is served "
                "untraced"),
+    Touchpoint("guard-pickler", "torch._dynamo.guards", "GuardsStatePickler.reducer_override", "wrap", "build's "
+               "second pass: a decorated function (its name finds the decorator's wrapper: transformers' `forward`) "
+               "kept in a guarded code's state as torch keeps a nested one, by its code, module, defaults and "
+               "closure, where torch keeps nothing and cannot rebuild the guards on it when it installs "
+               "(build/dynamo_pass.py)",
+               broken="torch's answer: that guarded code's entry fails to install, and such a call is traced"),
     Touchpoint("dropped-guards", "torch._dynamo.guards", "log", "logging", "build's second pass: the guards torch "
                "says it dropped, checked against those recorded, kept from printing (build/dynamo_pass.py)",
                broken="only the recorded ones are checked; torch prints a line per dropped guard"),

@@ -4,6 +4,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from compile_pkg.wrapping import counted, scaled_output
+
 LABEL_SMOOTHING = 0.0  # a global the compiled loss reads
 CONFIG = {"temperature": 1.0}  # a global dict it reads
 
@@ -54,6 +56,27 @@ class Classifier(nn.Module):
         return self.loss_function(self.head(x), y)
 
 
+class Decorated(nn.Module):
+    """Its forward wrapped twice by decorators of another module (compile_pkg/wrapping.py): the
+    function the outer wrapper calls is found by no name, and the outer wrapper's globals are the
+    other module's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = nn.Linear(32, 10)
+
+    @counted
+    @scaled_output(0.5)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(x).relu()
+
+
+def decorated(seed: int = 0):
+    """The decorated module compiled by the package."""
+    torch.manual_seed(seed)
+    return torch.compile(Decorated())
+
+
 def classifier(seed: int = 0):
     """The classifier compiled by the package."""
     torch.manual_seed(seed)
@@ -61,8 +84,9 @@ def classifier(seed: int = 0):
 
 
 def doubled(fn):
-    """A closure over a function, compiled by the package: Dynamo holds ``fn`` by identity, which a
-    shipped entry cannot (the object is the call's), so the build ships no entry for it."""
+    """A closure over a function, compiled by the package: Dynamo holds ``fn``'s code by identity, and
+    the object is the call's (``L['fn']``), so a shipped entry holds it at each call to the code the
+    first call with the build's code brought."""
     def apply(x: torch.Tensor) -> torch.Tensor:
         return fn(x) * 2
 

@@ -1,9 +1,10 @@
-"""The build's workload: train with AdamW through the compiled loss, infer, scale, double, classify."""
+"""The build's workload: train with AdamW through the compiled loss, infer, scale, double, classify,
+and run a module whose forward is decorated."""
 
 import torch
 import torch.nn.functional as F
 
-from compile_pkg.model import batch, classifier, compiled_loss, doubled, make, normalized, predictor, scaled
+from compile_pkg.model import batch, classifier, compiled_loss, decorated, doubled, make, normalized, predictor, scaled
 
 
 def workload() -> None:
@@ -20,3 +21,4 @@ def workload() -> None:
     normalized(x)
     doubled(F.softsign)(x)
     classifier()(x, y).backward()
+    decorated()(x).sum().backward()
