@@ -70,6 +70,7 @@ class _Recorder:
         patching.wrap("guarded-code", before=self._guarded_code)
         patching.wrap("code-source", instead=_property_accessor)
         patching.wrap("guard-pickler", instead=_decorated_function)
+        patching.wrap("module-global", after=_module_as_import)
         point = lookup("dropped-guards", "logging")
         logging.getLogger(point.module).addFilter(self._dropped_log)
         lookup("compile-calls", "wrap")
@@ -178,6 +179,16 @@ def _decorated_function(arguments: dict[str, Any]) -> Any:
     if found is obj or found is None:
         return patching.PASS
     return rebuild, (obj.__code__, obj.__module__, obj.__qualname__, obj.__defaults__, obj.__closure__)
+
+
+def _module_as_import(arguments: dict[str, Any], name: Any) -> None:
+    """Dynamo's bytecode loads a module that the frame's globals do not hold under its own name by a
+    global named from the module's address (``___module_collections_<id>_c12``), which torch does
+    not save with the entry: recorded as one of the entry's imports, it is installed with it."""
+    output, value = arguments.get("self"), arguments.get("value")
+    package = getattr(output, "package", None)
+    if isinstance(value, types.ModuleType) and isinstance(name, str) and package is not None:
+        package.add_import_source(name, value.__name__)
 
 
 def main(argv: list[str]) -> int:

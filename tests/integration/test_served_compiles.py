@@ -111,6 +111,7 @@ def decorated(seed):
     return [out.item(), wrapping.CALLS["count"]] + [p.grad.double().sum().item() for p in net.parameters()]
 case("a forward decorated from another module", lambda: decorated(0))
 case("a decorated forward, its wrapper's global changed", lambda: decorated(4))
+case("a result rebuilt from a module the code holds by no name", lambda: [v.item() for v in M.summary(x).values()])
 case("a closure over a function", lambda: [M.doubled(F.softsign)(x).sum().item()])
 case("a closure over another function", lambda: [M.doubled(F.tanhshrink)(x).sum().item()])
 # Another package's compile in the same process keeps every guard torch has: an object replaced.
@@ -131,7 +132,8 @@ print(json.dumps({"results": results, "served": served_compile.served(),
 
 SERVED = ("first call", "another model instance", "a compiled module, another instance", "a closure over another object",
           "a function compiled by decorator", "a loss chosen by a property's getter, a frame of its own",
-          "the same, another instance", "a closure over a function", "a forward decorated from another module")
+          "the same, another instance", "a closure over a function", "a forward decorated from another module",
+          "a result rebuilt from a module the code holds by no name")
 TRACED = ("a changed module attribute", "another shape", "another dtype", "an input that requires grad",
           "eval against train", "a mutated global", "a mutated global dict", "a library function monkeypatched",
           "a compiled module in train()", "a closure under no_grad", "another package's compile, a global replaced",
@@ -148,9 +150,9 @@ def run_cases(site: Path, tmp_path: Path, name: str, env: dict[str, str] | None 
 
 def test_every_guard_is_kept_each_call_served_or_traced_as_a_cold_compile_computes(compile_build, tmp_path):
     log = (compile_build / "build.log").read_text()
-    # 7: torch alone fails the whole second pass at the property's getter (PackageError); named here, it is served.
+    # 8: torch alone fails the whole second pass at the property's getter (PackageError); named here, it is served.
     # The closure over a function is held at each call to the code the build's held (a source in the call's locals).
-    assert "precompile: 7 compiled function(s) served without Dynamo tracing them (7 guarded code(s))" in log, log
+    assert "precompile: 8 compiled function(s) served without Dynamo tracing them (8 guarded code(s))" in log, log
     assert "not served untraced" not in log, log
     served = run_cases(compile_build / "site", tmp_path, "served")
     cold = run_cases(compile_build / "site", tmp_path, "cold", {"PRECOMPILE": "0"})
@@ -159,7 +161,8 @@ def test_every_guard_is_kept_each_call_served_or_traced_as_a_cold_compile_comput
                                         "compile_pkg.model.MLP.forward",
                                         "compile_pkg.model.doubled.<locals>.apply", "compile_pkg.model.loss_fn",
                                         "compile_pkg.model.normalized",
-                                        "compile_pkg.model.scaled_by.<locals>.scaled_sum"], served["served"]
+                                        "compile_pkg.model.scaled_by.<locals>.scaled_sum", "compile_pkg.model.summary"], \
+        served["served"]
     assert all(outcome.startswith("served: 1 guarded code(s)") for outcome in served["served"].values()), served["served"]
     for name, (traced, outputs) in served["results"].items():
         cold_traced, cold_outputs = cold["results"][name]

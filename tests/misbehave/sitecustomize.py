@@ -330,14 +330,25 @@ def _dynamo_package(module):
         module._get_code_source = _NoSignature(module._get_code_source)
 
 
+def _positional_only(owner, name):
+    """Replace the method ``name`` of ``owner`` by one that takes its arguments as ``*args``: a hook
+    that reads them by name finds none, and torch's own call still works."""
+    method = getattr(owner, name)
+
+    def by_another_signature(self, *args, **kwargs):
+        return method(self, *args, **kwargs)
+
+    setattr(owner, name, by_another_signature)
+
+
+def _output_graph(module):
+    if "module-global" in BROKEN:
+        _positional_only(module.OutputGraph, "install_global_by_id")
+
+
 def _dynamo_guards(module):
     if "guard-pickler" in BROKEN:
-        reducer_override = module.GuardsStatePickler.reducer_override
-
-        def reducer_override_by_another_signature(self, *args):  # the hook finds no `obj`
-            return reducer_override(self, *args)
-
-        module.GuardsStatePickler.reducer_override = reducer_override_by_another_signature
+        _positional_only(module.GuardsStatePickler, "reducer_override")
     if "guard-filter" in BROKEN:
         init = module.CheckFunctionManager.__init__
 
@@ -418,6 +429,7 @@ PATCHES = {
     "torch.fx.experimental.symbolic_shapes": _symbolic_shapes,
     "torch._dynamo.package": _dynamo_package,
     "torch._dynamo.guards": _dynamo_guards,
+    "torch._dynamo.output_graph": _output_graph,
     "torch._dynamo.config": _dynamo_config,
     "torch._inductor.config": _inductor_config,
     "torch._dynamo.bytecode_transformation": _bytecode_transformation,
@@ -435,7 +447,7 @@ BREAKERS = frozenset({
     "keep-constants", "pytree", "module-internals", "joint-export", "triton-c-module", "triton-c-module-file",
     "compile-calls", "precompile-entry", "compile-package", "guard-load", "unique-id", "caching-precompile",
     "guard-filter", "guarded-code", "dropped-guards", "guard-state-tensor", "compiler-config",
-    "global-state", "compiler-settings", "code-source", "guard-pickler",
+    "global-state", "compiler-settings", "code-source", "guard-pickler", "module-global",
 })
 
 

@@ -316,3 +316,24 @@ def test_a_code_is_named_by_the_globals_it_runs_with_or_traced():
                    types.SimpleNamespace(install_to_global=True, code_source=None))  # a resume function
     found = dynamo_cache._codes_of_other_globals(decorated, dynamo)
     assert list(found) == [id(plain.__code__)] and "another module's globals" in found[id(plain.__code__)]
+
+
+def test_a_module_dynamo_loads_by_its_address_travels_with_the_entry_or_the_entry_is_refused():
+    from hatch_precompile.build import dynamo_pass
+    from hatch_precompile.run.torch_internals import dynamo_cache
+
+    recorded = []
+    output = types.SimpleNamespace(package=types.SimpleNamespace(add_import_source=lambda *a: recorded.append(a)))
+    dynamo_pass._module_as_import({"self": output, "value": json}, "___module_json_1_c2")
+    dynamo_pass._module_as_import({"self": output, "value": plain}, "___function_1_c2")  # not a module: torch's
+    dynamo_pass._module_as_import({"self": types.SimpleNamespace(package=None), "value": json}, "___module_json_1_c3")
+    assert recorded == [("___module_json_1_c2", "json")]
+
+    def entry(source):
+        guarded = types.SimpleNamespace(dynamo_code=compile(source, "<dynamo>", "exec"))
+        return types.SimpleNamespace(codes=[types.SimpleNamespace(python_module=__name__, guarded_codes=[guarded])])
+
+    assert dynamo_cache._missing_global(entry("def f():\n    return ___module_json_1_c2.dumps(1)"), lambda c: c) == \
+        "its compiled code loads '___module_json_1_c2', which the entry does not bring (torch's)"
+    # the package's own globals (one its module defines after the compiling line), builtins, installed names
+    assert dynamo_cache._missing_global(entry("defined_later(len(__name__), plain)"), lambda c: c) is None

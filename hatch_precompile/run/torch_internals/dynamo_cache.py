@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dis
 import hashlib
 import itertools
 import pickle
 import re
 import sys
 import threading
+import types
 from typing import Any, Callable, Iterator
 
 from hatch_precompile.errors import DynamoEntryRefused
@@ -129,6 +131,9 @@ def install(fn: Any, data: bytes, guarded: dict[str, Any], env_checked: bool,
                 compile_package.install(backends)
             if counts["served"] + counts["traced"] != expected:  # torch built guards these wrappers did not see
                 raise RuntimeError(f"{expected} guarded code(s) in the entry, {counts['served'] + counts['traced']} seen")
+            missing = _missing_global(dynamo, package.SerializedCode.to_code_object)
+            if missing:
+                raise RuntimeError(missing)
             _after_installed_names(dynamo)
         except Exception as exc:
             _quietly(compile_package.uninstall)
@@ -139,6 +144,35 @@ def install(fn: Any, data: bytes, guarded: dict[str, Any], env_checked: bool,
         finally:
             package.load_guards_state, package.load_guard_manager = load_state, load_manager
     return counts, reasons
+
+
+def _missing_global(dynamo: Any, to_code: Callable[[Any], Any]) -> str | None:
+    """A global that a guarded code's compiled bytecode loads and that the installed entry did not
+    bring, or None. Torch names some objects its bytecode rebuilds by their address in the build's
+    process (``___module_collections_<id>_c12``) and does not save them with the entry: such a code
+    would raise NameError at the call it serves, so the entry is refused and its calls are traced."""
+    for code in dynamo.codes:
+        if getattr(code, "bypassed", False):
+            continue
+        scope = vars(sys.modules[code.python_module])
+        for guarded in code.guarded_codes:
+            pending = [to_code(guarded.dynamo_code)]
+            while pending:
+                compiled = pending.pop()
+                pending += [c for c in compiled.co_consts if isinstance(c, types.CodeType)]
+                for instruction in dis.get_instructions(compiled):
+                    name = instruction.argval
+                    if (instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(name, str)
+                            and _dynamos(name) and name not in scope and not hasattr(builtins, name)):
+                        return f"its compiled code loads {name!r}, which the entry does not bring (torch's)"
+    return None
+
+
+def _dynamos(name: str) -> bool:
+    """Whether a global is one Dynamo made (``__compiled_fn_1``, ``__resume_at_12_3``, ``__import_torch``,
+    ``___module_collections_<id>_c12``), not the function's own: a package's function compiled at
+    import may load a global its module defines after that line."""
+    return name.startswith("__") and not name.endswith("__")
 
 
 def _codes_of_other_globals(fn: Any, dynamo: Any) -> dict[int, str]:

@@ -244,6 +244,12 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "closure, where torch keeps nothing and cannot rebuild the guards on it when it installs "
                "(build/dynamo_pass.py)",
                broken="torch's answer: that guarded code's entry fails to install, and such a call is traced"),
+    Touchpoint("module-global", "torch._dynamo.output_graph", "OutputGraph.install_global_by_id", "wrap",
+               "build's second pass: a module that Dynamo's bytecode loads by a global named from its address "
+               "(`___module_collections_<id>_c12`) recorded as one of the entry's imports, which torch installs "
+               "with it (build/dynamo_pass.py)",
+               broken="not recorded: the entry is refused when installed (its code loads a global it does not "
+               "bring), and such a call is traced"),
     Touchpoint("dropped-guards", "torch._dynamo.guards", "log", "logging", "build's second pass: the guards torch "
                "says it dropped, checked against those recorded, kept from printing (build/dynamo_pass.py)",
                broken="only the recorded ones are checked; torch prints a line per dropped guard"),

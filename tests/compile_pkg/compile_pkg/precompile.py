@@ -1,10 +1,21 @@
 """The build's workload: train with AdamW through the compiled loss, infer, scale, double, classify,
-and run a module whose forward is decorated."""
+run a module whose forward is decorated, and summarize."""
 
 import torch
 import torch.nn.functional as F
 
-from compile_pkg.model import batch, classifier, compiled_loss, decorated, doubled, make, normalized, predictor, scaled
+from compile_pkg.model import (
+    batch,
+    classifier,
+    compiled_loss,
+    decorated,
+    doubled,
+    make,
+    normalized,
+    predictor,
+    scaled,
+    summary,
+)
 
 
 def workload() -> None:
@@ -22,3 +33,4 @@ def workload() -> None:
     doubled(F.softsign)(x)
     classifier()(x, y).backward()
     decorated()(x).sum().backward()
+    summary(x)
