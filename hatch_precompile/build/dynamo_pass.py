@@ -64,6 +64,7 @@ class _Recorder:
         self.options: dict[str, list[dict[str, Any] | None]] = {}  # source key -> each package call's keywords
         # (None: not plain data, such as a backend given as a function)
         self.modules: dict[str, tuple[str, str]] = {}  # source key -> (module, qualname)
+        self.compiles: dict[str, dict[int, Any]] = {}  # source key -> each compile's latest entry, by its first code
 
     def install(self, torch: Any) -> None:
         patching.wrap("guard-filter", before=self._filter)
@@ -71,6 +72,7 @@ class _Recorder:
         patching.wrap("code-source", instead=_property_accessor)
         patching.wrap("guard-pickler", instead=_decorated_function)
         patching.wrap("module-global", after=_module_as_import)
+        patching.wrap("dynamo-entries", after=self._every_compile)
         point = lookup("dropped-guards", "logging")
         logging.getLogger(point.module).addFilter(self._dropped_log)
         lookup("compile-calls", "wrap")
@@ -95,6 +97,22 @@ class _Recorder:
                 self.options[key].append(plain)
             self.modules[key] = (module, qualname)
         return original(model, **options)
+
+    def _every_compile(self, arguments: dict[str, Any], _: Any) -> None:
+        """Torch records one entry per function, each ``torch.compile`` of it replacing the last one's
+        (two model sizes, a module in train() then in eval()); a compile re-records its own entry as
+        it grows. Kept by compile (its first code entry stays the same object), and recorded merged."""
+        entry, key = arguments.get("cache_entry"), arguments.get("key")
+        codes = getattr(entry, "codes", None)
+        if not codes or not isinstance(key, str):
+            return
+        compiles = self.compiles.setdefault(key, {})
+        compiles[id(codes[0])] = entry
+        if len(compiles) > 1:
+            lookup("dynamo-entries", "wrap")
+            from torch._dynamo.precompile_context import PrecompileContext  # noqa: TID251
+
+            PrecompileContext._dynamo_cache_entries[key] = merged_entry(list(compiles.values()))
 
     def _filter(self, arguments: dict[str, Any]) -> dict[str, Any]:
         inner = arguments.get("guard_filter_fn")
@@ -179,6 +197,46 @@ def _decorated_function(arguments: dict[str, Any]) -> Any:
     if found is obj or found is None:
         return patching.PASS
     return rebuild, (obj.__code__, obj.__module__, obj.__qualname__, obj.__defaults__, obj.__closure__)
+
+
+def merged_entry(entries: list[Any]) -> Any:
+    """One Dynamo cache entry holding every guarded code of ``entries`` (each a compile of the same
+    function): a code they share (the function's own, one found by the same path) holds the guarded
+    codes, backends and imports of each; a code of one compile only (a resume function) is added.
+    Compiles for different devices are not merged: the last one is kept, as torch keeps it."""
+    import dataclasses
+
+    first, *rest = entries
+    if any(entry.device_type != first.device_type for entry in rest):
+        return entries[-1]
+    codes = [_copied(code) for code in first.codes]
+    inlined = set(first.source_info.inlined_sources)
+    for entry in rest:
+        inlined |= set(entry.source_info.inlined_sources)
+        for code in entry.codes:
+            same = next((c for c in codes if _same_code(c, code)), None)
+            if same is None:
+                codes.append(_copied(code))
+                continue
+            same.guarded_codes += code.guarded_codes
+            same.backend_ids += [b for b in code.backend_ids if b not in same.backend_ids]
+            same.import_sources.update(code.import_sources)
+            same.bypassed = same.bypassed or code.bypassed  # a compile torch would not save: none of it is
+    return dataclasses.replace(first, codes=codes, source_info=dataclasses.replace(first.source_info,
+                                                                                 inlined_sources=inlined))
+
+
+def _copied(code: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(code, guarded_codes=list(code.guarded_codes), backend_ids=list(code.backend_ids),
+                               import_sources=dict(code.import_sources), function_names=list(code.function_names))
+
+
+def _same_code(one: Any, other: Any) -> bool:
+    return ((one.python_module, one.code_source, one.install_to_global, one.function_names, one.python_code)
+            == (other.python_module, other.code_source, other.install_to_global, other.function_names,
+                other.python_code))
 
 
 def _module_as_import(arguments: dict[str, Any], name: Any) -> None:

@@ -341,6 +341,13 @@ def _positional_only(owner, name):
     setattr(owner, name, by_another_signature)
 
 
+def _precompile_context(module):
+    if "dynamo-entries" in BROKEN:  # a plain function now, of another signature than the hook reads
+        record = module.PrecompileContext.record_dynamo_cache_entry
+        module.PrecompileContext.record_dynamo_cache_entry = staticmethod(
+            lambda *args, **kwargs: record(*args, **kwargs))
+
+
 def _output_graph(module):
     if "module-global" in BROKEN:
         _positional_only(module.OutputGraph, "install_global_by_id")
@@ -430,6 +437,7 @@ PATCHES = {
     "torch._dynamo.package": _dynamo_package,
     "torch._dynamo.guards": _dynamo_guards,
     "torch._dynamo.output_graph": _output_graph,
+    "torch._dynamo.precompile_context": _precompile_context,
     "torch._dynamo.config": _dynamo_config,
     "torch._inductor.config": _inductor_config,
     "torch._dynamo.bytecode_transformation": _bytecode_transformation,
@@ -447,7 +455,7 @@ BREAKERS = frozenset({
     "keep-constants", "pytree", "module-internals", "joint-export", "triton-c-module", "triton-c-module-file",
     "compile-calls", "precompile-entry", "compile-package", "guard-load", "unique-id", "caching-precompile",
     "guard-filter", "guarded-code", "dropped-guards", "guard-state-tensor", "compiler-config",
-    "global-state", "compiler-settings", "code-source", "guard-pickler", "module-global",
+    "global-state", "compiler-settings", "code-source", "guard-pickler", "module-global", "dynamo-entries",
 })
 
 

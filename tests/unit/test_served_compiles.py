@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import json
@@ -337,3 +338,57 @@ def test_a_module_dynamo_loads_by_its_address_travels_with_the_entry_or_the_entr
         "its compiled code loads '___module_json_1_c2', which the entry does not bring (torch's)"
     # the package's own globals (one its module defines after the compiling line), builtins, installed names
     assert dynamo_cache._missing_global(entry("defined_later(len(__name__), plain)"), lambda c: c) is None
+
+
+@dataclasses.dataclass
+class _Code:  # the fields of torch's _DynamoCodeCacheEntry that merging reads
+    python_code: str
+    guarded_codes: list
+    backend_ids: list
+    import_sources: dict = dataclasses.field(default_factory=dict)
+    python_module: str = "m"
+    function_names: list = dataclasses.field(default_factory=list)
+    code_source: str | None = None
+    install_to_global: bool = False
+    bypassed: bool = False
+
+
+@dataclasses.dataclass
+class _Sources:
+    inlined_sources: set
+
+
+@dataclasses.dataclass
+class _Entry:
+    codes: list
+    source_info: _Sources
+    device_type: str = "cpu"
+
+
+def test_every_compile_of_a_function_is_kept_in_its_one_entry():
+    from torch._dynamo.precompile_context import PrecompileContext
+
+    from hatch_precompile.build import dynamo_pass
+
+    eval_mode = _Entry([_Code("forward", ["g1"], ["fn1"], {"__import_a": "a"})], _Sources({"s1"}))
+    train_mode = _Entry([_Code("forward", ["g2"], ["fn2", "fn1"]), _Code("resume", ["g3"], ["fn3"], install_to_global=True)],
+                        _Sources({"s2"}))
+    merged = dynamo_pass.merged_entry([eval_mode, train_mode])
+    (own, resume) = merged.codes
+    assert own.guarded_codes == ["g1", "g2"] and own.backend_ids == ["fn1", "fn2"] and own.import_sources == {"__import_a": "a"}
+    assert resume.guarded_codes == ["g3"] and merged.source_info.inlined_sources == {"s1", "s2"}
+    assert eval_mode.codes[0].guarded_codes == ["g1"]  # each compile's own entry is left as torch made it
+    cuda = _Entry([_Code("forward", ["g4"], ["fn4"])], _Sources(set()), device_type="cuda")
+    assert dynamo_pass.merged_entry([eval_mode, cuda]) is cuda  # another device: the last, as torch keeps it
+    # A compile re-records its own entry as it grows; another compile of the function is merged with it.
+    recorder = dynamo_pass._Recorder("unit")
+    try:
+        recorder._every_compile({"cache_entry": eval_mode, "key": "k"}, None)
+        grown = _Entry([eval_mode.codes[0], _Code("resume0", ["g0"], ["fn0"], install_to_global=True)], _Sources(set()))
+        recorder._every_compile({"cache_entry": grown, "key": "k"}, None)
+        recorder._every_compile({"cache_entry": train_mode, "key": "k"}, None)
+        recorded = PrecompileContext._dynamo_cache_entries["k"]
+        assert [c.python_code for c in recorded.codes] == ["forward", "resume0", "resume"]
+        assert recorded.codes[0].guarded_codes == ["g1", "g2"]
+    finally:
+        PrecompileContext._dynamo_cache_entries.pop("k", None)

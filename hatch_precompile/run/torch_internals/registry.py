@@ -250,6 +250,11 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "with it (build/dynamo_pass.py)",
                broken="not recorded: the entry is refused when installed (its code loads a global it does not "
                "bring), and such a call is traced"),
+    Touchpoint("dynamo-entries", "torch._dynamo.precompile_context", "PrecompileContext.record_dynamo_cache_entry",
+               "wrap", "build's second pass: every `torch.compile` of one function (two model sizes, a module in "
+               "train() and in eval()) kept in its one entry, where torch keeps the last compile's alone: the merged "
+               "entry is written into `PrecompileContext._dynamo_cache_entries` (build/dynamo_pass.py)",
+               broken="torch's: the last compile of each function is served, the others traced"),
     Touchpoint("dropped-guards", "torch._dynamo.guards", "log", "logging", "build's second pass: the guards torch "
                "says it dropped, checked against those recorded, kept from printing (build/dynamo_pass.py)",
                broken="only the recorded ones are checked; torch prints a line per dropped guard"),

@@ -28,6 +28,7 @@ def workload() -> None:
         optimizer.step()
     with torch.no_grad():
         predictor(model.eval())(x)
+        predictor(make().train())(x)  # the same forward compiled again: both compiles are served
     scaled(torch.ones(32))(x)
     normalized(x)
     doubled(F.softsign)(x)
