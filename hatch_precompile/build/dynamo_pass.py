@@ -19,6 +19,7 @@ process can tell it from any other (protocol/served_compiles.py), and the option
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import json
@@ -204,8 +205,6 @@ def merged_entry(entries: list[Any]) -> Any:
     function): a code they share (the function's own, one found by the same path) holds the guarded
     codes, backends and imports of each; a code of one compile only (a resume function) is added.
     Compiles for different devices are not merged: the last one is kept, as torch keeps it."""
-    import dataclasses
-
     first, *rest = entries
     if any(entry.device_type != first.device_type for entry in rest):
         return entries[-1]
@@ -227,8 +226,6 @@ def merged_entry(entries: list[Any]) -> Any:
 
 
 def _copied(code: Any) -> Any:
-    import dataclasses
-
     return dataclasses.replace(code, guarded_codes=list(code.guarded_codes), backend_ids=list(code.backend_ids),
                                import_sources=dict(code.import_sources), function_names=list(code.function_names))
 
