@@ -185,7 +185,9 @@ def _decorated_function(arguments: dict[str, Any]) -> Any:
     wrapper: transformers' ``forward``, the function a call's closure holds): torch keeps a
     placeholder, and then cannot rebuild the guards on the function's closure when it installs the
     entry (``'_Missing' object has no attribute '__closure__'``). Kept instead as torch keeps a
-    nested function (its code, module, defaults and closure), rebuilt from them when it installs."""
+    nested function (its code, module, defaults and closure), rebuilt from them when it installs,
+    with its ``__name__`` set again: torch's rebuild names it by its qualname, and guards rebuilt on
+    it (transformers reads ``func.__name__``) would then hold a name no call brings."""
     pickler, obj = arguments.get("self"), arguments.get("obj")
     rebuild = getattr(type(pickler), "_unpickle_nested_function", None)
     if rebuild is None or not isinstance(obj, types.FunctionType) or "<locals>" in obj.__qualname__:
@@ -197,7 +199,8 @@ def _decorated_function(arguments: dict[str, Any]) -> Any:
         found = getattr(found, part, None)
     if found is obj or found is None:
         return patching.PASS
-    return rebuild, (obj.__code__, obj.__module__, obj.__qualname__, obj.__defaults__, obj.__closure__)
+    arguments_ = (obj.__code__, obj.__module__, obj.__qualname__, obj.__defaults__, obj.__closure__)
+    return rebuild, arguments_, (None, {"__name__": obj.__name__})  # pickle's BUILD: setattr of each
 
 
 def merged_entry(entries: list[Any]) -> Any:

@@ -184,7 +184,8 @@ def _install(package: str, model: Any, function: served_compiles.Function) -> No
             found = this_process.packages[package].found
             counts, reasons = dynamo_cache.install(served_compiles.innermost(model), found.read(function.entry),
                                                    function.guarded, env_checked=True,
-                                                   any_threads=bool(found.manifest.settings.get("cpp.dynamic_threads")))
+                                                   any_threads=bool(found.manifest.settings.get("cpp.dynamic_threads")),
+                                                   not_loaded=functools.partial(_not_loaded, function))
         except (Skip, DynamoEntryRefused) as exc:
             _said(function, f"traced: {exc}")
             return
@@ -197,6 +198,13 @@ def _install(package: str, model: Any, function: served_compiles.Function) -> No
         held = f", {counts['held']} object(s) held to the build's" if counts["held"] else ""
         traced = f"; {counts['traced']} other(s) traced: {reasons[0]}" if counts["traced"] else ""
         _said(function, f"served: {counts['served']} guarded code(s){held}{traced}")
+
+
+def _not_loaded(function: served_compiles.Function, why: str) -> None:
+    """A guarded code's compiled graphs did not load at its first call: it is traced from then on."""
+    with this_process.lock:
+        before = this_process.outcomes.get(f"{function.module}.{function.qualname}", "")
+    _said(function, f"traced: a guarded code's compiled graphs did not load here ({why}); at install, {before}")
 
 
 def _installed_at_first_call(package: str, model: Any, function: served_compiles.Function, compiled: Any) -> Any:

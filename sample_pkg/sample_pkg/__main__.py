@@ -19,11 +19,12 @@ def count_kernels() -> int:
 
 
 def compilation_metrics() -> list:
-    """torch's record of each compiled frame, or none where that internal moved."""
+    """torch's record of each compiled frame, or none where that internal moved (a record of work
+    at run time, such as loading a compiled graph at its first call, names no frame)."""
     try:
         from torch._dynamo.utils import get_compilation_metrics
 
-        return list(get_compilation_metrics())
+        return [m for m in get_compilation_metrics() if getattr(m, "co_name", None)]
     except Exception:
         return []
 

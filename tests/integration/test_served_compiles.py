@@ -48,9 +48,9 @@ from hatch_precompile.run import served_compile
 
 results = {}
 def case(name, run):
-    before = len(list(get_compilation_metrics()))
+    before = sum(1 for m in get_compilation_metrics() if m.co_name)
     out = run()
-    results[name] = [len(list(get_compilation_metrics())) - before, out]
+    results[name] = [sum(1 for m in get_compilation_metrics() if m.co_name) - before, out]
 
 def trained(net, x, y):  # the loss and every gradient, as a training step leaves them
     loss = M.compiled_loss(net, x, y)
@@ -108,7 +108,7 @@ def decorated(seed):
     net = M.decorated(seed)
     out = net(x).sum()
     out.backward()
-    return [out.item(), wrapping.CALLS["count"]] + [p.grad.double().sum().item() for p in net.parameters()]
+    return [out.item(), wrapping.CALLS["count"], float(wrapping.CALLS.get("last") == "forward")] + [p.grad.double().sum().item() for p in net.parameters()]
 case("a forward decorated from another module", lambda: decorated(0))
 case("a decorated forward, its wrapper's global changed", lambda: decorated(4))
 case("a result rebuilt from a module the code holds by no name", lambda: [v.item() for v in M.summary(x).values()])
@@ -189,7 +189,7 @@ from torch._dynamo.utils import get_compilation_metrics
 from hatch_precompile.run import served_compile
 net, (x, y) = M.make(), M.batch()
 got, want = M.compiled_loss(net, x, y).item(), M.loss_fn(net, x, y).item()
-print(json.dumps({"served": served_compile.served(), "traced": len(list(get_compilation_metrics())), "diff": abs(got - want)}))
+print(json.dumps({"served": served_compile.served(), "traced": sum(1 for m in get_compilation_metrics() if m.co_name), "diff": abs(got - want)}))
 """
 
 
@@ -198,6 +198,38 @@ def test_a_function_monkeypatched_before_the_packages_import_is_traced_and_named
     assert found["traced"] >= 1 and found["diff"] < 1e-6
     assert found["served"]["compile_pkg.model.loss_fn"].startswith(
         "traced: G['F'].gelu is another object than the build's (__main__.<lambda>)"), found["served"]
+
+
+INFERENCE_ONLY = r"""
+import json, torch
+from torch._functorch._aot_autograd import aot_autograd_result as R
+loaded, load = [], R.BundledAOTAutogradCacheArtifact.after_deserialization
+def counted(self):  # torch's loading of one compiled graph, counted
+    loaded.append(self.key)
+    return load(self)
+R.BundledAOTAutogradCacheArtifact.after_deserialization = counted
+from compile_pkg import model as M
+from torch._dynamo.utils import get_compilation_metrics
+from hatch_precompile.run import served_compile
+at_import = len(loaded)
+x, _ = M.batch()
+with torch.no_grad():
+    net = M.make().eval()
+    got, want = M.predictor(net)(x), net(x)
+    M.predictor(net)(x)
+print(json.dumps({"served": served_compile.served(), "at_import": at_import, "loaded": len(loaded),
+                  "traced": sum(1 for m in get_compilation_metrics() if m.co_name), "diff": (got - want).abs().max().item()}))
+"""
+
+
+def test_a_process_that_only_infers_loads_the_one_graph_it_runs(compile_build, tmp_path):
+    """The module's entry holds its eval() and its train() compile, and the package compiled four
+    functions at import: only the eval() graph is loaded, at its first call, and then served."""
+    found = run_cases(compile_build / "site", tmp_path, "inference", script=INFERENCE_ONLY)
+    assert found["served"]["compile_pkg.model.MLP.forward"].startswith("served: 2 guarded code(s)"), found["served"]
+    assert found["served"]["compile_pkg.model.loss_fn"].startswith("served"), found["served"]
+    assert found["at_import"] == 0 and found["loaded"] == 1 and found["traced"] == 0, found
+    assert found["diff"] < 1e-6
 
 
 FIRST_CALL = r"""
@@ -213,7 +245,7 @@ eager = M.make()
 want = M.loss_fn(eager, x, y)
 want.backward()
 grads = max((a.grad - b.grad).abs().max().item() for a, b in zip(net.parameters(), eager.parameters()))
-print(json.dumps({"served": served_compile.served(), "traced": len(list(get_compilation_metrics())),
+print(json.dumps({"served": served_compile.served(), "traced": sum(1 for m in get_compilation_metrics() if m.co_name),
                   "diff": abs(loss.item() - want.item()), "grads": grads}))
 """
 
@@ -224,6 +256,7 @@ print(json.dumps({"served": served_compile.served(), "traced": len(list(get_comp
     ("compile-package", "traced: torch could not install the shipped Dynamo cache entry"),
     ("guard-load", "traced: torch could not install the shipped Dynamo cache entry: RuntimeError('1 guarded code(s)"),
     ("unique-id", "traced: torch could not install the shipped Dynamo cache entry"),
+    ("graph-load", "traced: a guarded code's compiled graphs did not load here (RuntimeError('misbehaving on purpose'))"),
     ("precompile-entry", None),  # a torch without precompile entries: nothing wrapped, every call torch's
 ])
 def test_a_served_compile_whose_torch_internals_misbehave_is_traced_never_wrong(compile_build, tmp_path, broken, outcome):

@@ -348,6 +348,11 @@ def _precompile_context(module):
             lambda *args, **kwargs: record(*args, **kwargs))
 
 
+def _aot_autograd_result(module):
+    if "graph-load" in BROKEN:  # a compiled graph that does not load in this process
+        module.BundledAOTAutogradCacheArtifact.after_deserialization = _raise
+
+
 def _output_graph(module):
     if "module-global" in BROKEN:
         _positional_only(module.OutputGraph, "install_global_by_id")
@@ -415,6 +420,7 @@ def _backends_cpu(module):
 
 PATCHES = {
     "torch": _torch,
+    "torch._functorch._aot_autograd.aot_autograd_result": _aot_autograd_result,
     "torch._inductor": _inductor,
     "torch.utils._pytree": _pytree,
     "torch.export.experimental": _export_experimental,
@@ -456,6 +462,7 @@ BREAKERS = frozenset({
     "compile-calls", "precompile-entry", "compile-package", "guard-load", "unique-id", "caching-precompile",
     "guard-filter", "guarded-code", "dropped-guards", "guard-state-tensor", "compiler-config",
     "global-state", "compiler-settings", "code-source", "guard-pickler", "module-global", "dynamo-entries",
+    "graph-load",
 })
 
 

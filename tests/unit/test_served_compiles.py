@@ -6,7 +6,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import hashlib
 import json
+import pickle
 import types
 
 import pytest
@@ -15,7 +17,7 @@ import torch.nn.functional as F
 
 from hatch_precompile.errors import ServedError
 from hatch_precompile.protocol import served_compiles
-from hatch_precompile.run import served_compile
+from hatch_precompile.run import held_objects, served_compile
 
 
 def plain(x):
@@ -140,12 +142,11 @@ def test_nothing_else_is_ever_evaluated(source):
 
 
 def test_a_source_in_the_calls_locals_is_pinned_by_the_first_call_that_brings_the_builds_object():
-    from hatch_precompile.run.torch_internals import dynamo_cache
 
     dropped = [served_compiles.dropped_guard("L['self'].__class__", "CLASS_MATCH", ("ID_MATCH",), Model, True),
                served_compiles.dropped_guard("L['fn']", "CLOSURE_MATCH", (), outer(2.0), True),
                served_compiles.dropped_guard("G['F'].gelu", "BUILTIN_MATCH", ("ID_MATCH",), F.gelu, True)]
-    check, held = dynamo_cache._held(dropped, {"F": F})
+    check, held = held_objects.held(dropped, {"F": F})
     assert held == 3
 
     class Other(Model):
@@ -158,7 +159,7 @@ def test_a_source_in_the_calls_locals_is_pinned_by_the_first_call_that_brings_th
     assert check({"self": Model(), "fn": outer(5.0)})  # Dynamo holds a closure's code (its cells have guards of their own)
     again = type("Model", (torch.nn.Module,), {"__module__": __name__})  # described as Model, but another object
     assert not check({"self": again(), "fn": outer(2.0)})
-    assert not dynamo_cache._held(dropped, {"F": types.SimpleNamespace(gelu=plain)})[0]  # a global that is not the build's
+    assert not held_objects.held(dropped, {"F": types.SimpleNamespace(gelu=plain)})[0]  # a global that is not the build's
 
 
 def test_the_index_reads_back_and_refuses_what_it_cannot_serve():
@@ -283,9 +284,20 @@ def test_a_decorated_function_is_kept_in_the_guards_state_as_torch_keeps_a_neste
     inner = decorated.__wrapped__  # its name finds the wrapper, not itself
     pickler = guards.GuardsStatePickler({}, {}, {}, io.BytesIO())
     assert pickler.reducer_override(inner)[0] is guards._Missing  # torch keeps a placeholder
-    rebuild, args = dynamo_pass._decorated_function({"self": pickler, "obj": inner})
-    again = rebuild(*args)
-    assert again.__code__ is inner.__code__ and again.__globals__ is inner.__globals__ and again(1) == 2
+    rebuild, args, (_, names) = dynamo_pass._decorated_function({"self": pickler, "obj": inner})
+    assert names == {"__name__": "decorated"}
+    stream = io.BytesIO()
+    writer = guards.GuardsStatePickler({}, {}, {}, stream)
+
+    def reducer_override(obj):  # as the guard-pickler touchpoint's hook runs: ours, else torch's
+        ours = dynamo_pass._decorated_function({"self": writer, "obj": obj})
+        return guards.GuardsStatePickler.reducer_override(writer, obj) if ours is patching.PASS else ours
+
+    writer.reducer_override = reducer_override
+    writer.dump(inner)
+    again = pickle.loads(stream.getvalue())  # as torch reads a guards state back
+    assert again.__code__ == inner.__code__ and again.__globals__ is inner.__globals__ and again(1) == 2
+    assert (again.__name__, again.__qualname__) == (inner.__name__, inner.__qualname__)  # guards read __name__
     for kept_by_torch in (plain, decorated, outer(2.0), len):  # by name, the wrapper itself, nested, a builtin
         assert dynamo_pass._decorated_function({"self": pickler, "obj": kept_by_torch}) is patching.PASS
     pickler.missing_values[id(inner)] = inner  # torch's own choice for an object comes first
@@ -392,3 +404,61 @@ def test_every_compile_of_a_function_is_kept_in_its_one_entry():
         assert recorded.codes[0].guarded_codes == ["g1", "g2"]
     finally:
         PrecompileContext._dynamo_cache_entries.pop("k", None)
+
+
+class _Artifact:  # torch's backend artifact: its graph made by after_deserialization()
+    def __init__(self, name, fails=False):
+        self.name, self.fails, self.loads = name, fails, 0
+
+    def after_deserialization(self):
+        self.loads += 1
+        if self.fails:
+            raise RuntimeError(f"{self.name} does not load here")
+        return lambda x: f"{self.name}({x})"
+
+
+class _Root:  # a guard manager's root: the guards added to it
+    def __init__(self):
+        self.last = []
+
+    def add_epilogue_lambda_guard(self, guard, parts, _):
+        self.last.append(guard)
+
+
+def test_a_guarded_codes_graphs_load_when_its_guards_first_hold_and_a_failure_traces_it():
+    from hatch_precompile.run.torch_internals import dynamo_cache
+
+    artifacts = {"__compiled_fn_1": _Artifact("eval"), "__compiled_fn_2": _Artifact("train"),
+                 "__compiled_fn_3": _Artifact("broken", fails=True)}
+    said = []
+    graphs = dynamo_cache._Graphs(artifacts, said.append)
+    state = {name: f"state of {name}".encode() for name in ("eval", "train", "broken")}
+
+    def guarded(name, source):
+        return types.SimpleNamespace(guards_state=state[name], dynamo_code=compile(source, "<dynamo>", "exec"))
+
+    entry = types.SimpleNamespace(codes=[
+        types.SimpleNamespace(guarded_codes=[guarded("eval", "__compiled_fn_1(x)"), guarded("train", "__compiled_fn_2(len(x))"),
+                                             guarded("broken", "def resume():\n    return __compiled_fn_3(x)")]),
+        types.SimpleNamespace(bypassed=True, guarded_codes=[guarded("eval", "__compiled_fn_2(x)")]),  # never installed
+    ])
+    calls = graphs.called_by(entry, lambda c: c)
+    digest = {name: hashlib.sha256(raw).hexdigest() for name, raw in state.items()}
+    assert calls == {digest["eval"]: {"__compiled_fn_1"}, digest["train"]: {"__compiled_fn_2"},
+                     digest["broken"]: {"__compiled_fn_3"}}
+    stand_ins = {name: d.after_deserialization() for name, d in graphs.deferred().items()}
+    assert sum(a.loads for a in artifacts.values()) == 0  # torch's install loads nothing now
+    roots = {name: _Root() for name in state}
+    for name, root in roots.items():
+        graphs.load_when_run(root, calls[digest[name]])
+    (eval_guard,), (broken_guard,) = roots["eval"].last, roots["broken"].last
+    assert eval_guard({}) and eval_guard({}) and artifacts["__compiled_fn_1"].loads == 1
+    assert artifacts["__compiled_fn_2"].loads == 0  # the training graph: no call of its guarded code yet
+    assert stand_ins["__compiled_fn_1"]("x") == "eval(x)"
+    assert not broken_guard({}) and not broken_guard({})  # traced, and not tried again
+    assert artifacts["__compiled_fn_3"].loads == 1 and said == ["RuntimeError('broken does not load here')"]
+    # A torch whose guard managers have no last guards: loaded at install, where a failure refuses the entry.
+    graphs.load_when_run(object(), {"__compiled_fn_2"})
+    assert artifacts["__compiled_fn_2"].loads == 1
+    with pytest.raises(RuntimeError, match="does not load"):
+        dynamo_cache._Graphs(artifacts, said.append).load_when_run(object(), {"__compiled_fn_3"})

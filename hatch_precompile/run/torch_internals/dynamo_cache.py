@@ -9,13 +9,12 @@ first, at every call, and runs its code where its guards hold -- nothing traced,
 Where they do not, Dynamo traces the call as it always does.
 
 Torch serializes a guard manager without the guards it cannot pickle (an object's identity).
-For each guarded code, the index names what was dropped (protocol/served_compiles.py): here the
-object at each such source is described and compared with the build's description (the same
-module, class, builtin, or function with the same code, defaults and closure), and a guard is
-added to the entry's guard manager that holds that source to that very object at every call, as
+For each guarded code, the index names what was dropped (protocol/served_compiles.py), and a guard
+is added that holds each such source to the object the build had there (run/held_objects.py), as
 Dynamo's own ID guard would. A guarded code whose dropped guards cannot be held so, whose guards
 the index does not know, or whose objects are other ones here, gets a guard that always fails: it
-is never run, and such a call is traced.
+is never run, and such a call is traced. Its compiled graphs are loaded by its last guard, the
+first time all the others hold (_Graphs).
 
 Torch's own flag (``torch._dynamo.config.caching_precompile``) is never set here: it would drop
 those guards for every compile of the process.
@@ -36,7 +35,7 @@ import types
 from typing import Any, Callable, Iterator
 
 from hatch_precompile.errors import DynamoEntryRefused
-from hatch_precompile.protocol import served_compiles
+from hatch_precompile.run import held_objects
 from hatch_precompile.run.torch_internals.registry import lookup
 
 _lock = threading.Lock()  # one install at a time: the wrappers below are the package module's for its duration
@@ -71,15 +70,20 @@ def settings_digest() -> str | None:
         return None
 
 
-def install(fn: Any, data: bytes, guarded: dict[str, Any], env_checked: bool,
-            any_threads: bool = False) -> tuple[dict[str, int], list[str]]:
+def install(fn: Any, data: bytes, guarded: dict[str, Any], env_checked: bool, any_threads: bool = False,
+            not_loaded: Callable[[str], None] = lambda why: None) -> tuple[dict[str, int], list[str]]:
     """Install the entry ``data`` on ``fn``'s code; what its guarded codes became (``{"served": n,
     "held": objects held to the build's, "traced": guarded codes never run}``) and why each traced
     one is. Raises DynamoEntryRefused, having left
     nothing installed. ``env_checked``: load() matched the set's environment key here (torch,
     Python, GPU by NVML), so torch's own check of the same, which asks CUDA, is not asked again.
     ``any_threads``: the set's kernels read the thread count when they run (``cpp.dynamic_threads``),
-    so the entry's guards take this process's count instead of the build machine's."""
+    so the entry's guards take this process's count instead of the build machine's. ``not_loaded``
+    is told why, where a guarded code's compiled graphs do not load at its first call (it is traced).
+
+    The compiled graphs are not loaded here, as torch's install loads them all: each guarded code
+    loads those its bytecode calls when its guards first hold (_Graphs), so a process that only
+    runs inference does not load the training graphs, or another model size's."""
     lookup("compile-package", "call")
     from torch._dynamo import package  # noqa: TID251  (the touchpoint's owner)
 
@@ -89,6 +93,8 @@ def install(fn: Any, data: bytes, guarded: dict[str, Any], env_checked: bool,
         if env_checked:  # asking CUDA here would initialise it in the parent of fork-started workers
             dynamo.check_versions = lambda: None
         elsewhere = _codes_of_other_globals(fn, dynamo)
+        graphs = _Graphs(backends, not_loaded)
+        calls = graphs.called_by(dynamo, package.SerializedCode.to_code_object)
         compile_package = package.CompilePackage(fn, dynamo)
     except Exception as exc:  # another torch's entry, the package's source changed, torch moved
         raise DynamoEntryRefused(f"torch does not take the shipped Dynamo cache entry: {exc!r}") from None
@@ -111,7 +117,7 @@ def install(fn: Any, data: bytes, guarded: dict[str, Any], env_checked: bool,
             dropped = guarded.get(digests.get(id(state), ""), "its guards are not in the index")
             if id(code) in elsewhere:  # torch's guards would read one module's globals, the code another's
                 dropped = elsewhere[id(code)]
-            check, held = _held(dropped, scope) if isinstance(dropped, list) else (None, dropped)
+            check, held = held_objects.held(dropped, scope) if isinstance(dropped, list) else (None, dropped)
             if check is None:
                 counts["traced"] += 1
                 reasons.append(str(held))
@@ -120,6 +126,7 @@ def install(fn: Any, data: bytes, guarded: dict[str, Any], env_checked: bool,
                 counts["served"] += 1
                 counts["held"] += int(held)
                 manager.root.add_lambda_guard(check, ["hatch-precompile: objects found again by name"], None)
+                graphs.load_when_run(manager.root, calls.get(digests.get(id(state), ""), set()))
             return manager
 
         expected = sum(len(c.guarded_codes) for c in dynamo.codes if not getattr(c, "bypassed", False))
@@ -128,7 +135,7 @@ def install(fn: Any, data: bytes, guarded: dict[str, Any], env_checked: bool,
         package.load_guards_state, package.load_guard_manager = read_state, build_manager
         try:
             with _missing_grads_as_none():
-                compile_package.install(backends)
+                compile_package.install(graphs.deferred())
             if counts["served"] + counts["traced"] != expected:  # torch built guards these wrappers did not see
                 raise RuntimeError(f"{expected} guarded code(s) in the entry, {counts['served'] + counts['traced']} seen")
             missing = _missing_global(dynamo, package.SerializedCode.to_code_object)
@@ -146,6 +153,93 @@ def install(fn: Any, data: bytes, guarded: dict[str, Any], env_checked: bool,
     return counts, reasons
 
 
+class _Graphs:
+    """An entry's compiled graphs (torch's backend artifacts, by the global name its bytecode calls
+    them by), each loaded once, when a guarded code that calls it first has all its guards hold:
+    the loading is that guarded code's last guard, so where it fails the call is traced, never
+    broken. Torch's install gets stand-ins (``deferred``) that call the loaded graph."""
+
+    def __init__(self, artifacts: dict[str, Any], not_loaded: Callable[[str], None]) -> None:
+        self._artifacts = artifacts
+        self._loaded: dict[str, Any] = {}
+        self._lock = threading.RLock()  # two threads' first calls load a graph once
+        self._not_loaded = not_loaded
+
+    def called_by(self, dynamo: Any, to_code: Callable[[Any], Any]) -> dict[str, set[str]]:
+        """The graphs each guarded code's bytecode calls, by the digest of its guards' state."""
+        calls: dict[str, set[str]] = {}
+        for code in dynamo.codes:
+            for guarded in [] if getattr(code, "bypassed", False) else code.guarded_codes:
+                digest = hashlib.sha256(guarded.guards_state).hexdigest()
+                names = set(_globals_loaded(to_code(guarded.dynamo_code)))
+                calls.setdefault(digest, set()).update(names & set(self._artifacts))
+        return calls
+
+    def deferred(self) -> dict[str, Any]:
+        return {name: _Deferred(self, name) for name in self._artifacts}
+
+    def loaded(self, name: str) -> Any:
+        graph = self._loaded.get(name)
+        if graph is None:
+            with self._lock:
+                if name not in self._loaded:
+                    lookup("graph-load", "call")
+                    self._loaded[name] = self._artifacts[name].after_deserialization()
+                graph = self._loaded[name]
+        return graph
+
+    def load_when_run(self, root: Any, names: set[str]) -> None:
+        """The guard that loads ``names`` once the guarded code's other guards hold. A torch whose
+        guard manager has no epilogue guards gets them loaded now (a failure refuses the entry)."""
+        add_last = getattr(root, "add_epilogue_lambda_guard", None)
+        if add_last is None:
+            for name in sorted(names):
+                self.loaded(name)
+            return
+        failed: list[str] = []
+
+        def graphs_loaded(frame_locals: Any) -> bool:
+            if failed:
+                return False
+            try:
+                for name in sorted(names):
+                    self.loaded(name)
+                return True
+            except Exception as exc:  # another torch's graphs, a kernel that does not load here
+                failed.append(repr(exc))
+                self._not_loaded(failed[0])
+                return False
+
+        add_last(graphs_loaded, ["hatch-precompile: its compiled graphs loaded"], None)
+
+
+class _Deferred:
+    """What torch's install takes for a backend artifact: its ``after_deserialization`` gives a
+    function that calls the graph, loading it first where no guard has (it always has, here)."""
+
+    def __init__(self, graphs: _Graphs, name: str) -> None:
+        self._graphs, self._name = graphs, name
+
+    def after_deserialization(self) -> Callable[..., Any]:
+        loaded, name = self._graphs.loaded, self._name
+
+        def compiled_graph(*args: Any, **kwargs: Any) -> Any:
+            return loaded(name)(*args, **kwargs)
+
+        return compiled_graph
+
+
+def _globals_loaded(compiled: Any) -> Iterator[str]:
+    """Each global name a compiled code (its nested codes too) loads."""
+    pending = [compiled]
+    while pending:
+        code = pending.pop()
+        pending += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+        for instruction in dis.get_instructions(code):
+            if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(instruction.argval, str):
+                yield instruction.argval
+
+
 def _missing_global(dynamo: Any, to_code: Callable[[Any], Any]) -> str | None:
     """A global that a guarded code's compiled bytecode loads and that the installed entry did not
     bring, or None. Torch names some objects its bytecode rebuilds by their address in the build's
@@ -156,15 +250,9 @@ def _missing_global(dynamo: Any, to_code: Callable[[Any], Any]) -> str | None:
             continue
         scope = vars(sys.modules[code.python_module])
         for guarded in code.guarded_codes:
-            pending = [to_code(guarded.dynamo_code)]
-            while pending:
-                compiled = pending.pop()
-                pending += [c for c in compiled.co_consts if isinstance(c, types.CodeType)]
-                for instruction in dis.get_instructions(compiled):
-                    name = instruction.argval
-                    if (instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(name, str)
-                            and _dynamos(name) and name not in scope and not hasattr(builtins, name)):
-                        return f"its compiled code loads {name!r}, which the entry does not bring (torch's)"
+            for name in _globals_loaded(to_code(guarded.dynamo_code)):
+                if _dynamos(name) and name not in scope and not hasattr(builtins, name):
+                    return f"its compiled code loads {name!r}, which the entry does not bring (torch's)"
     return None
 
 
@@ -257,93 +345,6 @@ def _this_thread_count(state: Any) -> None:
 
 def _never(frame_locals: Any) -> bool:
     return False
-
-
-def _held(dropped: list[dict[str, Any]], scope: dict[str, Any]) -> tuple[Callable[[Any], bool] | None, int | str]:
-    """A guard holding each source of ``dropped`` to one object, as Dynamo's identity guard held it
-    to the build's, and how many it holds; (None, why not) where one cannot be.
-
-    A source in the code's globals is held to the object there now, once that object is described
-    as the build's was. A source in the call's locals (``L['self'].__class__``) has no object until
-    a call: the first call whose object there is described as the build's pins it, and every later
-    call must bring that very object. Until one does, the guard fails and the call is traced."""
-    if not dropped:
-        return _always, 0
-    pins: list[Any] = []
-    tests, lazy = [], []
-    for index, guard in enumerate(dropped):
-        source = guard["source"]
-        compiled = served_compiles.evaluator(source)
-        if compiled is None:
-            return None, f"{source} is not a source this version evaluates"
-        code, local = compiled
-        path = f"({source}).__code__" if guard.get("code") else source  # CLOSURE_MATCH: its code, as Dynamo holds it
-        tests.append(f"({path}) is _pins[{index}]")
-        if local:
-            pins.append(_UNPINNED)
-            lazy.append((index, code, guard))
-            continue
-        try:
-            current = _found(code, guard, scope, None)
-        except Exception as exc:
-            return None, f"{source} is not there ({exc!r})"
-        if current is _UNPINNED:  # another object than the build's: a monkeypatch, another version
-            return None, f"{path} is another object than the build's ({_what(_evaluate(code, scope, None))})"
-        pins.append(current)
-    namespace = {**served_compiles.SOURCE_HELPERS, "__builtins__": {}, "G": scope, "_pins": pins}
-    test = eval(builtins.compile("lambda L: " + " and ".join(tests), "<hatch-precompile guards>", "eval"), namespace)
-    refused: dict[int, Any] = {}  # the last object a lazy source brought that is not the build's
-
-    def pin(frame_locals: Any) -> bool:
-        """Pins each unpinned local source's object where it is the build's; whether any was pinned."""
-        pinned = False
-        for index, code, guard in lazy:
-            if pins[index] is not _UNPINNED:
-                continue
-            current = _evaluate(code, scope, frame_locals)
-            if index in refused and refused[index] is current:
-                continue
-            found = _found(code, guard, scope, frame_locals)
-            if found is _UNPINNED:
-                refused[index] = current
-            else:
-                pins[index], pinned = found, True
-        return pinned
-
-    def check(frame_locals: Any) -> bool:
-        try:
-            return bool(test(frame_locals)) or (bool(lazy) and pin(frame_locals) and bool(test(frame_locals)))
-        except Exception:  # a name deleted, an attribute gone: not the object the entry was made for
-            return False
-
-    return check, len(tests)
-
-
-_UNPINNED = object()  # a local source's object before a call brings the build's
-
-
-def _evaluate(code: Any, scope: dict[str, Any], frame_locals: Any) -> Any:
-    return eval(code, {**served_compiles.SOURCE_HELPERS, "__builtins__": {}, "G": scope, "L": frame_locals})
-
-
-def _found(code: Any, guard: dict[str, Any], scope: dict[str, Any], frame_locals: Any) -> Any:
-    """The object a source of ``guard`` is to be held to (a function's code, for CLOSURE_MATCH), or
-    _UNPINNED where what is there is not described as the build's was."""
-    current = _evaluate(code, scope, frame_locals)
-    if guard.get("code"):
-        current = getattr(current, "__code__", None)
-        found = {"kind": "code", "code": served_compiles.code_digest(current)} if current is not None else None
-    else:
-        found = served_compiles.describe(current)
-    return current if found == guard["described"] else _UNPINNED
-
-
-def _what(value: Any) -> str:
-    return f"{getattr(value, '__module__', None) or type(value).__name__}.{getattr(value, '__qualname__', '?')}"
-
-
-def _always(frame_locals: Any) -> bool:
-    return True
 
 
 def _after_installed_names(dynamo: Any) -> None:

@@ -255,6 +255,12 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "train() and in eval()) kept in its one entry, where torch keeps the last compile's alone: the merged "
                "entry is written into `PrecompileContext._dynamo_cache_entries` (build/dynamo_pass.py)",
                broken="torch's: the last compile of each function is served, the others traced"),
+    Touchpoint("graph-load", "torch._dynamo.precompile_context", "BackendCacheArtifact.after_deserialization, "
+               "RootGuardManager.add_epilogue_lambda_guard", "call",
+               "load: an installed entry's compiled graphs, each loaded by the last guard of the first guarded code "
+               "that calls it, when that guarded code is first about to run (run/torch_internals/dynamo_cache.py)",
+               broken="that guarded code's guard fails (its calls are traced) and `served()` says why; a torch "
+               "without epilogue guards has the graphs loaded at install, as its own install does"),
     Touchpoint("dropped-guards", "torch._dynamo.guards", "log", "logging", "build's second pass: the guards torch "
                "says it dropped, checked against those recorded, kept from printing (build/dynamo_pass.py)",
                broken="only the recorded ones are checked; torch prints a line per dropped guard"),

@@ -1,0 +1,102 @@
+"""The objects a served entry's dropped identity guards are held to, found again by name at each call.
+
+Torch serializes a guard manager without the guards it cannot pickle (an object's identity: ID_MATCH,
+CLOSURE_MATCH). The build's index names each such guard's source (a path in Dynamo's grammar from
+the globals ``G`` or the call's locals ``L``) and describes the object that was there
+(protocol/served_compiles.py). Here each source is evaluated, its object described the same way,
+and a guard made that holds the source to that very object, as Dynamo's own would have.
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any, Callable
+
+from hatch_precompile.protocol import served_compiles
+
+
+def held(dropped: list[dict[str, Any]], scope: dict[str, Any]) -> tuple[Callable[[Any], bool] | None, int | str]:
+    """A guard holding each source of ``dropped`` to one object, as Dynamo's identity guard held it
+    to the build's, and how many it holds; (None, why not) where one cannot be.
+
+    A source in the code's globals is held to the object there now, once that object is described
+    as the build's was. A source in the call's locals (``L['self'].__class__``) has no object until
+    a call: the first call whose object there is described as the build's pins it, and every later
+    call must bring that very object. Until one does, the guard fails and the call is traced."""
+    if not dropped:
+        return _always, 0
+    pins: list[Any] = []
+    tests, lazy = [], []
+    for index, guard in enumerate(dropped):
+        source = guard["source"]
+        compiled = served_compiles.evaluator(source)
+        if compiled is None:
+            return None, f"{source} is not a source this version evaluates"
+        code, local = compiled
+        path = f"({source}).__code__" if guard.get("code") else source  # CLOSURE_MATCH: its code, as Dynamo holds it
+        tests.append(f"({path}) is _pins[{index}]")
+        if local:
+            pins.append(_UNPINNED)
+            lazy.append((index, code, guard))
+            continue
+        try:
+            current = _found(code, guard, scope, None)
+        except Exception as exc:
+            return None, f"{source} is not there ({exc!r})"
+        if current is _UNPINNED:  # another object than the build's: a monkeypatch, another version
+            return None, f"{path} is another object than the build's ({_what(_evaluate(code, scope, None))})"
+        pins.append(current)
+    namespace = {**served_compiles.SOURCE_HELPERS, "__builtins__": {}, "G": scope, "_pins": pins}
+    test = eval(builtins.compile("lambda L: " + " and ".join(tests), "<hatch-precompile guards>", "eval"), namespace)
+    refused: dict[int, Any] = {}  # the last object a lazy source brought that is not the build's
+
+    def pin(frame_locals: Any) -> bool:
+        """Pins each unpinned local source's object where it is the build's; whether any was pinned."""
+        pinned = False
+        for index, code, guard in lazy:
+            if pins[index] is not _UNPINNED:
+                continue
+            current = _evaluate(code, scope, frame_locals)
+            if index in refused and refused[index] is current:
+                continue
+            found = _found(code, guard, scope, frame_locals)
+            if found is _UNPINNED:
+                refused[index] = current
+            else:
+                pins[index], pinned = found, True
+        return pinned
+
+    def check(frame_locals: Any) -> bool:
+        try:
+            return bool(test(frame_locals)) or (bool(lazy) and pin(frame_locals) and bool(test(frame_locals)))
+        except Exception:  # a name deleted, an attribute gone: not the object the entry was made for
+            return False
+
+    return check, len(tests)
+
+
+_UNPINNED = object()  # a local source's object before a call brings the build's
+
+
+def _evaluate(code: Any, scope: dict[str, Any], frame_locals: Any) -> Any:
+    return eval(code, {**served_compiles.SOURCE_HELPERS, "__builtins__": {}, "G": scope, "L": frame_locals})
+
+
+def _found(code: Any, guard: dict[str, Any], scope: dict[str, Any], frame_locals: Any) -> Any:
+    """The object a source of ``guard`` is to be held to (a function's code, for CLOSURE_MATCH), or
+    _UNPINNED where what is there is not described as the build's was."""
+    current = _evaluate(code, scope, frame_locals)
+    if guard.get("code"):
+        current = getattr(current, "__code__", None)
+        found = {"kind": "code", "code": served_compiles.code_digest(current)} if current is not None else None
+    else:
+        found = served_compiles.describe(current)
+    return current if found == guard["described"] else _UNPINNED
+
+
+def _what(value: Any) -> str:
+    return f"{getattr(value, '__module__', None) or type(value).__name__}.{getattr(value, '__qualname__', '?')}"
+
+
+def _always(frame_locals: Any) -> bool:
+    return True
