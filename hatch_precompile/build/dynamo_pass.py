@@ -187,18 +187,20 @@ def _decorated_function(arguments: dict[str, Any]) -> Any:
     entry (``'_Missing' object has no attribute '__closure__'``). Kept instead as torch keeps a
     nested function (its code, module, defaults and closure), rebuilt from them when it installs,
     with its ``__name__`` set again: torch's rebuild names it by its qualname, and guards rebuilt on
-    it (transformers reads ``func.__name__``) would then hold a name no call brings."""
+    it (transformers reads ``func.__name__``) would then hold a name no call brings. A nested
+    function, which torch keeps so itself, gets its ``__name__`` kept the same way."""
     pickler, obj = arguments.get("self"), arguments.get("obj")
     rebuild = getattr(type(pickler), "_unpickle_nested_function", None)
-    if rebuild is None or not isinstance(obj, types.FunctionType) or "<locals>" in obj.__qualname__:
+    if rebuild is None or not isinstance(obj, types.FunctionType):
         return patching.PASS
     if any(id(obj) in getattr(pickler, kept, {}) for kept in ("empty_values", "missing_values")):
         return patching.PASS  # torch's own choice for it comes first
-    found: Any = sys.modules.get(obj.__module__)
-    for part in obj.__qualname__.split(".") if found is not None else ():
-        found = getattr(found, part, None)
-    if found is obj or found is None:
-        return patching.PASS
+    if "<locals>" not in obj.__qualname__:
+        found: Any = sys.modules.get(obj.__module__)
+        for part in obj.__qualname__.split(".") if found is not None else ():
+            found = getattr(found, part, None)
+        if found is obj or found is None:
+            return patching.PASS
     arguments_ = (obj.__code__, obj.__module__, obj.__qualname__, obj.__defaults__, obj.__closure__)
     return rebuild, arguments_, (None, {"__name__": obj.__name__})  # pickle's BUILD: setattr of each
 

@@ -298,8 +298,11 @@ def test_a_decorated_function_is_kept_in_the_guards_state_as_torch_keeps_a_neste
     again = pickle.loads(stream.getvalue())  # as torch reads a guards state back
     assert again.__code__ == inner.__code__ and again.__globals__ is inner.__globals__ and again(1) == 2
     assert (again.__name__, again.__qualname__) == (inner.__name__, inner.__qualname__)  # guards read __name__
-    for kept_by_torch in (plain, decorated, outer(2.0), len):  # by name, the wrapper itself, nested, a builtin
+    for kept_by_torch in (plain, decorated, len):  # by name, the wrapper itself, a builtin
         assert dynamo_pass._decorated_function({"self": pickler, "obj": kept_by_torch}) is patching.PASS
+    nested = outer(2.0)  # torch keeps it by its code, and names it by its qualname when it rebuilds it
+    rebuild, args, (_, names) = dynamo_pass._decorated_function({"self": pickler, "obj": nested})
+    assert names == {"__name__": nested.__name__} and rebuild(*args).__qualname__ == nested.__qualname__
     pickler.missing_values[id(inner)] = inner  # torch's own choice for an object comes first
     assert dynamo_pass._decorated_function({"self": pickler, "obj": inner}) is patching.PASS
     assert dynamo_pass._decorated_function({}) is patching.PASS  # torch's signature unread: torch answers

@@ -241,9 +241,11 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
     Touchpoint("guard-pickler", "torch._dynamo.guards", "GuardsStatePickler.reducer_override", "wrap", "build's "
                "second pass: a decorated function (its name finds the decorator's wrapper: transformers' `forward`) "
                "kept in a guarded code's state as torch keeps a nested one, by its code, module, defaults and "
-               "closure, where torch keeps nothing and cannot rebuild the guards on it when it installs "
-               "(build/dynamo_pass.py)",
-               broken="torch's answer: that guarded code's entry fails to install, and such a call is traced"),
+               "closure, where torch keeps nothing and cannot rebuild the guards on it when it installs; "
+               "it and a nested function are rebuilt with their own `__name__`, where torch's rebuild names them "
+               "by their qualname and a guard on the name never holds (build/dynamo_pass.py)",
+               broken="torch's answer: that guarded code's entry fails to install, or a guard on the function's "
+               "name fails; either way such a call is traced"),
     Touchpoint("module-global", "torch._dynamo.output_graph", "OutputGraph.install_global_by_id", "wrap",
                "build's second pass: a module that Dynamo's bytecode loads by a global named from its address "
                "(`___module_collections_<id>_c12`) recorded as one of the entry's imports, which torch installs "
