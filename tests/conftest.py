@@ -155,6 +155,34 @@ def make_venv(path: Path) -> Path:
     return path / "bin" / "python"
 
 
+def users_cache(name: str) -> Path:
+    """A dir in the cache of the user running the suite, kept between runs (run() points
+    XDG_CACHE_HOME at the suite's own, removed after it)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / name
+
+
+def install_torch(python: Path, requirement: str) -> None:
+    """``requirement`` (a torch, with its CUDA libraries where it has them) into ``python``'s venv,
+    for a test about what comes after: pip unpacks its 1-5 GB into each venv and byte-compiles it
+    (75-135 s here), uv copies it from its cache and byte-compiles it (about 30 s; without the
+    bytecode, where PYTHONDONTWRITEBYTECODE is set, each process compiles torch's sources again).
+    The wheels are those pip finds on this machine, downloaded once into the user's cache (uv
+    reads no pip config); copied, not linked, since a test edits a venv's Triton. A test of how
+    pip installs torch, or of what a build writes into torch's dir, installs it with pip."""
+    uv = shutil.which("uv", path=str(Path(sys.executable).parent))
+    assert uv, "uv is a test dependency"
+    cache = users_cache("hatch-precompile-tests")
+    wheels = cache / "wheels" / re.sub(r"[^\w.=+-]", "_", requirement)
+    with FileLock(f"{wheels}.lock"):
+        if not (wheels / "complete").exists():
+            shutil.rmtree(wheels, ignore_errors=True)
+            run([sys.executable, "-m", "pip", "download", "-q", "-d", wheels, requirement],
+                env={"PIP_CACHE_DIR": str(users_cache("pip"))})
+            (wheels / "complete").touch()
+    run([uv, "pip", "install", "-q", "--python", python, "--no-index", "--find-links", wheels, "--link-mode", "copy",
+         "--compile-bytecode", requirement], env={"UV_CACHE_DIR": str(cache / "uv")})
+
+
 def copy_project(dest: Path, source: Path = SAMPLE) -> Path:
     shutil.copytree(source, dest, ignore=shutil.ignore_patterns("dist", "__pycache__", "*.egg-info"))
     return dest

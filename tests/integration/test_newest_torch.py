@@ -17,7 +17,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import STEP_PKG, copy_project, make_venv, run, run_sample, run_step_pkg
+from conftest import STEP_PKG, copy_project, install_torch, make_venv, run, run_sample, run_step_pkg
 
 from integration.test_runtime import NOTES, PREDICT
 from integration.test_touchpoints import MISBEHAVE
@@ -32,7 +32,7 @@ def test_newest_torch_builds_installs_and_starts_warm(hp_dist, step_wheel, runti
     with tempfile.TemporaryDirectory(prefix="hatch-precompile-newest-torch-") as tmp:  # 5 GB: not kept
         tmp_path = Path(tmp)
         python = make_venv(tmp_path / "venv")
-        run([python, "-m", "pip", "install", "-q", REQUIREMENT])
+        install_torch(python, REQUIREMENT)
         version = run([python, "-c", "import torch; print(torch.__version__)"]).stdout.strip().splitlines()[-1]
         links = " ".join([os.environ.get("PIP_FIND_LINKS", ""), str(hp_dist)]).strip()
         proc = run([python, "-m", "pip", "install", "-v", copy_project(tmp_path / "sample_pkg")],

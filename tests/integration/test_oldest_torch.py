@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import copy_project, make_venv, run, run_fresh
+from conftest import copy_project, install_torch, make_venv, run, run_fresh
 
 pytestmark = pytest.mark.slow  # builds wheels or venvs, or runs torch in fresh processes
 
@@ -62,13 +62,6 @@ print(json.dumps({**out, "threads_before_event_logger": early, "torch": torch.__
 """
 
 
-def pip_cache() -> str:
-    """The pip cache of the user running the suite (run() points XDG_CACHE_HOME at the suite's own,
-    removed after it): the 2 GB of torch 2.7.1 and its CUDA libraries are downloaded once."""
-    return os.environ.get("PIP_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "pip")
-
-
 def first_calls(python: Path, where: Path, first: str, **env: str) -> dict:
     """FIRST_CALLS in a fresh process as a new user's: an empty cache dir, ``HOME`` and user cache."""
     home = where / "home"
@@ -82,7 +75,7 @@ def test_oldest_torch_first_compile_in_a_fresh_process_is_warm_and_raises_nothin
     with tempfile.TemporaryDirectory(prefix="hatch-precompile-oldest-torch-") as tmp:  # 5 GB: not kept
         tmp_path = Path(tmp)
         python = make_venv(tmp_path / "venv")
-        run([python, "-m", "pip", "install", "-q", REQUIREMENT], env={"PIP_CACHE_DIR": pip_cache()})
+        install_torch(python, REQUIREMENT)
         version = run([python, "-c", "import torch; print(torch.__version__)"]).stdout.strip().splitlines()[-1]
         links = " ".join([os.environ.get("PIP_FIND_LINKS", ""), str(hp_dist)]).strip()
         proc = run([python, "-m", "pip", "install", "-v", copy_project(tmp_path / "sample_pkg")],
