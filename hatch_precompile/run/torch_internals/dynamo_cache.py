@@ -81,9 +81,10 @@ def install(fn: Any, data: bytes, guarded: dict[str, Any], env_checked: bool, an
     so the entry's guards take this process's count instead of the build machine's. ``not_loaded``
     is told why, where a guarded code's compiled graphs do not load at its first call (it is traced).
 
-    The compiled graphs are not loaded here, as torch's install loads them all: each guarded code
-    loads those its bytecode calls when its guards first hold (_Graphs), so a process that only
-    runs inference does not load the training graphs, or another model size's."""
+    An entry of several compiles (model sizes, train() and eval()) has its graphs loaded by each
+    guarded code when its guards first hold (_Graphs), not all here as torch's install loads them:
+    a process that only runs inference does not load the training graphs, or another model size's.
+    One compile's entry is loaded here, so that its first call runs at once."""
     lookup("compile-package", "call")
     from torch._dynamo import package  # noqa: TID251  (the touchpoint's owner)
 
@@ -93,7 +94,11 @@ def install(fn: Any, data: bytes, guarded: dict[str, Any], env_checked: bool, an
         if env_checked:  # asking CUDA here would initialise it in the parent of fork-started workers
             dynamo.check_versions = lambda: None
         elsewhere = _codes_of_other_globals(fn, dynamo)
-        graphs = _Graphs(backends, not_loaded)
+        # One compile's entry (each code one guarded code) runs all its graphs at the first call:
+        # loaded now, as torch does, so that call runs at once. An entry of several compiles (model
+        # sizes, train() and eval()) loads each guarded code's at its first run.
+        one_compile = all(len(c.guarded_codes) <= 1 for c in dynamo.codes if not getattr(c, "bypassed", False))
+        graphs = _Graphs(backends, not_loaded, at_install=one_compile)
         calls = graphs.called_by(dynamo, package.SerializedCode.to_code_object)
         compile_package = package.CompilePackage(fn, dynamo)
     except Exception as exc:  # another torch's entry, the package's source changed, torch moved
@@ -155,12 +160,14 @@ def install(fn: Any, data: bytes, guarded: dict[str, Any], env_checked: bool, an
 
 class _Graphs:
     """An entry's compiled graphs (torch's backend artifacts, by the global name its bytecode calls
-    them by), each loaded once, when a guarded code that calls it first has all its guards hold:
+    them by), each loaded once: at install for one compile's entry, else when a guarded code that
+    calls it first has all its guards hold:
     the loading is that guarded code's last guard, so where it fails the call is traced, never
     broken. Torch's install gets stand-ins (``deferred``) that call the loaded graph."""
 
-    def __init__(self, artifacts: dict[str, Any], not_loaded: Callable[[str], None]) -> None:
+    def __init__(self, artifacts: dict[str, Any], not_loaded: Callable[[str], None], at_install: bool = False) -> None:
         self._artifacts = artifacts
+        self._at_install = at_install
         self._loaded: dict[str, Any] = {}
         self._lock = threading.RLock()  # two threads' first calls load a graph once
         self._not_loaded = not_loaded
@@ -189,10 +196,11 @@ class _Graphs:
         return graph
 
     def load_when_run(self, root: Any, names: set[str]) -> None:
-        """The guard that loads ``names`` once the guarded code's other guards hold. A torch whose
-        guard manager has no epilogue guards gets them loaded now (a failure refuses the entry)."""
+        """The guard that loads ``names`` once the guarded code's other guards hold. One compile's
+        entry, or a torch whose guard manager has no epilogue guards, gets them loaded now (a
+        failure refuses the entry, as in torch's install)."""
         add_last = getattr(root, "add_epilogue_lambda_guard", None)
-        if add_last is None:
+        if add_last is None or self._at_install:
             for name in sorted(names):
                 self.loaded(name)
             return
