@@ -160,10 +160,10 @@ def install(fn: Any, data: bytes, guarded: dict[str, Any], env_checked: bool, an
 
 class _Graphs:
     """An entry's compiled graphs (torch's backend artifacts, by the global name its bytecode calls
-    them by), each loaded once: at install for one compile's entry, else when a guarded code that
-    calls it first has all its guards hold:
-    the loading is that guarded code's last guard, so where it fails the call is traced, never
-    broken. Torch's install gets stand-ins (``deferred``) that call the loaded graph."""
+    them by), each loaded once: at install for one compile's entry; else by the last guard of the
+    first guarded code that calls it, once all its other guards hold, so that where loading fails
+    the call is traced, never broken. Torch's install gets stand-ins (``deferred``) that call the
+    loaded graph."""
 
     def __init__(self, artifacts: dict[str, Any], not_loaded: Callable[[str], None], at_install: bool = False) -> None:
         self._artifacts = artifacts
