@@ -465,8 +465,9 @@ def test_a_guarded_codes_graphs_load_when_its_guards_first_hold_and_a_failure_tr
     assert artifacts["__compiled_fn_2"].loads == 1
     with pytest.raises(RuntimeError, match="does not load"):
         dynamo_cache._Graphs(artifacts, said.append).load_when_run(object(), {"__compiled_fn_3"})
-    # One compile's entry: loaded at install, so that its first call runs at once.
+    # One compile's entry: torch's install gets the artifacts themselves and loads them, so that its
+    # first call runs at once, with no stand-in between; no guard loads anything.
     one = {"__compiled_fn_1": _Artifact("only")}
-    root = _Root()
-    dynamo_cache._Graphs(one, said.append, at_install=True).load_when_run(root, {"__compiled_fn_1"})
-    assert one["__compiled_fn_1"].loads == 1 and root.last == []
+    root, at_install = _Root(), dynamo_cache._Graphs(one, said.append, at_install=True)
+    at_install.load_when_run(root, {"__compiled_fn_1"})
+    assert at_install.deferred() is one and root.last == [] and one["__compiled_fn_1"].loads == 0

@@ -183,6 +183,10 @@ class _Graphs:
         return calls
 
     def deferred(self) -> dict[str, Any]:
+        """What torch's install takes: one compile's artifacts themselves (torch loads them, and its
+        graphs are called with nothing between), else stand-ins."""
+        if self._at_install:
+            return self._artifacts
         return {name: _Deferred(self, name) for name in self._artifacts}
 
     def loaded(self, name: str) -> Any:
@@ -197,10 +201,12 @@ class _Graphs:
 
     def load_when_run(self, root: Any, names: set[str]) -> None:
         """The guard that loads ``names`` once the guarded code's other guards hold. One compile's
-        entry, or a torch whose guard manager has no epilogue guards, gets them loaded now (a
-        failure refuses the entry, as in torch's install)."""
+        entry is loaded by torch's install; a torch whose guard manager has no epilogue guards gets
+        them loaded now. Either way a failure refuses the entry, as in torch's install."""
+        if self._at_install:  # torch's install loads them
+            return
         add_last = getattr(root, "add_epilogue_lambda_guard", None)
-        if add_last is None or self._at_install:
+        if add_last is None:
             for name in sorted(names):
                 self.loaded(name)
             return
