@@ -32,6 +32,7 @@ import types
 from pathlib import Path
 from typing import Any
 
+from hatch_precompile.build import graph_saving
 from hatch_precompile.child import observe, progress, workload_loop
 from hatch_precompile.protocol import (
     BUILDING_VAR,
@@ -273,6 +274,8 @@ def main(argv: list[str]) -> int:
         return EXIT_OK
     recorder = _Recorder(package)
     recorder.install(torch)
+    saving = graph_saving.GraphSaving()
+    saving.install()
     cache_dir = os.environ[CACHE_DIR_VAR]
 
     from torch._dynamo.utils import counters  # noqa: TID251  (the build's child reads torch's counters)
@@ -295,7 +298,8 @@ def main(argv: list[str]) -> int:
     except Exception as exc:
         workload_loop.write_result(out, ChildResult("unusable", f"torch did not save its Dynamo cache entries: {exc!r}"))
         return EXIT_OK
-    functions, notes = _index(recorder, Path(cache_dir) / DYNAMO_DIR, out / DYNAMO_DIR)
+    saving.settle()
+    functions, notes = _index(recorder, Path(cache_dir) / DYNAMO_DIR, out / DYNAMO_DIR, saving.why())
     settings = dynamo_cache.settings_digest()
     if functions and settings is None:
         notes, functions = notes + ["no function: the compiler settings the entries were compiled under cannot be read"], {}
@@ -334,9 +338,10 @@ def _flag_problem() -> str | None:
     return None
 
 
-def _index(recorder: _Recorder, entries: Path, out: Path) -> tuple[dict[str, served_compiles.Function], list[str]]:
+def _index(recorder: _Recorder, entries: Path, out: Path,
+           no_graph: str) -> tuple[dict[str, served_compiles.Function], list[str]]:
     """Each entry of a function the package compiled, copied to ``out``, and its index record; and
-    what was left out, and why."""
+    what was left out, and why (``no_graph``: why an entry holds no graph, as far as the pass heard)."""
     functions: dict[str, served_compiles.Function] = {}
     notes: list[str] = []
     for key in sorted(recorder.options):
@@ -362,9 +367,8 @@ def _index(recorder: _Recorder, entries: Path, out: Path) -> tuple[dict[str, ser
         if made_for[0] != module or made_for[1] != qualname or served_compiles.source_key(qualname, made_for[2]) != key:
             notes.append(f"{module}.{qualname}: its Dynamo cache entry is another function's ({made_for[0]}.{made_for[1]})")
             continue
-        if not guarded:  # torch 2.11 on CUDA: "Backend not found" when it saves the entry
-            notes.append(f"{module}.{qualname}: torch bypassed its entry (it saved no compiled graph or no guard "
-                         "for it)")
+        if not guarded:  # torch's "Backend not found" when it saved the entry (build/graph_saving.py)
+            notes.append(f"{module}.{qualname}: {no_graph}")
             continue
         found = {sha: recorder.dropped.get(sha, "its guards were not recorded while the workload ran")
                  for sha in sorted(guarded)}

@@ -96,6 +96,12 @@ with torch.no_grad():
     case("a compiled module in train()", lambda: [M.predictor(M.make(seed=7).train())(x).sum().item()])
     case("a closure under no_grad", lambda: [M.scaled(torch.arange(32.0))(x).sum().item()])
 case("a closure over another object", lambda: [M.scaled(torch.arange(32.0))(x).sum().item()])
+def features():
+    net = M.make(seed=2)
+    out = M.compiled_features(net, x).sum()
+    out.backward()  # the backward compiled at build, beside its forward
+    return [out.item()] + [p.grad.double().sum().item() for p in net.net[0].parameters()]
+case("a graph first differentiated by its user", features)
 case("a function compiled by decorator", lambda: [M.normalized(x * 3).sum().item()])
 def classified(seed):
     net = M.classifier(seed)
@@ -130,7 +136,7 @@ print(json.dumps({"results": results, "served": served_compile.served(),
                   "reason": compile_pkg.precompile_status.reason}))
 """
 
-SERVED = ("first call", "another model instance", "a compiled module, another instance", "a compiled module in train()",
+SERVED = ("first call", "another model instance", "a graph first differentiated by its user", "a compiled module, another instance", "a compiled module in train()",
           "a closure over another object", "a function compiled by decorator", "a loss chosen by a property's getter, a frame of its own",
           "the same, another instance", "a closure over a function", "a forward decorated from another module",
           "a result rebuilt from a module the code holds by no name")
@@ -150,17 +156,19 @@ def run_cases(site: Path, tmp_path: Path, name: str, env: dict[str, str] | None 
 
 def test_every_guard_is_kept_each_call_served_or_traced_as_a_cold_compile_computes(compile_build, tmp_path):
     log = (compile_build / "build.log").read_text()
-    # 8: torch alone fails the whole second pass at the property's getter (PackageError); named here, it is served.
+    # 9: torch alone fails the whole second pass at the property's getter (PackageError); named here, it is served.
+    # And torch alone saves no graph for `features`, whose backward the workload never ran.
     # The closure over a function is held at each call to the code the build's held (a source in the call's locals).
     # 9 guarded codes: the module compiled in eval() and in train() keeps both, where torch keeps the last compile.
-    assert "precompile: 8 compiled function(s) served without Dynamo tracing them (9 guarded code(s))" in log, log
+    assert "precompile: 9 compiled function(s) served without Dynamo tracing them (10 guarded code(s))" in log, log
     assert "not served untraced" not in log, log
     served = run_cases(compile_build / "site", tmp_path, "served")
     cold = run_cases(compile_build / "site", tmp_path, "cold", {"PRECOMPILE": "0"})
     assert served["reason"] == "installed" and not served["caching_precompile"]
     assert sorted(served["served"]) == ["compile_pkg.model.Classifier.forward", "compile_pkg.model.Decorated.forward",
                                         "compile_pkg.model.MLP.forward",
-                                        "compile_pkg.model.doubled.<locals>.apply", "compile_pkg.model.loss_fn",
+                                        "compile_pkg.model.doubled.<locals>.apply", "compile_pkg.model.features",
+                                        "compile_pkg.model.loss_fn",
                                         "compile_pkg.model.normalized",
                                         "compile_pkg.model.scaled_by.<locals>.scaled_sum", "compile_pkg.model.summary"], \
         served["served"]

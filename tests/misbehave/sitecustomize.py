@@ -173,6 +173,10 @@ def _dynamo_utils(module):
 
 
 def _autograd_cache(module):
+    if "graph-cache-log" in BROKEN:  # torch logs under another name
+        import logging
+
+        module.log = logging.getLogger("torch._functorch._aot_autograd.autograd_cache.elsewhere")
     if "aot-key" in BROKEN:
         module.autograd_cache_key = _NoSignature(module.autograd_cache_key)
     if "cache-entries" in BROKEN:  # another shape torch's own callers take (a Path, not a str)
@@ -388,6 +392,11 @@ def _inductor_config(module):
         cls.save_config_portable = _renamed(cls.save_config_portable)
 
 
+def _functorch_config(module):
+    if "eager-backward" in BROKEN:  # a torch whose AOTAutograd has no such setting
+        module._config.pop("force_non_lazy_backward_lowering", None)
+
+
 def _dynamo_config(module):
     if "caching-precompile" in BROKEN:  # TORCH_CACHING_PRECOMPILE=1 not taken
         module.caching_precompile = False
@@ -445,6 +454,7 @@ PATCHES = {
     "torch._dynamo.output_graph": _output_graph,
     "torch._dynamo.precompile_context": _precompile_context,
     "torch._dynamo.config": _dynamo_config,
+    "torch._functorch.config": _functorch_config,
     "torch._inductor.config": _inductor_config,
     "torch._dynamo.bytecode_transformation": _bytecode_transformation,
 }
@@ -462,7 +472,7 @@ BREAKERS = frozenset({
     "compile-calls", "precompile-entry", "compile-package", "guard-load", "unique-id", "caching-precompile",
     "guard-filter", "guarded-code", "dropped-guards", "guard-state-tensor", "compiler-config",
     "global-state", "compiler-settings", "code-source", "guard-pickler", "module-global", "dynamo-entries",
-    "graph-load",
+    "graph-load", "eager-backward", "graph-cache-log",
 })
 
 

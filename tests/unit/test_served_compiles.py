@@ -8,6 +8,7 @@ import enum
 import functools
 import hashlib
 import json
+import logging
 import pickle
 import types
 
@@ -15,6 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from hatch_precompile.build import graph_saving
 from hatch_precompile.errors import ServedError
 from hatch_precompile.protocol import served_compiles
 from hatch_precompile.run import held_objects, served_compile
@@ -244,9 +246,10 @@ def test_an_entry_no_call_could_run_is_not_shipped_and_the_build_says_why(tmp_pa
 
     recorder = dynamo_pass._Recorder("unit")
     entries = {}
-    for name, line, guards in (("kept", 3, b"held"), ("dropped", 7, b"never")):
+    for name, line, guards in (("kept", 3, b"held"), ("dropped", 7, b"never"), ("graphless", 11, b"bypassed")):
         key = served_compiles.source_key(name, line)
-        code = types.SimpleNamespace(python_module="unit.m", guarded_codes=[types.SimpleNamespace(guards_state=guards)])
+        code = types.SimpleNamespace(python_module="unit.m", guarded_codes=[types.SimpleNamespace(guards_state=guards)],
+                                     bypassed=guards == b"bypassed")  # torch's mark: "Backend not found"
         entry = types.SimpleNamespace(dynamo=types.SimpleNamespace(codes=[code], fn_name=name, fn_first_lineno=line))
         (tmp_path / "cache" / key).mkdir(parents=True)
         (tmp_path / "cache" / key / "entry").write_bytes(pickle.dumps(entry))
@@ -254,10 +257,13 @@ def test_an_entry_no_call_could_run_is_not_shipped_and_the_build_says_why(tmp_pa
         entries[name] = key
     why = "WEAKREF_ALIVE guard on L['self'] (an object's state, which no new process can check)"
     recorder.dropped = {hashlib.sha256(b"held").hexdigest(): [], hashlib.sha256(b"never").hexdigest(): why}
-    functions, notes = dynamo_pass._index(recorder, tmp_path / "cache", tmp_path / "out")
+    no_graph = "torch did not save its compiled graph (AOTAutograd cache unable to serialize compiled graph: ...)"
+    functions, notes = dynamo_pass._index(recorder, tmp_path / "cache", tmp_path / "out", no_graph)
     assert list(functions) == [entries["kept"]] and (tmp_path / "out" / f"{entries['kept']}.entry").is_file()
     assert not (tmp_path / "out" / f"{entries['dropped']}.entry").exists()
-    assert notes == [f"unit.m.dropped: every guarded code it compiled would be traced, so its entry is not shipped: {why}"]
+    assert not (tmp_path / "out" / f"{entries['graphless']}.entry").exists()
+    assert notes == [f"unit.m.dropped: every guarded code it compiled would be traced, so its entry is not shipped: {why}",
+                     f"unit.m.graphless: {no_graph}"]
 
 
 def scaled_twice(fn):
@@ -471,3 +477,41 @@ def test_a_guarded_codes_graphs_load_when_its_guards_first_hold_and_a_failure_tr
     root, at_install = _Root(), dynamo_cache._Graphs(one, said.append, at_install=True)
     at_install.load_when_run(root, {"__compiled_fn_1"})
     assert at_install.deferred() is one and root.last == [] and one["__compiled_fn_1"].loads == 0
+
+
+def _record(level: int, message: str, *args: str) -> logging.LogRecord:
+    return logging.LogRecord("torch._functorch._aot_autograd.autograd_cache", level, __file__, 1, message, args, None)
+
+
+def test_why_an_entry_holds_no_graph_is_what_torch_said_and_torch_prints_no_more_than_before():
+    saving = graph_saving.GraphSaving()
+    saving.eager_backward = True
+    assert saving.why() == "torch saved no compiled graph or no guard for it"
+    serialize = _record(logging.WARNING, "AOTAutograd cache unable to serialize compiled graph: %s",
+                        "pickle should not be called with after make_launchers()")
+    assert saving._heard(serialize, logging.WARNING)  # a warning torch prints, printed
+    assert not saving._heard(_record(logging.INFO, "Bypassing autograd cache due to: %s", "Unsupported call_function "
+                                     "target foo"), logging.WARNING)  # read at INFO for this, not printed
+    assert not saving._heard(_record(logging.INFO, "AOTAutograd cache hit for key %s", "abc"), logging.WARNING)
+    assert saving._heard(serialize, logging.WARNING)  # said again: named once
+    assert saving.why() == ("torch did not save its compiled graph (AOTAutograd cache unable to serialize compiled "
+                            "graph: pickle should not be called with after make_launchers(); Bypassing autograd cache "
+                            "due to: Unsupported call_function target foo)")
+    lazy = graph_saving.GraphSaving()  # a torch that compiles each backward at its first backward() alone
+    assert "call backward() on what it returns in the workload" in lazy.why()
+
+
+def test_the_second_pass_compiles_each_backward_with_its_forward_and_ships_torchs_own_settings():
+    from torch._functorch import config
+
+    from hatch_precompile.run.torch_internals import dynamo_cache
+
+    before = dynamo_cache.settings_digest()
+    saving = graph_saving.GraphSaving()
+    saving.install()
+    try:
+        assert saving.eager_backward and config.force_non_lazy_backward_lowering
+        assert dynamo_cache.settings_digest() != before  # a user's process would not match it
+    finally:
+        saving.settle()
+    assert not config.force_non_lazy_backward_lowering and dynamo_cache.settings_digest() == before

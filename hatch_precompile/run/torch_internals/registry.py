@@ -263,6 +263,16 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "that calls it, when that guarded code is first about to run (run/torch_internals/dynamo_cache.py)",
                broken="that guarded code's guard fails (its calls are traced) and `served()` says why; a torch "
                "without epilogue guards has the graphs loaded at install, as its own install does"),
+    Touchpoint("eager-backward", "torch._functorch.config", "force_non_lazy_backward_lowering", "setting",
+               "build's second pass only: each training graph's backward compiled with its forward, so that torch "
+               "saves the graph in its entry also where the workload never ran its backward; put back before the "
+               "entries' compiler settings are read (build/graph_saving.py)",
+               broken="such a graph is saved only where the workload ran its backward; where not, its function is "
+               "traced, and the build says why"),
+    Touchpoint("graph-cache-log", AUTOGRAD_CACHE, "log", "logging", "build's second pass: why AOTAutograd did not "
+               "save a graph (a bypass, or a graph that does not pickle), named in the build's line on a function "
+               "not served (build/graph_saving.py)",
+               broken="the line says torch saved no compiled graph, without torch's reason"),
     Touchpoint("dropped-guards", "torch._dynamo.guards", "log", "logging", "build's second pass: the guards torch "
                "says it dropped, checked against those recorded, kept from printing (build/dynamo_pass.py)",
                broken="only the recorded ones are checked; torch prints a line per dropped guard"),

@@ -29,6 +29,15 @@ def loss_fn(model: MLP, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 compiled_loss = torch.compile(loss_fn)  # at import, as packages do
 
 
+def features(model: MLP, x: torch.Tensor) -> torch.Tensor:
+    return model.net[0](x).tanh()
+
+
+# The workload runs it with gradients on and never calls backward() on it: a training graph whose
+# backward torch compiles lazily, at a first backward() only a user's call makes.
+compiled_features = torch.compile(features)
+
+
 def scaled_by(weights: torch.Tensor):
     def scaled_sum(x: torch.Tensor) -> torch.Tensor:
         return (x * weights).sum(-1)

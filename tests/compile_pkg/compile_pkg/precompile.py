@@ -1,5 +1,5 @@
-"""The build's workload: train with AdamW through the compiled loss, infer, scale, double, classify,
-run a module whose forward is decorated, and summarize."""
+"""The build's workload: train with AdamW through the compiled loss, take features it never
+differentiates, infer, scale, double, classify, run a module whose forward is decorated, and summarize."""
 
 import torch
 import torch.nn.functional as F
@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from compile_pkg.model import (
     batch,
     classifier,
+    compiled_features,
     compiled_loss,
     decorated,
     doubled,
@@ -26,6 +27,7 @@ def workload() -> None:
         optimizer.zero_grad()
         compiled_loss(model, x, y).backward()
         optimizer.step()
+    compiled_features(model, x)
     with torch.no_grad():
         predictor(model.eval())(x)
         predictor(make().train())(x)  # the same forward compiled again: both compiles are served
