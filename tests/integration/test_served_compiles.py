@@ -159,7 +159,7 @@ def test_every_guard_is_kept_each_call_served_or_traced_as_a_cold_compile_comput
     # 9: torch alone fails the whole second pass at the property's getter (PackageError); named here, it is served.
     # And torch alone saves no graph for `features`, whose backward the workload never ran.
     # The closure over a function is held at each call to the code the build's held (a source in the call's locals).
-    # 9 guarded codes: the module compiled in eval() and in train() keeps both, where torch keeps the last compile.
+    # 10 guarded codes: the module compiled in eval() and in train() keeps both, where torch keeps the last compile.
     assert "precompile: 9 compiled function(s) served without Dynamo tracing them (10 guarded code(s))" in log, log
     assert "not served untraced" not in log, log
     served = run_cases(compile_build / "site", tmp_path, "served")
