@@ -54,7 +54,7 @@ class GraphSaving:
 
     def why(self) -> str:
         """Why an entry holds no graph, as far as this process heard, for the build's note."""
-        said = "; ".join(self.reasons[:2]) if self.reasons else ""
+        said = "; ".join(self.reasons[:2])
         if said:
             return f"torch did not save its compiled graph ({said})"
         if not self.eager_backward:
