@@ -1,13 +1,16 @@
 """Inductor's ISA probes answered without compiling or loading them again, where that is proven.
 
-Before using a vector ISA, every process compiles a probe library per candidate ISA with the ATen
-vector headers (~2 s per ISA here, once per compiler version) and dlopens each in a child Python
-(six children, ~1.2 s here), so that an ISA the OS cannot run kills a child, not the program.
+Before using a vector ISA, every process with a fresh cache dir compiles a probe library per
+candidate ISA with the ATen vector headers (~2.5 s per ISA here) and dlopens each in a child
+Python (~0.4 s each), so that an ISA the OS cannot run kills a child, not the program. Each
+build's workload runs with a fresh cache dir, so each build paid ~8 s for them.
 
-- Remembered: a successful probe is kept in the per-user cache, keyed by the probe's bytes,
-  torch's and Python's versions, the OS kernel release and the CPU's flags: the same library on
-  the same machine is not probed again, not even in the first process after `pip install`, since
-  the build's own workload run records its probes too. Failures are never remembered.
+- Remembered: a successful probe is kept in the per-user cache, keyed by what torch keys the
+  probe's library on in its own cache (the probe's source, the ISA's flags, the compiler's version,
+  torch's version), with the compiler file's identity, Python's version, the OS kernel release and
+  the CPU's flags, which decide whether the library loads: the same probe on the same machine is
+  neither compiled nor loaded again, not even in the first process after `pip install`, since the
+  build's own workload run records its probes too. Failures are never remembered.
 - Vouched for: the build records every probe that passed (its flags, and the CPU features they
   enable). Where a loaded set's build passed a probe with the same flags, and this CPU has every
   feature they enable, the set vouches for it: the probe is answered yes without compiling,
@@ -16,15 +19,18 @@ vector headers (~2 s per ISA here, once per compiler version) and dlopens each i
   symbols) is proven by the build, which ran the same torch. Any other probe runs as usual; so
   does every probe when no set was loaded.
 
-Installed by warm_shortcuts.py, through the touchpoints of run/torch_internals/.
+Installed by warm_shortcuts.py (and by the build's child), through the touchpoint `check-build`
+of run/torch_internals/.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -40,9 +46,8 @@ _probed: dict[str, bool] = {}  # this process's probes: arch flags -> passed
 
 
 def install() -> None:
-    """Hook the probe's compile and load (idempotent, as patching.wrap is)."""
-    patching.wrap("check-build", instead=_vouched_probe, after=_note_probe)
-    patching.wrap("probe-load", instead=_remembered_probe, after=_remember_probe)
+    """Hook the probe (idempotent, as patching.wrap is)."""
+    patching.wrap("check-build", instead=_known_probe, after=_note_probe)
 
 
 def vouch_for(manifest: Manifest, cpu: frozenset[str]) -> None:
@@ -70,14 +75,24 @@ def vouches(arch_flags: Any) -> bool:
     return _accepts(compiler, tuple(sorted(words)))
 
 
-def _vouched_probe(arguments: dict[str, Any]) -> Any:
-    return True if vouches(arguments["self"].build_arch_flags()) else patching.PASS
+def _known_probe(arguments: dict[str, Any]) -> Any:
+    """Yes, without compiling or loading, for a probe a loaded set vouches for or this user passed."""
+    flags = arguments["self"].build_arch_flags()
+    if not vouches(flags):
+        key = _probe_key(arguments)
+        if key is None or not memos.get(memos.ISA_PROBES, key, lambda value: value == memos.PASSED):
+            return patching.PASS
+    _probed[flags] = True  # passed here as surely as if run: a build records it for its users
+    return True
 
 
 def _note_probe(arguments: dict[str, Any], passed: Any) -> None:
     flags = arguments["self"].build_arch_flags()
     if isinstance(flags, str):
         _probed[flags] = passed is True
+    key = _probe_key(arguments) if passed is True else None
+    if key is not None:
+        memos.put(memos.ISA_PROBES, key, memos.PASSED)
 
 
 @functools.lru_cache(maxsize=None)
@@ -91,39 +106,23 @@ def _accepts(compiler: str, flags: tuple[str, ...]) -> bool:
     return proc.returncode == 0
 
 
-def _probe_library(arguments: dict[str, Any]) -> Any:
-    return arguments.get("output_path", next((v for k, v in arguments.items() if k != "self"), None))
-
-
-def _remembered_probe(arguments: dict[str, Any]) -> Any:
-    library = _probe_library(arguments)
-    key = _probe_key(library) if isinstance(library, str) else None
-    passed = key is not None and memos.get(memos.ISA_PROBES, key, lambda value: value == memos.PASSED)
-    return True if passed else patching.PASS
-
-
-def _remember_probe(arguments: dict[str, Any], ok: Any) -> None:
-    library = _probe_library(arguments)
-    key = _probe_key(library) if ok is True and isinstance(library, str) else None
-    if key is not None:
-        memos.put(memos.ISA_PROBES, key, memos.PASSED)
-
-
-def _probe_key(library: str) -> str | None:
-    """What a successful probe of ``library`` on this machine is remembered under; None: do not."""
-    try:
-        flags = next(
-            (line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")),
-            None,
-        )
-        blob = Path(library).read_bytes()
-    except OSError:
+def _probe_key(arguments: dict[str, Any]) -> str | None:
+    """What a passed probe is remembered under (the module's docstring); None: do not remember it."""
+    code, flags = arguments.get("code"), arguments["self"].build_arch_flags()
+    if not isinstance(code, str) or not isinstance(flags, str) or usercache.base_dir() is None:
         return None
-    if usercache.base_dir() is None or flags is None:
+    try:
+        cpu = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), None)
+        compiler = settings.cpp_compiler()
+        found = shutil.which(shlex.split(compiler)[0]) if isinstance(compiler, str) else None
+        st = os.stat(os.path.realpath(found)) if found else None
+    except Exception:  # no /proc, no compiler, or torch's lookup moved: probed as usual, not remembered
+        return None
+    if cpu is None or st is None:
         return None
     torch = sys.modules.get("torch")
-    hasher = hashlib.sha256(blob)
-    # Not the install path: a build env's result holds for the same torch installed elsewhere.
-    for part in (getattr(torch, "__version__", ""), sys.version_info[:2], platform.release(), flags):
+    hasher = hashlib.sha256(code.encode())
+    for part in (flags, environment_key.remembered_compiler_version(compiler), found, st.st_ino, st.st_size,
+                 st.st_mtime_ns, getattr(torch, "__version__", ""), sys.version_info[:2], platform.release(), cpu):
         hasher.update(b"\0" + str(part).encode())
     return hasher.hexdigest()

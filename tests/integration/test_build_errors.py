@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import time
 import zipfile
 
@@ -59,6 +61,34 @@ def test_missing_workload_function_names_it(tmp_path):
     assert proc.returncode != 0 and wheel is None
     assert "workload 'sample_pkg.precompile:no_such_function' failed" in proc.stdout
     assert "has no attribute 'no_such_function'" in proc.stdout
+
+
+# A g++ that logs each command line it runs: a probe library is the only thing linked (-shared) by a
+# build whose workload never runs.
+LOGGING_GXX = '#!/bin/sh\necho "$*" >> "{log}"\nexec {gxx} "$@"\n'
+
+
+def test_a_second_build_on_the_machine_compiles_no_isa_probe(tmp_path):
+    """Inductor compiles and loads a probe library per candidate vector ISA in each fresh cache dir,
+    and every build's workload runs in one (~10 s a build here): a probe that passed is remembered
+    in the user cache, and the next build on this machine compiles none."""
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("needs g++")
+    log = tmp_path / "g++.log"
+    shim = tmp_path / "bin" / "g++"
+    shim.parent.mkdir()
+    shim.write_text(LOGGING_GXX.format(log=log, gxx=gxx))
+    shim.chmod(0o755)
+    env = {"PATH": f"{shim.parent}{os.pathsep}{os.environ['PATH']}", "XDG_CACHE_HOME": str(tmp_path / "user-cache")}
+    table = '[tool.hatch.build.hooks.precompile]\nworkload = "sample_pkg.precompile:no_such_function"\n'
+    linked = []
+    for name in ("first", "second"):
+        log.write_text("")
+        proc, wheel = build_wheel(project_with(tmp_path / name, table), tmp_path / name / "out", env=env, check=False)
+        assert wheel is None and "has no attribute 'no_such_function'" in proc.stdout
+        linked.append(sum(" -shared " in f" {line} " for line in log.read_text().splitlines()))
+    assert linked[0] > 0 and linked[1] == 0, linked
 
 
 def test_hanging_workload_is_killed_at_timeout_with_its_children(tmp_path):

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow  # builds wheels or venvs, or runs torch in fresh 
 MISBEHAVE = Path(__file__).resolve().parents[1] / "misbehave"
 OBSERVERS = ("metrics,counters,guard-failures,logs,megacache,compile-times,write,dynamo-compile,"
              "compile-command,key-details,fx-key,aot-key,inductor-compile,count-calls,guard-eval,guard-expr")
-SHORTCUTS = ("write,precompile-header,check-build,probe-load,torch-key,triton-key,event-logger,compile-state,"
+SHORTCUTS = ("write,precompile-header,check-build,torch-key,triton-key,event-logger,compile-state,"
              "system,hash-details,autotune-recheck,cpp-compiler,compiler-search,intel-compiler,cache-dir")
 
 

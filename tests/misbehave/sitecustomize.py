@@ -74,13 +74,6 @@ def _vec_isa(module):
             return check_build(self, code, *rest, **kwargs)
 
         module.VecISA.check_build = check_build_other_signature
-    if "probe-load" in BROKEN and hasattr(module.VecISA, "_probe_load"):
-        original = module.VecISA._probe_load
-
-        def _probe_load(self, *args, retries=1, **kwargs):
-            return original(self, *args, **kwargs)
-
-        module.VecISA._probe_load = _probe_load
 
 
 def _convert_frame(module):
@@ -463,7 +456,7 @@ PATCHES = {
 # The breakers, by the touchpoint they break (tests/unit/test_touchpoints.py checks they are the registry's).
 # "aoti-loader-crash" breaks aoti-loader otherwise: it kills the process that opens a package.
 BREAKERS = frozenset({
-    "write", "precompile-header", "torch-key", "triton-key", "event-logger", "compile-state", "system", "check-build", "probe-load", "autotune-recheck",
+    "write", "precompile-header", "torch-key", "triton-key", "event-logger", "compile-state", "system", "check-build", "autotune-recheck",
     "hash-details", "inductor-config", "compile-command", "dynamo-compile", "key-details", "fx-key", "aot-key",
     "inductor-compile", "count-calls", "guard-eval", "guard-expr", "cache-entries",
     "verify-setting", "precompile-logger", "logs", "metrics", "counters", "guard-failures", "compile-times",

@@ -114,10 +114,11 @@ def test_memos_are_written_whole_private_and_never_through_a_symlink(tmp_path, m
     assert {stat.S_IMODE(p.stat().st_mode) for p in (base, base / memos.COMPILERS)} == {0o700}
 
 
-def probe_arguments(tmp_path: Path) -> dict:
-    library = tmp_path / "probe.so"
-    library.write_bytes(b"\x7fELF a probe library")
-    return {"self": None, "output_path": str(library)}
+class _Isa:
+    """A VecISA as the probe's hook sees it: its flags."""
+
+    def build_arch_flags(self) -> str:
+        return "-mavx2 -mfma"
 
 
 @pytest.mark.skipif(not Path("/proc/cpuinfo").exists(), reason="the probe memo is keyed by /proc/cpuinfo's flags")
@@ -127,19 +128,30 @@ def test_an_empty_isa_probe_memo_does_not_skip_torchs_probe(tmp_path, monkeypatc
     from hatch_precompile.run.torch_internals import patching
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    arguments = probe_arguments(tmp_path)
-    assert isa_probes._remembered_probe(arguments) is patching.PASS
-    isa_probes._remember_probe(arguments, True)
+    monkeypatch.setattr(isa_probes, "_probed", {})
+    monkeypatch.setattr(isa_probes.settings, "cpp_compiler", lambda: "sh")  # a file on every PATH
+    monkeypatch.setattr(isa_probes.environment_key, "remembered_compiler_version", lambda command: "g++ 12")
+    arguments = {"self": _Isa(), "code": "int main() {}"}
+    assert isa_probes._known_probe(arguments) is patching.PASS
+    isa_probes._note_probe(arguments, True)
     (memo,) = (tmp_path / "cache" / "hatch-precompile" / memos.ISA_PROBES).iterdir()
     assert memo.read_text() == f"{memo.name}\npassed\n"
-    assert isa_probes._remembered_probe(arguments) is True
+    assert isa_probes._known_probe(arguments) is True
+    for other in ({"code": "int main() { return 1; }"}, {"self": type("Isa", (), {"build_arch_flags": lambda s: "-mavx2"})()}):
+        assert isa_probes._known_probe({**arguments, **other}) is patching.PASS, other  # another probe
+    monkeypatch.setattr(isa_probes.environment_key, "remembered_compiler_version", lambda command: "g++ 13")
+    assert isa_probes._known_probe(arguments) is patching.PASS, "another compiler release"
+    monkeypatch.setattr(isa_probes.environment_key, "remembered_compiler_version", lambda command: "g++ 12")
     for planted in ("", "\n", "passed", f"{memo.name}\nfailed\n", "another\npassed\n"):
         memo.write_text(planted)
-        assert isa_probes._remembered_probe(arguments) is patching.PASS, planted
-    isa_probes._remember_probe(arguments, False)  # a failed probe is never remembered
-    assert isa_probes._remembered_probe(arguments) is patching.PASS
-    isa_probes._remember_probe(arguments, True)  # and the next pass writes it anew
-    assert isa_probes._remembered_probe(arguments) is True
+        assert isa_probes._known_probe(arguments) is patching.PASS, planted
+    isa_probes._note_probe(arguments, False)  # a failed probe is never remembered
+    assert isa_probes._known_probe(arguments) is patching.PASS
+    isa_probes._note_probe(arguments, True)  # and the next pass writes it anew
+    assert isa_probes._known_probe(arguments) is True
+    assert isa_probes.passed_probes() == ["-mavx2 -mfma"]  # a remembered pass is recorded as a pass
+    monkeypatch.setattr(isa_probes.settings, "cpp_compiler", lambda: (_ for _ in ()).throw(RuntimeError("moved")))
+    assert isa_probes._known_probe(arguments) is patching.PASS, "no compiler to key on: probed as usual"
 
 
 @needs_root

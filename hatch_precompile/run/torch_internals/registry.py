@@ -68,12 +68,9 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
     Touchpoint("system", CODECACHE, "CacheBase.get_system", "answer", "load, without a GPU: answered without "
                "Triton's key where torch leaves it out of the graphs' keys (run/warm_shortcuts.py)",
                broken="not functools' cache of a function of no arguments, an error, or answers that differ: left to torch, Triton's key prefetched"),
-    Touchpoint("check-build", VEC_ISA, "VecISA.check_build", "wrap", "load: answer the ISA probes a shipped set "
-               "proved (run/isa_probes.py)",
+    Touchpoint("check-build", VEC_ISA, "VecISA.check_build", "wrap", "load and build: answer the ISA probes a "
+               "shipped set proved or this user passed, and remember those that pass (run/isa_probes.py)",
                broken="probed as usual"),
-    Touchpoint("probe-load", VEC_ISA, "VecISA._probe_load", "wrap", "load: remember the probes that passed "
-               "(run/isa_probes.py)",
-               broken="only a result of `True` is remembered; otherwise probed as usual"),
     Touchpoint("autotune-recheck", TRITON_HEURISTICS, "CachingAutotuner.recheck_autotune_cache", "wrap",
                "load, on a GPU: find the shipped tuned configs (run/tuned_configs.py)",
                broken="the kernel is tuned again"),
