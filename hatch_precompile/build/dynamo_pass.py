@@ -266,7 +266,12 @@ def main(argv: list[str]) -> int:
     progress.phase("importing torch")
     import torch
 
+    from hatch_precompile.run import warm_shortcuts
     from hatch_precompile.run.torch_internals import dynamo_cache
+
+    # A warm run of the first pass's cache, as a user's first process is: no prefix header built
+    # for kernels already built (~6 s), no ISA probe compiled again.
+    warm_shortcuts.install_shortcuts()
 
     unsupported = dynamo_cache.unsupported(torch) or _flag_problem()
     if unsupported:
