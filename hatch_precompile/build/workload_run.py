@@ -38,6 +38,7 @@ def capture(
     heartbeat: float | None = None,
     trace: Path | None = None,
     dynamo_cache: bool = True,
+    users_torch: bool = False,
 ) -> Path | None:
     """Run ``workloads`` and build ``work_dir/_precompiled``; return it, or None if nothing compiled.
 
@@ -49,6 +50,9 @@ def capture(
     ``heartbeat``, the seconds between a long phase's lines (None: the variable's, or 30);
     ``trace``, the dir for torch's structured trace of the workloads (None:
     ``HATCH_PRECOMPILE_TORCH_TRACE``'s, if set), a subdir per capability when there are several.
+    ``users_torch``: the child's torch is the user's own (a target environment's, or one built
+    without isolation), not a throwaway build env's: the children keep the caller's temp dir, where
+    torch keeps its C++ prefix header for that torch, so the next build on it builds none.
     In a GitHub Actions job each run's lines are a group of the log (reporter.py).
     Raises WorkloadFailed on a raising, crashing or timed-out workload, Unusable when this torch
     cannot make trustworthy artifacts (CannotCompile when this machine cannot build kernels).
@@ -73,7 +77,7 @@ def capture(
             manifest = _run_set(
                 root, run_dir, target, package, workloads, (timeout, heartbeat), reporter, python, env,
                 {"capability": capability, "device": device, "cpu_target": cpu_target,
-                 "dynamo_cache": dynamo_cache}, said, traced,
+                 "dynamo_cache": dynamo_cache}, said, traced, users_torch,
             )
         made += manifest is not None
     if not made:
@@ -85,7 +89,7 @@ def capture(
 def _run_set(
     root: Path | None, run_dir: Path, target: Path, package: str, workloads: list[str],
     limits: tuple[float, float | None], reporter: Reporter, python: str, env: dict[str, str], options: dict[str, Any],
-    said: set[str], trace: Path | None,
+    said: set[str], trace: Path | None, users_torch: bool,
 ) -> Manifest | None:
     """One run of the workloads, laid out as ``target/sets/<name>``; None if it made no set.
     ``options``: the run's ``capability``, ``device`` and ``cpu_target``; ``said``: the notes an
@@ -100,7 +104,7 @@ def _run_set(
     before = set(torch_trace.logs(trace)) if trace is not None and trace.is_dir() else set()
     try:
         child = _run_child(python, run_dir, spec, env if trace is None else torch_trace.environ(env, trace), limits,
-                           reporter)
+                           reporter, users_torch)
     finally:  # a failed workload's trace is the one most worth reading
         if trace is not None:
             for line in torch_trace.render(trace, before, python).lines():
@@ -119,14 +123,14 @@ def _run_set(
             said.add(note)
             reporter.info(note)
     if options.get("dynamo_cache", True) and child.data.get("dynamo_pass") and not variables.no_dynamo_cache(env):
-        _served_compiles(python, run_dir, spec, env, limits, reporter, out_dir)
+        _served_compiles(python, run_dir, spec, env, limits, reporter, out_dir, users_torch)
     result = {**child.data, "workloads": child.workloads}
     return artifact_layout.lay_out(target, package, result, cache_dir=cache_dir, out_dir=out_dir,
                                    started=started, reporter=reporter)
 
 
 def _served_compiles(python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str],
-                     limits: tuple[float, float | None], reporter: Reporter, out_dir: Path) -> None:
+                     limits: tuple[float, float | None], reporter: Reporter, out_dir: Path, users_torch: bool) -> None:
     """The second pass (build/dynamo_pass.py): the package's torch.compile calls as Dynamo cache entries,
     into ``out_dir/dynamo``. Its failure costs the set nothing but those entries, said in one line."""
     started = time.perf_counter()
@@ -136,7 +140,8 @@ def _served_compiles(python: str, run_dir: Path, spec: dict[str, Any], env: dict
     timeout, heartbeat = limits
     job = supervisor.Job("hatch_precompile.build.dynamo_pass", spec, f"{PREFIX} (second pass)", reporter.line,
                          relay=lambda line: reporter.line(f"  | {line}"),
-                         timeout=timeout, heartbeat=variables.heartbeat() if heartbeat is None else heartbeat)
+                         timeout=timeout, heartbeat=variables.heartbeat() if heartbeat is None else heartbeat,
+                         own_temp=not users_torch)
     env = {**env, CACHE_DIR_VAR: str(copy), dynamo_pass.CACHING_PRECOMPILE_VAR: "1"}
     try:
         result = supervisor.run(job, work, python, env)
@@ -162,13 +167,14 @@ def _served_compiles(python: str, run_dir: Path, spec: dict[str, Any], env: dict
 
 def _run_child(
     python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str], limits: tuple[float, float | None],
-    reporter: Reporter,
+    reporter: Reporter, users_torch: bool,
 ) -> ChildResult:
     """The child's result; raises WorkloadFailed if it did not finish them all."""
     timeout, heartbeat = limits
     job = supervisor.Job("hatch_precompile.child.build_child", spec, PREFIX, reporter.line,
                          relay=lambda line: reporter.line(f"  | {line}"),
-                         timeout=timeout, heartbeat=variables.heartbeat() if heartbeat is None else heartbeat)
+                         timeout=timeout, heartbeat=variables.heartbeat() if heartbeat is None else heartbeat,
+                         own_temp=not users_torch)
     try:
         result = supervisor.run(job, run_dir, python, env)
     except ChildError as exc:

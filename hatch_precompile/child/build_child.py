@@ -58,11 +58,16 @@ def main(argv: list[str]) -> int:
     import torch
     import torch._dynamo  # noqa: F401  (torch 2.7.0 saved no Mega-Cache unless dynamo was imported first)
 
-    from hatch_precompile.run import triton_modules, warm_shortcuts
+    from hatch_precompile.run import isa_probes, triton_modules, warm_shortcuts
 
     warm_shortcuts.install_shortcuts()  # records this machine's ISA probes (the environment key runs them first)
+    cache_dir = os.environ.get(CACHE_DIR_VAR)
+    if cache_dir:  # the probe libraries an earlier build made here, which this set ships as that one did
+        isa_probes.seed_libraries(cache_dir)
     triton_modules.record(out / C_MODULES_DIR)  # on a GPU: Triton's C helpers, shipped so users build none
     environment, refused = _environment_or_refusal(torch, spec.get("capability"), spec.get("device"))
+    if cache_dir:
+        isa_probes.keep_libraries(cache_dir)
     if refused is not None:  # before any workload runs: nothing trustworthy could be made
         workload_loop.write_result(out, refused)
         return EXIT_OK

@@ -46,6 +46,9 @@ class Job:
     timeout: float | None = None
     heartbeat: float = HEARTBEAT_SECONDS
     phase: str = "importing torch"  # what the child does first, until it says otherwise
+    # A temp dir of the job's own, removed with it: for a torch no one uses again (an isolated build
+    # env's). False: the caller's, where torch keeps its prefix header for the next run on that torch.
+    own_temp: bool = True
 
 
 def run(job: Job, work: Path, python: str = sys.executable, env: dict[str, str] | None = None) -> ChildResult:
@@ -54,12 +57,14 @@ def run(job: Job, work: Path, python: str = sys.executable, env: dict[str, str] 
     out.mkdir(parents=True, exist_ok=True)
     spec_path = work / "spec.json"
     spec_path.write_text(json.dumps({**job.spec, "out": str(out)}))
-    # The child's temp dir is the job's, removed with it: Inductor builds its C++ prefix header
-    # (~150 MB) into a dir under the temp dir that outlives every run, keyed by the torch path,
-    # which for a build is an isolated build env's random one, never used again.
-    temp = (work / "tmp").absolute()
-    temp.mkdir(exist_ok=True)
-    env = {**(os.environ if env is None else env), "TMPDIR": str(temp)}
+    # Inductor builds its C++ prefix header (~150 MB, ~6 s) into a dir under the temp dir that
+    # outlives every run, keyed by the torch path: for an isolated build env's random one it is
+    # never used again, so such a child's temp dir is the job's, removed with it.
+    env = dict(os.environ if env is None else env)
+    if job.own_temp:
+        temp = (work / "tmp").absolute()
+        temp.mkdir(exist_ok=True)
+        env["TMPDIR"] = str(temp)
     proc = start(python, job.entry, spec_path, env)
     code, running, tail, timed_out = _Watch(job).run(proc)
     if timed_out:  # also while torch was still importing, before the first workload started

@@ -180,7 +180,7 @@ class PrecompileBuildHook(BuildHookInterface):
                 reporter=self.reporter, python=where.python, environ=environ,
                 capabilities=self.options.cpu_capabilities, device=self.options.device,
                 cpu_target=self.options.cpu_target, heartbeat=self.settings.heartbeat, trace=trace,
-                dynamo_cache=self.options.dynamo_cache,
+                dynamo_cache=self.options.dynamo_cache, users_torch=where.torch_from == "target",
             ),
             self.options.workloads, going_on="building the wheel without precompiled artifacts",
             on_failure=self.options.on_failure, hints=lambda failure: failure_hints.hints(failure, where),

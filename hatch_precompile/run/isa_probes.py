@@ -19,6 +19,13 @@ build's workload runs with a fresh cache dir, so each build paid ~8 s for them.
   symbols) is proven by the build, which ran the same torch. Any other probe runs as usual; so
   does every probe when no set was loaded.
 
+- Shipped: a build ships the probe libraries in its cache dir, so that a process whose
+  shortcuts are off, or whose torch moved what `check-build` wraps, finds them built. A build that
+  answered its probes from the memo compiled none, so the build's child keeps the libraries of
+  the probes it ran in the user cache (`keep_libraries`, per torch, compiler and machine: ~30 KB
+  each) and puts them into the next build's fresh cache dir first (`seed_libraries`), where torch
+  finds them by its own key.
+
 Installed by warm_shortcuts.py (and by the build's child), through the touchpoint `check-build`
 of run/torch_internals/.
 """
@@ -37,12 +44,15 @@ from pathlib import Path
 from typing import Any
 
 from hatch_precompile.protocol import Manifest
-from hatch_precompile.run import environment_key, memos, usercache
+from hatch_precompile.run import environment_key, memos, relocate, usercache
 from hatch_precompile.run.torch_internals import patching, settings
 
 # Probes loaded sets vouch for: flags (as a set of words) -> the build compilers' --version lines.
 _vouched: dict[frozenset[str], set[str]] = {}
 _probed: dict[str, bool] = {}  # this process's probes: arch flags -> passed
+_sources: set[str] = set()  # the probes' sources torch checked in this process
+LIBRARIES = ".isa-probe-libraries"
+_LIBRARY_LIMIT = 1 << 20
 
 
 def install() -> None:
@@ -78,6 +88,8 @@ def vouches(arch_flags: Any) -> bool:
 def _known_probe(arguments: dict[str, Any]) -> Any:
     """Yes, without compiling or loading, for a probe a loaded set vouches for or this user passed."""
     flags = arguments["self"].build_arch_flags()
+    if isinstance(arguments.get("code"), str):
+        _sources.add(arguments["code"])
     if not vouches(flags):
         key = _probe_key(arguments)
         if key is None or not memos.get(memos.ISA_PROBES, key, lambda value: value == memos.PASSED):
@@ -109,7 +121,16 @@ def _accepts(compiler: str, flags: tuple[str, ...]) -> bool:
 def _probe_key(arguments: dict[str, Any]) -> str | None:
     """What a passed probe is remembered under (the module's docstring); None: do not remember it."""
     code, flags = arguments.get("code"), arguments["self"].build_arch_flags()
-    if not isinstance(code, str) or not isinstance(flags, str) or usercache.base_dir() is None:
+    if not isinstance(code, str) or not isinstance(flags, str):
+        return None
+    return _fingerprint(code, flags)
+
+
+def _fingerprint(*parts: Any) -> str | None:
+    """A digest of ``parts`` with what decides whether a probe library builds and loads here: the
+    compiler (its version and file), torch's and Python's versions, the OS kernel release and the
+    CPU's flags; None where one of them cannot be read, or there is no user cache."""
+    if usercache.base_dir() is None:
         return None
     try:
         cpu = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), None)
@@ -121,8 +142,48 @@ def _probe_key(arguments: dict[str, Any]) -> str | None:
     if cpu is None or st is None:
         return None
     torch = sys.modules.get("torch")
-    hasher = hashlib.sha256(code.encode())
-    for part in (flags, environment_key.remembered_compiler_version(compiler), found, st.st_ino, st.st_size,
+    hasher = hashlib.sha256()
+    for part in (*parts, environment_key.remembered_compiler_version(compiler), found, st.st_ino, st.st_size,
                  st.st_mtime_ns, getattr(torch, "__version__", ""), sys.version_info[:2], platform.release(), cpu):
-        hasher.update(b"\0" + str(part).encode())
+        hasher.update(str(part).encode() + b"\0")
     return hasher.hexdigest()
+
+
+def keep_libraries(cache_dir: str | Path) -> None:
+    """Keep the files of the probes torch built in ``cache_dir`` (its source and library, by torch's
+    key) in the user cache, for ``seed_libraries``; never raises."""
+    store = _fingerprint("libraries")
+    if store is None or not _sources:
+        return
+    try:
+        with usercache.store_dir(LIBRARIES, store, create=True) as directory:
+            for source in Path(cache_dir).glob("*/c*.cpp"):
+                library = source.with_suffix(".so")
+                if library.is_file() and source.read_text(errors="replace") in _sources:
+                    for path, mode in ((source, 0o600), (library, 0o700)):
+                        blob = path.read_bytes()
+                        if len(blob) <= _LIBRARY_LIMIT:
+                            directory.replace(path.name, blob, mode)
+    except (OSError, ValueError):  # a read-only home, another account's store: the next build compiles them
+        return
+
+
+def seed_libraries(cache_dir: str | Path) -> None:
+    """Put the probe files kept for this torch, compiler and machine into ``cache_dir``, where torch
+    looks for them by its own key before it compiles a probe; never raises."""
+    store = _fingerprint("libraries")
+    if store is None:
+        return
+    try:
+        with usercache.store_dir(LIBRARIES, store) as directory:
+            for name in directory.names():
+                stem, suffix = os.path.splitext(name)
+                if suffix not in (".cpp", ".so") or not stem.startswith("c"):
+                    continue
+                target = Path(cache_dir) / relocate.cache_relpath(stem, suffix)
+                if not target.exists():
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(directory.read(name, _LIBRARY_LIMIT))
+                    target.chmod(0o755 if suffix == ".so" else 0o644)
+    except (OSError, ValueError):  # none kept yet, or not this user's: torch compiles them
+        return

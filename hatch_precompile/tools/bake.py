@@ -221,7 +221,7 @@ def _run(wheel: Path, tmp: Path, plan: Plan, python: str, say: Callable[[str], N
         lambda: capture(root=None, work_dir=tmp / "work", package=plan.package, workloads=list(plan.workloads),
                         timeout=plan.timeout, reporter=Reporter(say, say), python=python, environ=env,
                         device=plan.device, cpu_target=plan.cpu_target, capabilities=plan.capabilities,
-                        trace=plan.torch_trace, dynamo_cache=plan.dynamo_cache),
+                        trace=plan.torch_trace, dynamo_cache=plan.dynamo_cache, users_torch=True),
         plan.workloads,
         hints=lambda failure: [f"bake: install {failure.missing_module!r} into the environment of {python}: bake puts "
                                "only the wheel itself on its path"] if failure.missing_module else [],

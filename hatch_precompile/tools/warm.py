@@ -73,7 +73,7 @@ def _warm(package: str, workloads: list[str], timeout: float, say: Callable[[str
     try:
         outcome = capture_outcome.outcome_of(
             lambda: capture(root=None, work_dir=work, package=package, workloads=workloads, timeout=timeout,
-                            reporter=Reporter(say, say), device=device),
+                            reporter=Reporter(say, say), device=device, users_torch=True),
             workloads, hints=lambda failure: [f"this machine has no usable GPU: {failure.no_gpu}"] if failure.no_gpu else [],
         )
         if outcome.artifacts is None:

@@ -74,10 +74,14 @@ def test_dockerfile_requirements_then_a_fresh_container_process(links, tmp_path)
     (tmp_path / "app" / "constraints.txt").write_text("torch<2.14\n")
     (tmp_path / "app" / "requirements.txt").write_text(f"-c constraints.txt\n{TORCH_REQUIREMENT}\n./sample_pkg\n")
     python = make_venv(tmp_path / "venv")
-    proc = run([python, "-m", "pip", "install", "-v", "-r", "requirements.txt"], env=find_links(links),
-               cwd=tmp_path / "app")
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    proc = run([python, "-m", "pip", "install", "-v", "-r", "requirements.txt"], env={**find_links(links),
+               "TMPDIR": str(temp)}, cwd=tmp_path / "app")
     assert_built_for_the_pin(proc.stdout, "pip was told to install ")
     assert project.is_dir()
+    # The workload ran on pip's build env's torch, at a path gone now: its prefix header went with it.
+    assert not list(temp.rglob("precompiled_headers")), sorted(temp.rglob("*"))[:20]
     # the build's report of the workload, from pip's log: the steps' fallbacks and inference
     assert re.search(r"3 graph\(s\), 0 graph break\(s\), 0 recompile\(s\)", proc.stdout), proc.stdout[-3000:]
     assert re.search(r"filename=sample_pkg-0\.1\.0-cp\d+-cp\d+-(manylinux_\d+_\d+|linux)_x86_64\.whl", proc.stdout)

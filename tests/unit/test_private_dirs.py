@@ -154,6 +154,31 @@ def test_an_empty_isa_probe_memo_does_not_skip_torchs_probe(tmp_path, monkeypatc
     assert isa_probes._known_probe(arguments) is patching.PASS, "no compiler to key on: probed as usual"
 
 
+@pytest.mark.skipif(not Path("/proc/cpuinfo").exists(), reason="the store is keyed by /proc/cpuinfo's flags")
+def test_probe_libraries_a_build_kept_are_put_where_torch_looks_in_the_next_builds_cache_dir(tmp_path, monkeypatch):
+    """A build that answered its probes from the memo compiled none; it still ships the libraries,
+    which the build before it kept: the probes' sources and libraries only, by torch's key."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(isa_probes.settings, "cpp_compiler", lambda: "sh")
+    monkeypatch.setattr(isa_probes.environment_key, "remembered_compiler_version", lambda command: "g++ 12")
+    monkeypatch.setattr(isa_probes, "_sources", {"int probe() {}"})
+    first = tmp_path / "first-build-cache"
+    for name, text in (("cabc", "int probe() {}"), ("cdef", "int kernel() {}"), ("cfailed", "int probe() {}")):
+        (first / name[1:3]).mkdir(parents=True)
+        (first / name[1:3] / f"{name}.cpp").write_text(text)
+    for name in ("cabc", "cdef"):  # a probe that did not compile has no library
+        (first / name[1:3] / f"{name}.so").write_bytes(b"\x7fELF " + name.encode())
+    isa_probes.keep_libraries(first)
+    second = tmp_path / "second-build-cache"
+    isa_probes.seed_libraries(second)
+    assert sorted(str(p.relative_to(second)) for p in second.rglob("*") if p.is_file()) == ["ab/cabc.cpp", "ab/cabc.so"]
+    assert (second / "ab" / "cabc.so").read_bytes() == b"\x7fELF cabc"
+    monkeypatch.setattr(isa_probes.environment_key, "remembered_compiler_version", lambda command: "g++ 13")
+    other = tmp_path / "another-compilers-cache"
+    isa_probes.seed_libraries(other)
+    assert not other.exists(), "kept per compiler: another one's build compiles its own"
+
+
 @needs_root
 def test_a_memo_dir_another_account_owns_is_not_used_and_said_once(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))

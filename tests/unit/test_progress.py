@@ -240,3 +240,28 @@ def test_the_short_names_are_the_import_paths(monkeypatch, tmp_path):
     monkeypatch.setattr(sys, "path", [str(tmp_path)])
     assert progress.short(str(tmp_path / "pkg" / "model.py")) == "pkg/model.py"
     assert progress.short("/elsewhere/model.py") == "/elsewhere/model.py"
+
+
+TEMP_CHILD = """
+import json, tempfile
+from pathlib import Path
+from hatch_precompile.child import workload_loop
+from hatch_precompile.protocol import ChildResult
+
+def main(argv):
+    spec = json.loads(Path(argv[1]).read_text())
+    workload_loop.write_result(Path(spec["out"]), ChildResult("ok", data={"temp": tempfile.gettempdir()}))
+    return 0
+"""
+
+
+@pytest.mark.parametrize("own_temp", [True, False])
+def test_a_child_gets_a_temp_dir_of_its_own_unless_it_runs_on_the_users_torch(tmp_path, own_temp):
+    """Torch keeps its ~150 MB C++ prefix header under the temp dir, per torch path: worth keeping for
+    the user's own torch (the next build on it builds none), not for an isolated build env's."""
+    (tmp_path / "temp_child.py").write_text(TEMP_CHILD)
+    callers = tmp_path / "callers-tmp"
+    callers.mkdir()
+    job = supervisor.Job("temp_child", {}, "precompile", print, relay=print, own_temp=own_temp)
+    result = supervisor.run(job, tmp_path / "work", env={**os.environ, "PYTHONPATH": str(tmp_path), "TMPDIR": str(callers)})
+    assert Path(result.data["temp"]) == (tmp_path / "work" / "tmp" if own_temp else callers)
