@@ -17,7 +17,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import STEP_PKG, copy_project, install_torch, make_venv, run, run_sample, run_step_pkg
+from conftest import STEP_PKG, copy_project, install_torch, make_venv, own_copy, run, run_sample, run_step_pkg
 
 from integration.test_runtime import NOTES, PREDICT
 from integration.test_touchpoints import MISBEHAVE
@@ -282,7 +282,7 @@ def assert_changed_triton_changes_the_key(python: Path, tmp_path: Path, cold: di
     assert before_unpatched["hashed_by_the_step"] in (True, None)
     assert before["hashed_by_the_step"] in ((True, None) if before["in_graph_keys"] else (False, None))
     triton = Path(run([python, "-c", "import triton, os; print(os.path.dirname(triton.__file__))"]).stdout.split()[-1])
-    with (triton / "language" / "core.py").open("a") as source:  # this venv's own Triton: deleted after
+    with own_copy(triton / "language" / "core.py").open("a") as source:  # this venv's own Triton: deleted after
         source.write("\n# changed after the wheel was built\n")
     after, after_unpatched = key(), key(HATCH_PRECOMPILE_NO_PATCHES="1")
     assert after["key"] != before["key"] and after["key"] == after_unpatched["key"]
