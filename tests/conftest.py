@@ -73,8 +73,8 @@ def pytest_collection_modifyitems(items):
 
 
 # Minutes each, serially (the durations .ci/run prints): 3 and 2 GB torch installs, then frontends' flows.
-LONGEST_MODULES = ("test_newest_torch.py", "test_oldest_torch.py", "test_install_flow.py", "test_pinned_installs.py",
-                   "test_bake.py")
+LONGEST_MODULES = ("test_newest_torch.py", "test_newest_torch_steps.py", "test_oldest_torch.py", "test_install_flow.py",
+                   "test_pinned_installs.py", "test_bake.py")
 
 
 GPUS_VISIBLE = False  # test_gpu.py turns it on for its own processes
@@ -126,6 +126,8 @@ def run(cmd, *, env=None, cwd=None, check=True, timeout=1200) -> subprocess.Comp
     if COMMAND_TIMES:  # where the suite's minutes go, command by command (SUITE_COMMAND_TIMES)
         with open(COMMAND_TIMES, "a") as times:
             times.write(json.dumps({"test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0],
+                                    "worker": os.environ.get("PYTEST_XDIST_WORKER", ""),
+                                    "ended": round(time.time(), 1),  # with the worker: how busy each was, when
                                     "seconds": round(time.perf_counter() - started, 1),
                                     "command": " ".join(map(str, cmd))[:300]}) + "\n")
     if check and proc.returncode != 0:
