@@ -402,7 +402,9 @@ def runtime_python(tmp_path_factory, hp_dist, precompiled_wheel) -> Path:
     def install(out: Path) -> None:
         python = make_venv(out / "venv")
         hp_wheel = next(hp_dist.glob("*.whl"))
-        # With the publishing tools, as a package author's venv: test_newest_torch bakes from it.
+        # torch linked from uv's cache (no test writes into this venv), then the rest with pip: with the
+        # publishing tools, as a package author's venv (test_newest_torch_steps bakes from it).
+        install_torch(python, TORCH_REQUIREMENT)
         run([python, "-m", "pip", "install", "-q", TORCH_REQUIREMENT, f"{hp_wheel}[publish]", precompiled_wheel[0]])
 
     return built_once(tmp_path_factory, "runtime", install) / "venv" / "bin" / "python"
