@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import inspect
 import json
 import logging
 import os
@@ -32,7 +31,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.build import graph_saving
+from hatch_precompile.build import dynamo_packaging, graph_saving
 from hatch_precompile.child import observe, progress, workload_loop
 from hatch_precompile.protocol import (
     BUILDING_VAR,
@@ -52,6 +51,7 @@ from hatch_precompile.run.torch_internals import patching
 from hatch_precompile.run.torch_internals.registry import lookup
 
 CACHING_PRECOMPILE_VAR = "TORCH_CACHING_PRECOMPILE"  # torch's: read when torch._dynamo.config is imported
+_BYPASS = "Detected a package bypass:"  # torch's warning where it cannot package a compile
 
 
 class _Recorder:
@@ -67,16 +67,20 @@ class _Recorder:
         # (None: not plain data, such as a backend given as a function)
         self.modules: dict[str, tuple[str, str]] = {}  # source key -> (module, qualname)
         self.compiles: dict[str, dict[int, Any]] = {}  # source key -> each compile's latest entry, by its first code
+        self.bypassed: dict[str, str] = {}  # source key -> why torch could not save a compile's guards ("": unsaid)
+        self._bypass_reason = ""  # torch's, logged while it builds the guards of the compile under way
 
     def install(self, torch: Any) -> None:
         patching.wrap("guard-filter", before=self._filter)
         patching.wrap("guarded-code", before=self._guarded_code)
-        patching.wrap("code-source", instead=_property_accessor)
-        patching.wrap("guard-pickler", instead=_decorated_function)
-        patching.wrap("module-global", after=_module_as_import)
+        patching.wrap("code-source", instead=dynamo_packaging.property_accessor)
+        patching.wrap("guard-pickler", instead=dynamo_packaging.decorated_function)
+        patching.wrap("module-global", after=dynamo_packaging.module_as_import)
         patching.wrap("dynamo-entries", after=self._every_compile)
+        patching.wrap("package-bypass", after=self._bypassed)
         point = lookup("dropped-guards", "logging")
         logging.getLogger(point.module).addFilter(self._dropped_log)
+        logging.getLogger(lookup("bypass-log", "logging").module).addFilter(self._bypass_log)
         lookup("compile-calls", "wrap")
         original = torch.compile
 
@@ -134,9 +138,34 @@ class _Recorder:
             return False  # one line per guard of every compile: the index says it once
         return True
 
+    def _bypass_log(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith(_BYPASS):
+            self._bypass_reason = message[len(_BYPASS):].strip()
+            return False  # the build's line on the function says it
+        return True
+
+    def _bypassed(self, arguments: dict[str, Any], _: Any) -> None:
+        """Where torch cannot save a compile's guards (a ``PackageError``: an object it cannot pickle,
+        such as a local function's ``lru_cache``), it marks the function's entry bypassed, leaves the
+        guards' state None, and then fails the compile on that (convert_frame's check that the state
+        is set), and with it the whole pass. A bypassed entry takes no guarded code (torch's
+        ``add_guarded_code`` returns), so an empty state lets that compile finish as any other: the
+        function is not served, the others still are."""
+        manager, graph, code = arguments.get("self"), arguments.get("output_graph"), arguments.get("f_code")
+        if manager is None or not arguments.get("save_guards") or getattr(manager, "guards_state", b"") is not None:
+            return
+        if graph is None or getattr(graph, "package", True) is not None:  # not torch's bypass: its check stands
+            return
+        manager.guards_state = b""
+        if isinstance(code, types.CodeType):
+            key = served_compiles.source_key(code.co_qualname, code.co_firstlineno)
+            self.bypassed.setdefault(key, self._bypass_reason)
+        self._bypass_reason = ""
+
     def _guarded_code(self, arguments: dict[str, Any]) -> None:
         state = arguments.get("guards_state")
-        if not isinstance(state, bytes):
+        if not isinstance(state, bytes) or not state:  # empty: a bypassed compile's (_bypassed)
             return None
         kept: list[dict[str, Any]] = []
         reason = None if self.filtered else "its guards were not seen while it compiled"
@@ -155,55 +184,6 @@ class _Recorder:
             reason = f"{unknown[0][0]} guard on {unknown[0][1]} (dropped by torch, unknown to this hatch-precompile)"
         self.dropped[hashlib.sha256(state).hexdigest()] = reason if reason is not None else kept
         return None
-
-
-def _property_accessor(arguments: dict[str, Any]) -> Any:
-    """How a new process finds a frame's code that is a property's getter, setter or deleter
-    (transformers' ``loss_function``): torch's own lookup stops at the property and raises, which
-    fails the whole workload's compile under caching_precompile. The answer is torch's form (the
-    qualified name, then the path to the code), walked here as torch walks it when it installs."""
-    code = arguments.get("code")
-    qualname = getattr(code, "co_qualname", None)  # Python 3.11 on, as torch's own lookup
-    module = inspect.getmodule(code) if isinstance(code, types.CodeType) else None
-    if module is None or not qualname:
-        return patching.PASS
-    found: Any = module
-    try:
-        for part in qualname.split("."):
-            found = getattr(found, part)
-    except Exception:
-        return patching.PASS
-    if not isinstance(found, property):
-        return patching.PASS
-    for accessor in ("fget", "fset", "fdel"):
-        if getattr(getattr(found, accessor), "__code__", None) is code:
-            return qualname, f"{accessor}.__code__"
-    return patching.PASS
-
-
-def _decorated_function(arguments: dict[str, Any]) -> Any:
-    """How a guarded code's state keeps a function whose name finds another object (a decorator's
-    wrapper: transformers' ``forward``, the function a call's closure holds): torch keeps a
-    placeholder, and then cannot rebuild the guards on the function's closure when it installs the
-    entry (``'_Missing' object has no attribute '__closure__'``). Kept instead as torch keeps a
-    nested function (its code, module, defaults and closure), rebuilt from them when it installs,
-    with its ``__name__`` set again: torch's rebuild names it by its qualname, and guards rebuilt on
-    it (transformers reads ``func.__name__``) would then hold a name no call brings. A nested
-    function, which torch keeps so itself, gets its ``__name__`` kept the same way."""
-    pickler, obj = arguments.get("self"), arguments.get("obj")
-    rebuild = getattr(type(pickler), "_unpickle_nested_function", None)
-    if rebuild is None or not isinstance(obj, types.FunctionType):
-        return patching.PASS
-    if any(id(obj) in getattr(pickler, kept, {}) for kept in ("empty_values", "missing_values")):
-        return patching.PASS  # torch's own choice for it comes first
-    if "<locals>" not in obj.__qualname__:
-        found: Any = sys.modules.get(obj.__module__)
-        for part in obj.__qualname__.split(".") if found is not None else ():
-            found = getattr(found, part, None)
-        if found is obj or found is None:
-            return patching.PASS
-    arguments_ = (obj.__code__, obj.__module__, obj.__qualname__, obj.__defaults__, obj.__closure__)
-    return rebuild, arguments_, (None, {"__name__": obj.__name__})  # pickle's BUILD: setattr of each
 
 
 def merged_entry(entries: list[Any]) -> Any:
@@ -240,16 +220,6 @@ def _same_code(one: Any, other: Any) -> bool:
     return ((one.python_module, one.code_source, one.install_to_global, one.function_names, one.python_code)
             == (other.python_module, other.code_source, other.install_to_global, other.function_names,
                 other.python_code))
-
-
-def _module_as_import(arguments: dict[str, Any], name: Any) -> None:
-    """Dynamo's bytecode loads a module that the frame's globals do not hold under its own name by a
-    global named from the module's address (``___module_collections_<id>_c12``), which torch does
-    not save with the entry: recorded as one of the entry's imports, it is installed with it."""
-    output, value = arguments.get("self"), arguments.get("value")
-    package = getattr(output, "package", None)
-    if isinstance(value, types.ModuleType) and isinstance(name, str) and package is not None:
-        package.add_import_source(name, value.__name__)
 
 
 def main(argv: list[str]) -> int:
@@ -371,6 +341,10 @@ def _index(recorder: _Recorder, entries: Path, out: Path,
             continue
         if made_for[0] != module or made_for[1] != qualname or served_compiles.source_key(qualname, made_for[2]) != key:
             notes.append(f"{module}.{qualname}: its Dynamo cache entry is another function's ({made_for[0]}.{made_for[1]})")
+            continue
+        if key in recorder.bypassed and not served:
+            why = recorder.bypassed[key]
+            notes.append(f"{module}.{qualname}: torch could not save its guards" + (f" ({why})" if why else ""))
             continue
         if not guarded:  # torch's "Backend not found" when it saved the entry (build/graph_saving.py)
             notes.append(f"{module}.{qualname}: {no_graph}")

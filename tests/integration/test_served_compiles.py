@@ -120,6 +120,7 @@ case("a decorated forward, its wrapper's global changed", lambda: decorated(4))
 case("a result rebuilt from a module the code holds by no name", lambda: [v.item() for v in M.summary(x).values()])
 case("a closure over a function", lambda: [M.doubled(F.softsign)(x).sum().item()])
 case("a closure over another function", lambda: [M.doubled(F.tanhshrink)(x).sum().item()])
+case("a function whose guards torch could not save", lambda: [M.cached(x).sum().item()])
 # Another package's compile in the same process keeps every guard torch has: an object replaced.
 class Holder:
     def __init__(self, w):
@@ -143,7 +144,8 @@ SERVED = ("first call", "another model instance", "a graph first differentiated 
 TRACED = ("a changed module attribute", "another shape", "another dtype", "an input that requires grad",
           "eval against train", "a mutated global", "a mutated global dict", "a library function monkeypatched",
           "a closure under no_grad", "another package's compile, a global replaced",
-          "a closure over another function", "a decorated forward, its wrapper's global changed")
+          "a closure over another function", "a decorated forward, its wrapper's global changed",
+          "a function whose guards torch could not save")
 
 
 def run_cases(site: Path, tmp_path: Path, name: str, env: dict[str, str] | None = None,
@@ -161,7 +163,12 @@ def test_every_guard_is_kept_each_call_served_or_traced_as_a_cold_compile_comput
     # The closure over a function is held at each call to the code the build's held (a source in the call's locals).
     # 10 guarded codes: the module compiled in eval() and in train() keeps both, where torch keeps the last compile.
     assert "precompile: 9 compiled function(s) served without Dynamo tracing them (10 guarded code(s))" in log, log
-    assert "not served untraced" not in log, log
+    # `cached` calls a local function's lru_cache, whose guards torch cannot save: torch alone fails the
+    # whole second pass there (an AssertionError after it marked the entry bypassed). It is named, unserved.
+    unserved = [line for line in log.splitlines() if "not served untraced" in line]
+    assert len(unserved) == 1 and unserved[0].startswith(
+        "precompile: not served untraced: compile_pkg.model.cached: torch could not save its guards (") \
+        and "_cached_scale.<locals>.scale" in unserved[0], unserved
     served = run_cases(compile_build / "site", tmp_path, "served")
     cold = run_cases(compile_build / "site", tmp_path, "cold", {"PRECOMPILE": "0"})
     assert served["reason"] == "installed" and not served["caching_precompile"]

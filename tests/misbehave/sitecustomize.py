@@ -353,12 +353,16 @@ def _aot_autograd_result(module):
 def _output_graph(module):
     if "module-global" in BROKEN:
         _positional_only(module.OutputGraph, "install_global_by_id")
+    if "bypass-log" in BROKEN:  # torch logs under another name
+        import logging
+
+        module.log = logging.getLogger("torch._dynamo.output_graph.elsewhere")
 
 
 def _dynamo_guards(module):
     if "guard-pickler" in BROKEN:
         _positional_only(module.GuardsStatePickler, "reducer_override")
-    if "guard-filter" in BROKEN:
+    if "guard-filter" in BROKEN or "package-bypass" in BROKEN:
         init = module.CheckFunctionManager.__init__
 
         def __init__(self, *args, **kwargs):  # another signature than the hook reads
@@ -465,7 +469,7 @@ BREAKERS = frozenset({
     "compile-calls", "precompile-entry", "compile-package", "guard-load", "unique-id", "caching-precompile",
     "guard-filter", "guarded-code", "dropped-guards", "guard-state-tensor", "compiler-config",
     "global-state", "compiler-settings", "code-source", "guard-pickler", "module-global", "dynamo-entries",
-    "graph-load", "eager-backward", "graph-cache-log",
+    "graph-load", "eager-backward", "graph-cache-log", "package-bypass", "bypass-log",
 })
 
 

@@ -223,19 +223,19 @@ def test_an_entry_whose_every_guarded_code_is_traced_is_not_installed(monkeypatc
 def test_a_propertys_getter_is_named_as_torchs_install_finds_it():
     from torch._dynamo import package
 
-    from hatch_precompile.build import dynamo_pass
+    from hatch_precompile.build import dynamo_packaging
     from hatch_precompile.run.torch_internals import patching
 
     getter = Model.loss_function.fget.__code__
     with pytest.raises(package.PackageError):  # torch's own lookup stops at the property
         package._get_code_source(getter)
-    name, path = dynamo_pass._property_accessor({"code": getter})
+    name, path = dynamo_packaging.property_accessor({"code": getter})
     assert (name, path) == ("Model.loss_function", "fget.__code__")
     entry = types.SimpleNamespace(python_module=__name__, function_names=[name], code_source=path)
     assert package._lookup_code(entry) is getter  # what torch walks when it installs the entry
     for other in (plain.__code__, Model.forward.__code__, None, {}):
-        assert dynamo_pass._property_accessor({"code": other}) is patching.PASS
-    assert dynamo_pass._property_accessor({}) is patching.PASS  # torch's signature unread: torch answers
+        assert dynamo_packaging.property_accessor({"code": other}) is patching.PASS
+    assert dynamo_packaging.property_accessor({}) is patching.PASS  # torch's signature unread: torch answers
 
 
 def test_an_entry_no_call_could_run_is_not_shipped_and_the_build_says_why(tmp_path):
@@ -266,6 +266,42 @@ def test_an_entry_no_call_could_run_is_not_shipped_and_the_build_says_why(tmp_pa
                      f"unit.m.graphless: {no_graph}"]
 
 
+def test_a_compile_whose_guards_torch_cannot_save_finishes_unserved_and_the_build_says_why(tmp_path):
+    """Torch marks the entry bypassed, leaves the guards' state None and then fails the compile on that
+    (and with it the pass): the second pass lets it finish with an empty state (which a bypassed entry
+    never takes), names the function and quotes torch. Anything else keeps torch's own check."""
+    from hatch_precompile.build import dynamo_pass
+
+    recorder = dynamo_pass._Recorder("unit")
+    code = scaled_twice.__code__
+    reason = "Guard evaluation failed: Can't pickle local object 'make.<locals>.scale'"
+    record = logging.LogRecord("torch._dynamo.output_graph", logging.WARNING, __file__, 1,
+                               "Detected a package bypass: %s", (reason,), None)
+    assert recorder._bypass_log(record) is False  # the build's line says it, once
+    manager = types.SimpleNamespace(guards_state=None)
+    recorder._bypassed({"self": manager, "output_graph": types.SimpleNamespace(package=None), "f_code": code,
+                        "save_guards": True}, None)
+    assert manager.guards_state == b""
+    for arguments in ({"output_graph": types.SimpleNamespace(package=object()), "save_guards": True},  # not a bypass
+                      {"output_graph": types.SimpleNamespace(package=None), "save_guards": False},  # nothing saved
+                      {"save_guards": True}):  # another signature: nothing read
+        untouched = types.SimpleNamespace(guards_state=None)
+        recorder._bypassed({"self": untouched, "f_code": code, **arguments}, None)
+        assert untouched.guards_state is None
+    key = served_compiles.source_key(code.co_qualname, code.co_firstlineno)
+    assert recorder.bypassed == {key: reason}
+    assert recorder._guarded_code({"guards_state": b""}) is None and recorder.dropped == {}
+
+    bypassed = types.SimpleNamespace(python_module="unit.m", guarded_codes=[], bypassed=True)
+    entry = types.SimpleNamespace(dynamo=types.SimpleNamespace(codes=[bypassed], fn_name="scaled_twice",
+                                                               fn_first_lineno=code.co_firstlineno))
+    (tmp_path / "cache" / key).mkdir(parents=True)
+    (tmp_path / "cache" / key / "entry").write_bytes(pickle.dumps(entry))
+    recorder.options[key], recorder.modules[key] = [{}], ("unit.m", "scaled_twice")
+    functions, notes = dynamo_pass._index(recorder, tmp_path / "cache", tmp_path / "out", "no graph")
+    assert functions == {} and notes == [f"unit.m.scaled_twice: torch could not save its guards ({reason})"]
+
+
 def scaled_twice(fn):
     @functools.wraps(fn)
     def wrapper(*args):
@@ -284,19 +320,19 @@ def test_a_decorated_function_is_kept_in_the_guards_state_as_torch_keeps_a_neste
 
     from torch._dynamo import guards
 
-    from hatch_precompile.build import dynamo_pass
+    from hatch_precompile.build import dynamo_packaging
     from hatch_precompile.run.torch_internals import patching
 
     inner = decorated.__wrapped__  # its name finds the wrapper, not itself
     pickler = guards.GuardsStatePickler({}, {}, {}, io.BytesIO())
     assert pickler.reducer_override(inner)[0] is guards._Missing  # torch keeps a placeholder
-    rebuild, args, (_, names) = dynamo_pass._decorated_function({"self": pickler, "obj": inner})
+    rebuild, args, (_, names) = dynamo_packaging.decorated_function({"self": pickler, "obj": inner})
     assert names == {"__name__": "decorated"}
     stream = io.BytesIO()
     writer = guards.GuardsStatePickler({}, {}, {}, stream)
 
     def reducer_override(obj):  # as the guard-pickler touchpoint's hook runs: ours, else torch's
-        ours = dynamo_pass._decorated_function({"self": writer, "obj": obj})
+        ours = dynamo_packaging.decorated_function({"self": writer, "obj": obj})
         return guards.GuardsStatePickler.reducer_override(writer, obj) if ours is patching.PASS else ours
 
     writer.reducer_override = reducer_override
@@ -305,13 +341,13 @@ def test_a_decorated_function_is_kept_in_the_guards_state_as_torch_keeps_a_neste
     assert again.__code__ == inner.__code__ and again.__globals__ is inner.__globals__ and again(1) == 2
     assert (again.__name__, again.__qualname__) == (inner.__name__, inner.__qualname__)  # guards read __name__
     for kept_by_torch in (plain, decorated, len):  # by name, the wrapper itself, a builtin
-        assert dynamo_pass._decorated_function({"self": pickler, "obj": kept_by_torch}) is patching.PASS
+        assert dynamo_packaging.decorated_function({"self": pickler, "obj": kept_by_torch}) is patching.PASS
     nested = outer(2.0)  # torch keeps it by its code, and names it by its qualname when it rebuilds it
-    rebuild, args, (_, names) = dynamo_pass._decorated_function({"self": pickler, "obj": nested})
+    rebuild, args, (_, names) = dynamo_packaging.decorated_function({"self": pickler, "obj": nested})
     assert names == {"__name__": nested.__name__} and rebuild(*args).__qualname__ == nested.__qualname__
     pickler.missing_values[id(inner)] = inner  # torch's own choice for an object comes first
-    assert dynamo_pass._decorated_function({"self": pickler, "obj": inner}) is patching.PASS
-    assert dynamo_pass._decorated_function({}) is patching.PASS  # torch's signature unread: torch answers
+    assert dynamo_packaging.decorated_function({"self": pickler, "obj": inner}) is patching.PASS
+    assert dynamo_packaging.decorated_function({}) is patching.PASS  # torch's signature unread: torch answers
 
 
 foreign = types.FunctionType(plain.__code__, vars(json), "foreign")  # named here, runs with json's globals
@@ -341,14 +377,14 @@ def test_a_code_is_named_by_the_globals_it_runs_with_or_traced():
 
 
 def test_a_module_dynamo_loads_by_its_address_travels_with_the_entry_or_the_entry_is_refused():
-    from hatch_precompile.build import dynamo_pass
+    from hatch_precompile.build import dynamo_packaging
     from hatch_precompile.run.torch_internals import dynamo_cache
 
     recorded = []
     output = types.SimpleNamespace(package=types.SimpleNamespace(add_import_source=lambda *a: recorded.append(a)))
-    dynamo_pass._module_as_import({"self": output, "value": json}, "___module_json_1_c2")
-    dynamo_pass._module_as_import({"self": output, "value": plain}, "___function_1_c2")  # not a module: torch's
-    dynamo_pass._module_as_import({"self": types.SimpleNamespace(package=None), "value": json}, "___module_json_1_c3")
+    dynamo_packaging.module_as_import({"self": output, "value": json}, "___module_json_1_c2")
+    dynamo_packaging.module_as_import({"self": output, "value": plain}, "___function_1_c2")  # not a module: torch's
+    dynamo_packaging.module_as_import({"self": types.SimpleNamespace(package=None), "value": json}, "___module_json_1_c3")
     assert recorded == [("___module_json_1_c2", "json")]
 
     def entry(source):

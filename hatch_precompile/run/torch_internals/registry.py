@@ -227,12 +227,18 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
     Touchpoint("guard-filter", "torch._dynamo.guards", "CheckFunctionManager.__init__", "wrap", "build's second "
                "pass: every guard of a compile, with the object it holds (build/dynamo_pass.py)",
                broken="no guard recorded: every guarded code is marked traced"),
+    Touchpoint("package-bypass", "torch._dynamo.guards", "CheckFunctionManager.__init__", "wrap", "build's second "
+               "pass: a compile whose guards torch cannot save (an object it cannot pickle, such as a local "
+               "function's `lru_cache`) finishes with its entry bypassed, where torch marks it so and then fails "
+               "the compile, and the pass (build/dynamo_pass.py)",
+               broken="torch's answer: its AssertionError fails the second pass, and no compiled function is "
+               "served untraced"),
     Touchpoint("guarded-code", "torch._dynamo.package", "CompilePackage.add_guarded_code", "wrap", "build's second "
                "pass: which guards each serialized guarded code lost (build/dynamo_pass.py)",
                broken="no guarded code recorded: every one is marked traced"),
     Touchpoint("code-source", "torch._dynamo.package", "_get_code_source", "wrap", "build's second pass: the "
                "code of a frame that is a property's getter (transformers' `loss_function`) named by the property's "
-               "accessor, where torch's lookup stops at the property (build/dynamo_pass.py)",
+               "accessor, where torch's lookup stops at the property (build/dynamo_packaging.py)",
                broken="torch's answer: its `PackageError` fails the second pass, and no compiled function is served "
                "untraced"),
     Touchpoint("guard-pickler", "torch._dynamo.guards", "GuardsStatePickler.reducer_override", "wrap", "build's "
@@ -240,13 +246,13 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "kept in a guarded code's state as torch keeps a nested one, by its code, module, defaults and "
                "closure, where torch keeps nothing and cannot rebuild the guards on it when it installs; "
                "it and a nested function are rebuilt with their own `__name__`, where torch's rebuild names them "
-               "by their qualname and a guard on the name never holds (build/dynamo_pass.py)",
+               "by their qualname and a guard on the name never holds (build/dynamo_packaging.py)",
                broken="torch's answer: that guarded code's entry fails to install, or a guard on the function's "
                "name fails; either way such a call is traced"),
     Touchpoint("module-global", "torch._dynamo.output_graph", "OutputGraph.install_global_by_id", "wrap",
                "build's second pass: a module that Dynamo's bytecode loads by a global named from its address "
                "(`___module_collections_<id>_c12`) recorded as one of the entry's imports, which torch installs "
-               "with it (build/dynamo_pass.py)",
+               "with it (build/dynamo_packaging.py)",
                broken="not recorded: the entry is refused when installed (its code loads a global it does not "
                "bring), and such a call is traced"),
     Touchpoint("dynamo-entries", "torch._dynamo.precompile_context", "PrecompileContext.record_dynamo_cache_entry",
@@ -270,6 +276,11 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "save a graph (a bypass, or a graph that does not pickle), named in the build's line on a function "
                "not served (build/graph_saving.py)",
                broken="the line says torch saved no compiled graph, without torch's reason"),
+    Touchpoint("bypass-log", "torch._dynamo.output_graph", "log", "logging", "build's second pass: why torch "
+               "could not package a compile, named in the build's line on a function not served, kept from "
+               "printing (build/dynamo_pass.py)",
+               broken="the line says torch could not save the function's guards, without torch's reason; torch "
+               "prints its own warning"),
     Touchpoint("dropped-guards", "torch._dynamo.guards", "log", "logging", "build's second pass: the guards torch "
                "says it dropped, checked against those recorded, kept from printing (build/dynamo_pass.py)",
                broken="only the recorded ones are checked; torch prints a line per dropped guard"),

@@ -1,11 +1,13 @@
 """The build's workload: train with AdamW through the compiled loss, take features it never
-differentiates, infer, scale, double, classify, run a module whose forward is decorated, and summarize."""
+differentiates, infer, scale, double, classify, run a module whose forward is decorated, summarize,
+and scale by a local function's cache."""
 
 import torch
 import torch.nn.functional as F
 
 from compile_pkg.model import (
     batch,
+    cached,
     classifier,
     compiled_features,
     compiled_loss,
@@ -37,3 +39,4 @@ def workload() -> None:
     classifier()(x, y).backward()
     decorated()(x).sum().backward()
     summary(x)
+    cached(x)

@@ -1,0 +1,71 @@
+"""What torch's Dynamo cache cannot package as it stands, made packageable for the build's second
+pass (build/dynamo_pass.py hooks each into its touchpoint): a frame that is a property's accessor, a
+decorated function kept in a guarded code's state, a module Dynamo's bytecode loads by its address."""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import types
+from typing import Any
+
+from hatch_precompile.run.torch_internals import patching
+
+
+def property_accessor(arguments: dict[str, Any]) -> Any:
+    """How a new process finds a frame's code that is a property's getter, setter or deleter
+    (transformers' ``loss_function``): torch's own lookup stops at the property and raises, which
+    fails the whole workload's compile under caching_precompile. The answer is torch's form (the
+    qualified name, then the path to the code), walked here as torch walks it when it installs."""
+    code = arguments.get("code")
+    qualname = getattr(code, "co_qualname", None)  # Python 3.11 on, as torch's own lookup
+    module = inspect.getmodule(code) if isinstance(code, types.CodeType) else None
+    if module is None or not qualname:
+        return patching.PASS
+    found: Any = module
+    try:
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except Exception:
+        return patching.PASS
+    if not isinstance(found, property):
+        return patching.PASS
+    for accessor in ("fget", "fset", "fdel"):
+        if getattr(getattr(found, accessor), "__code__", None) is code:
+            return qualname, f"{accessor}.__code__"
+    return patching.PASS
+
+
+def decorated_function(arguments: dict[str, Any]) -> Any:
+    """How a guarded code's state keeps a function whose name finds another object (a decorator's
+    wrapper: transformers' ``forward``, the function a call's closure holds): torch keeps a
+    placeholder, and then cannot rebuild the guards on the function's closure when it installs the
+    entry (``'_Missing' object has no attribute '__closure__'``). Kept instead as torch keeps a
+    nested function (its code, module, defaults and closure), rebuilt from them when it installs,
+    with its ``__name__`` set again: torch's rebuild names it by its qualname, and guards rebuilt on
+    it (transformers reads ``func.__name__``) would then hold a name no call brings. A nested
+    function, which torch keeps so itself, gets its ``__name__`` kept the same way."""
+    pickler, obj = arguments.get("self"), arguments.get("obj")
+    rebuild = getattr(type(pickler), "_unpickle_nested_function", None)
+    if rebuild is None or not isinstance(obj, types.FunctionType):
+        return patching.PASS
+    if any(id(obj) in getattr(pickler, kept, {}) for kept in ("empty_values", "missing_values")):
+        return patching.PASS  # torch's own choice for it comes first
+    if "<locals>" not in obj.__qualname__:
+        found: Any = sys.modules.get(obj.__module__)
+        for part in obj.__qualname__.split(".") if found is not None else ():
+            found = getattr(found, part, None)
+        if found is obj or found is None:
+            return patching.PASS
+    arguments_ = (obj.__code__, obj.__module__, obj.__qualname__, obj.__defaults__, obj.__closure__)
+    return rebuild, arguments_, (None, {"__name__": obj.__name__})  # pickle's BUILD: setattr of each
+
+
+def module_as_import(arguments: dict[str, Any], name: Any) -> None:
+    """Dynamo's bytecode loads a module that the frame's globals do not hold under its own name by a
+    global named from the module's address (``___module_collections_<id>_c12``), which torch does
+    not save with the entry: recorded as one of the entry's imports, it is installed with it."""
+    output, value = arguments.get("self"), arguments.get("value")
+    package = getattr(output, "package", None)
+    if isinstance(value, types.ModuleType) and isinstance(name, str) and package is not None:
+        package.add_import_source(name, value.__name__)
