@@ -186,6 +186,14 @@ def install_torch(python: Path, requirement: str) -> None:
          "hardlink", "--compile-bytecode", requirement], env={"UV_CACHE_DIR": str(cache / "uv")})
 
 
+def venv_with_torch(path: Path, requirement: str) -> tuple[Path, str]:
+    """A fresh venv at ``path`` with ``requirement`` installed (install_torch): its python, and the
+    version its torch reports."""
+    python = make_venv(path)
+    install_torch(python, requirement)
+    return python, run([python, "-c", "import torch; print(torch.__version__)"]).stdout.strip().splitlines()[-1]
+
+
 def own_copy(path: Path) -> Path:
     """``path``, a file of a venv install_torch made, as a file of its own (not linked to uv's
     cache), its bytes and times kept, so that editing it edits only this venv."""

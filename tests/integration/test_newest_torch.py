@@ -17,8 +17,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import copy_project, install_torch, make_venv, own_copy, run, run_sample
+from conftest import copy_project, own_copy, run, run_sample, venv_with_torch
 
+from integration.test_install_flow import find_links
 from integration.test_runtime import NOTES, PREDICT
 
 pytestmark = pytest.mark.slow  # builds wheels or venvs, or runs torch in fresh processes
@@ -30,10 +31,8 @@ REQUIREMENT = os.environ.get("HATCH_PRECOMPILE_TEST_TORCH", "torch==2.14.1")
 def test_newest_torch_builds_installs_and_starts_warm(hp_dist):
     with tempfile.TemporaryDirectory(prefix="hatch-precompile-newest-torch-") as tmp:  # 5 GB: not kept
         tmp_path = Path(tmp)
-        python = make_venv(tmp_path / "venv")
-        install_torch(python, REQUIREMENT)
-        version = run([python, "-c", "import torch; print(torch.__version__)"]).stdout.strip().splitlines()[-1]
-        links = " ".join([os.environ.get("PIP_FIND_LINKS", ""), str(hp_dist)]).strip()
+        python, version = venv_with_torch(tmp_path / "venv", REQUIREMENT)
+        links = find_links(hp_dist)["PIP_FIND_LINKS"]
         # The steps on this torch are test_newest_torch_steps.py's: here the sample trains through its
         # compiled fallback, which the second pass serves as it serves the inference.
         proc = run([python, "-m", "pip", "install", "-v", copy_project(tmp_path / "sample_pkg")],

@@ -7,15 +7,15 @@ exported on the suite's torch is proven by this one by `bake`, shipped as it is,
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import STEP_PKG, copy_project, install_torch, make_venv, run, run_step_pkg
+from conftest import STEP_PKG, copy_project, run, run_step_pkg, venv_with_torch
 
+from integration.test_install_flow import find_links
 from integration.test_newest_torch import REQUIREMENT
 from integration.test_touchpoints import MISBEHAVE
 
@@ -26,10 +26,8 @@ pytestmark = pytest.mark.slow  # builds wheels or venvs, or runs torch in fresh 
 def test_newest_torch_ships_steps_past_dynamo_and_serves_a_step_proven_by_bake(hp_dist, step_wheel, runtime_python):
     with tempfile.TemporaryDirectory(prefix="hatch-precompile-newest-torch-steps-") as tmp:  # 5 GB: not kept
         tmp_path = Path(tmp)
-        python = make_venv(tmp_path / "venv")
-        install_torch(python, REQUIREMENT)
-        version = run([python, "-c", "import torch; print(torch.__version__)"]).stdout.strip().splitlines()[-1]
-        links = " ".join([os.environ.get("PIP_FIND_LINKS", ""), str(hp_dist)]).strip()
+        python, version = venv_with_torch(tmp_path / "venv", REQUIREMENT)
+        links = find_links(hp_dist)["PIP_FIND_LINKS"]
         if run([python, "-c", "import torch; torch.compiler.precompile"], check=False).returncode == 0:
             assert_steps_ship_past_dynamo(python, tmp_path, links)
         assert_an_exported_step_proven_on_this_torch_serves_it(python, tmp_path, step_wheel, version, runtime_python)

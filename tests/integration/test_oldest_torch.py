@@ -20,7 +20,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import copy_project, install_torch, make_venv, run, run_fresh
+from conftest import copy_project, run, run_fresh, venv_with_torch
+
+from integration.test_install_flow import find_links
 
 pytestmark = pytest.mark.slow  # builds wheels or venvs, or runs torch in fresh processes
 
@@ -74,10 +76,8 @@ def first_calls(python: Path, where: Path, first: str, **env: str) -> dict:
 def test_oldest_torch_first_compile_in_a_fresh_process_is_warm_and_raises_nothing(hp_dist):
     with tempfile.TemporaryDirectory(prefix="hatch-precompile-oldest-torch-") as tmp:  # 5 GB: not kept
         tmp_path = Path(tmp)
-        python = make_venv(tmp_path / "venv")
-        install_torch(python, REQUIREMENT)
-        version = run([python, "-c", "import torch; print(torch.__version__)"]).stdout.strip().splitlines()[-1]
-        links = " ".join([os.environ.get("PIP_FIND_LINKS", ""), str(hp_dist)]).strip()
+        python, version = venv_with_torch(tmp_path / "venv", REQUIREMENT)
+        links = find_links(hp_dist)["PIP_FIND_LINKS"]
         proc = run([python, "-m", "pip", "install", "-v", copy_project(tmp_path / "sample_pkg")],
                    env={"PIP_FIND_LINKS": links, "HATCH_PRECOMPILE_NO_DYNAMO_CACHE": "0"})
         assert f"precompile: building artifacts for torch {version} of the target environment" in proc.stdout
