@@ -195,11 +195,17 @@ def venv_with_torch(path: Path, requirement: str) -> tuple[Path, str]:
 
 
 def own_copy(path: Path) -> Path:
-    """``path``, a file of a venv install_torch made, as a file of its own (not linked to uv's
-    cache), its bytes and times kept, so that editing it edits only this venv."""
+    """``path``, a file or a dir of a venv install_torch made, as this venv's own (not linked to uv's
+    cache), bytes and times kept: editing it edits only this venv, and uv linking its cache into
+    another venv (which changes the ctime of every file linked) changes nothing of it."""
     copy = path.with_name(path.name + ".own")
-    shutil.copy2(path, copy)
-    os.replace(copy, path)
+    if path.is_dir():
+        shutil.copytree(path, copy, symlinks=True)
+        shutil.rmtree(path)  # the venv's links only: uv's cache keeps its files
+        copy.rename(path)
+    else:
+        shutil.copy2(path, copy)
+        os.replace(copy, path)
     return path
 
 

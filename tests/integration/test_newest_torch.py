@@ -129,6 +129,9 @@ def assert_changed_triton_changes_the_key(python: Path, tmp_path: Path, cold: di
         env = {"XDG_CACHE_HOME": str(tmp_path / "user-cache")}
         return json.loads(run([python, "-c", MEMO_KEY], env=env).stdout.strip().splitlines()[-1])
 
+    # This venv's own Triton: the memo's fingerprint reads each file's ctime, which uv changes in
+    # every venv linked to its cache when it links another (test_newest_torch_steps.py's, at once).
+    triton = own_copy(Path(run([python, "-c", "import triton, os; print(os.path.dirname(triton.__file__))"]).stdout.split()[-1]))
     before, before_unpatched = key(), key(HATCH_PRECOMPILE_NO_PATCHES="1")
     first, second = remembered(), remembered()
     assert first["hashed"] and not second["hashed"] and first["key"] == second["key"] == before_unpatched["key"]
@@ -139,8 +142,7 @@ def assert_changed_triton_changes_the_key(python: Path, tmp_path: Path, cold: di
     # graphs are keyed on it, and not at all where they are not.
     assert before_unpatched["hashed_by_the_step"] in (True, None)
     assert before["hashed_by_the_step"] in ((True, None) if before["in_graph_keys"] else (False, None))
-    triton = Path(run([python, "-c", "import triton, os; print(os.path.dirname(triton.__file__))"]).stdout.split()[-1])
-    with own_copy(triton / "language" / "core.py").open("a") as source:  # this venv's own Triton: deleted after
+    with (triton / "language" / "core.py").open("a") as source:
         source.write("\n# changed after the wheel was built\n")
     after, after_unpatched = key(), key(HATCH_PRECOMPILE_NO_PATCHES="1")
     assert after["key"] != before["key"] and after["key"] == after_unpatched["key"]
