@@ -170,7 +170,8 @@ def install_torch(python: Path, requirement: str) -> None:
     copied; without the bytecode, where PYTHONDONTWRITEBYTECODE is set, each process compiles
     torch's sources again). The wheels are those pip finds on this machine, downloaded once into
     the user's cache (uv reads no pip config). Linked: a test that edits a file of the venv gives
-    it a copy of its own first (``own_copy``), or it would edit uv's cache. A test of how pip
+    it a copy of its own first (``own_copy``), or it would edit uv's cache; so does one that reads
+    the files' ctimes, which change whenever uv links the same files into another venv. A test of how pip
     installs torch, or of what a build writes into torch's dir, installs it with pip."""
     uv = shutil.which("uv", path=str(Path(sys.executable).parent))
     assert uv, "uv is a test dependency"
