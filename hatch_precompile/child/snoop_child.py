@@ -1,8 +1,9 @@
 """The child process of ``hatch-precompile snoop``: the user's program, observed from its first line.
 
 Started with a private, empty ``TORCHINDUCTOR_CACHE_DIR`` (unless ``--cache-dir``), so that a
-graph served from a cache can only have come from a package's precompiled artifacts. Installs the
-build's observers (child/observe.py) and the signature recorder, runs the program as Python would
+graph served from a cache can only have come from a package's precompiled artifacts, in the
+user's own temp dir, as the program runs. Installs the build's observers (child/observe.py), the
+signature recorder and the ISA probes' memo (run/isa_probes.py), runs the program as Python would
 (a script, ``-m module``, ``-c code`` or a console script) and, however it ends, writes what it
 compiled into the spec's ``out`` dir.
 """
@@ -26,6 +27,12 @@ def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[1]).read_text())
     out = Path(spec["out"])
     import torch._dynamo  # noqa: F401  (the observers read Dynamo's bookkeeping)
+
+    from hatch_precompile.run import isa_probes
+
+    # Torch probes each vector ISA in a fresh cache dir (~8 s of g++), once per cache dir the user
+    # keeps: not the program's compile time. A probe that passed on this machine is not run again.
+    isa_probes.install()
 
     observer = observe.Observer(os.environ.get(CACHE_DIR_VAR), logs=True, lines=True)
     progress.phase("running the program")

@@ -72,8 +72,9 @@ def run(command: list[str], cache_dir: str | None, say: Callable[[str], None],
         before = set(torch_trace.logs(trace)) if trace is not None and trace.is_dir() else set()
         # The program's own output goes to stderr, so that stdout stays the report (--json). A
         # program runs as long as it runs: no timeout (an interrupt stops it and all it started).
+        # It keeps the user's temp dir, as it would run: there torch keeps its prefix header.
         job = supervisor.Job("hatch_precompile.child.snoop_child", {"target": target}, "snoop", say,
-                         relay=lambda line: print(line, file=sys.stderr, flush=True))
+                         relay=lambda line: print(line, file=sys.stderr, flush=True), own_temp=False)
         try:
             child = supervisor.run(job, Path(tmp), python, env if trace is None else torch_trace.environ(env, trace))
         except ChildError as exc:

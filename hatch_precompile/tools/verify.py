@@ -98,7 +98,8 @@ def _run(package: str, workloads: list[str], timeout: float, say: Callable[[str]
         # The workloads' own output goes to stderr, so that stdout stays the report (--json).
         job = supervisor.Job("hatch_precompile.child.verify_child",
                          {"package": package, "workloads": workloads, "setting": setting}, "verify",
-                         say, relay=lambda line: print(line, file=sys.stderr, flush=True), timeout=timeout)
+                         say, relay=lambda line: print(line, file=sys.stderr, flush=True), timeout=timeout,
+                         own_temp=False)  # the user's torch: its prefix header stays for the next run
         try:
             child = supervisor.run(job, work, env=env)
         except ChildError as exc:

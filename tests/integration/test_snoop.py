@@ -50,6 +50,14 @@ sys.exit(3)
 """
 
 
+ONE_KERNEL = """
+import json, os, sys, tempfile
+import torch
+print(json.dumps({"temp": tempfile.gettempdir()}), file=sys.stderr)
+print(float(torch.compile(lambda x: (x.sin() * 3).relu().sum())(torch.randn(64, 64))))
+"""
+
+
 def snoop(python, tmp_path, script: str, *args: str, check=True, env=None):
     path = tmp_path / "program.py"
     path.write_text(script)
@@ -197,3 +205,37 @@ def test_a_dynamic_graph_in_the_artifacts_needs_the_dim_marked_in_a_new_process(
     assert gap["hint"].startswith("the artifacts hold forward with images dim 0 dynamic ")
     assert "mark that dim dynamic before the call (torch._dynamo.mark_dynamic(images, 0))" in gap["hint"]
     assert reports["marked"]["gaps"] == [] and reports["marked"]["distributions"]["sample-pkg"]["coverage"] == 1.0
+
+
+def test_the_program_keeps_the_users_temp_dir_and_a_second_snoop_probes_no_isa(runtime_python, tmp_path):
+    """Only the cache dir is fresh: torch's probe of each vector ISA (a g++ run each, once per cache
+    dir) is answered from the memo of probes that passed on this machine, and the prefix header stays
+    in the user's temp dir, where torch keeps it; so a graph's seconds are its own compile."""
+    import shutil
+
+    from integration.test_build_errors import LOGGING_GXX
+
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("needs g++")
+    log, shim, temp = tmp_path / "g++.log", tmp_path / "bin" / "g++", tmp_path / "tmp"
+    shim.parent.mkdir()
+    temp.mkdir()
+    shim.write_text(LOGGING_GXX.format(log=log, gxx=gxx))
+    shim.chmod(0o755)
+    env = {"PATH": f"{shim.parent}{os.pathsep}{os.environ['PATH']}", "XDG_CACHE_HOME": str(tmp_path / "user-cache"),
+           "TMPDIR": str(temp)}
+    linked, headers = [], []
+    for name in ("first", "second"):
+        log.write_text("")
+        proc, report = snoop(runtime_python, tmp_path, ONE_KERNEL, env=env)
+        assert json.loads(re.search(r'^\{"temp": .*\}$', proc.stdout, re.M).group())["temp"] == str(temp)
+        lines = log.read_text().splitlines()
+        linked.append(sum(" -shared " in f" {line} " for line in lines))
+        headers.append(sum(".gch" in line for line in lines))  # built, not only included
+        (graph,) = report["graphs"]
+        assert not graph["from_cache"] and graph["distribution"] == "(program)"
+    # The first run probes each ISA this CPU may have and links the program's one kernel; the
+    # second links only the kernel, and builds no prefix header.
+    assert linked[0] > 1 and linked[1] == 1 and headers[1] == 0, (linked, headers)
+    assert list(temp.glob("torchinductor_*/precompiled_headers/*"))
