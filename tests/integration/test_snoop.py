@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 
 import pytest
 from conftest import run
@@ -51,7 +52,7 @@ sys.exit(3)
 
 
 ONE_KERNEL = """
-import json, os, sys, tempfile
+import json, sys, tempfile
 import torch
 print(json.dumps({"temp": tempfile.gettempdir()}), file=sys.stderr)
 print(float(torch.compile(lambda x: (x.sin() * 3).relu().sum())(torch.randn(64, 64))))
@@ -211,8 +212,6 @@ def test_the_program_keeps_the_users_temp_dir_and_a_second_snoop_probes_no_isa(r
     """Only the cache dir is fresh: torch's probe of each vector ISA (a g++ run each, once per cache
     dir) is answered from the memo of probes that passed on this machine, and the prefix header stays
     in the user's temp dir, where torch keeps it; so a graph's seconds are its own compile."""
-    import shutil
-
     from integration.test_build_errors import LOGGING_GXX
 
     gxx = shutil.which("g++")
@@ -226,7 +225,7 @@ def test_the_program_keeps_the_users_temp_dir_and_a_second_snoop_probes_no_isa(r
     env = {"PATH": f"{shim.parent}{os.pathsep}{os.environ['PATH']}", "XDG_CACHE_HOME": str(tmp_path / "user-cache"),
            "TMPDIR": str(temp)}
     linked, headers = [], []
-    for name in ("first", "second"):
+    for _ in ("first", "second"):
         log.write_text("")
         proc, report = snoop(runtime_python, tmp_path, ONE_KERNEL, env=env)
         assert json.loads(re.search(r'^\{"temp": .*\}$', proc.stdout, re.M).group())["temp"] == str(temp)
