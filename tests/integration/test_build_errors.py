@@ -8,6 +8,7 @@ import re
 import shutil
 import time
 import zipfile
+from pathlib import Path
 
 import pytest
 from conftest import build_wheel, copy_project, read_manifest
@@ -63,24 +64,26 @@ def test_missing_workload_function_names_it(tmp_path):
     assert "has no attribute 'no_such_function'" in proc.stdout
 
 
-# A g++ that logs each command line it runs: a probe library is the only thing linked (-shared) by a
-# build whose workload never runs.
-LOGGING_GXX = '#!/bin/sh\necho "$*" >> "{log}"\nexec {gxx} "$@"\n'
+def logging_gxx(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """A g++ first on PATH that logs each command line it runs: the PATH to give a command, and the
+    log. Skips the test where there is no g++."""
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("needs g++")
+    log, shim = tmp_path / "g++.log", tmp_path / "bin" / "g++"
+    shim.parent.mkdir()
+    shim.write_text(f'#!/bin/sh\necho "$*" >> "{log}"\nexec {gxx} "$@"\n')
+    shim.chmod(0o755)
+    return {"PATH": f"{shim.parent}{os.pathsep}{os.environ['PATH']}"}, log
 
 
 def test_a_second_build_on_the_machine_compiles_no_isa_probe(tmp_path):
     """Inductor compiles and loads a probe library per candidate vector ISA in each fresh cache dir,
     and every build's workload runs in one (~10 s a build here): a probe that passed is remembered
     in the user cache, and the next build on this machine compiles none."""
-    gxx = shutil.which("g++")
-    if gxx is None:
-        pytest.skip("needs g++")
-    log = tmp_path / "g++.log"
-    shim = tmp_path / "bin" / "g++"
-    shim.parent.mkdir()
-    shim.write_text(LOGGING_GXX.format(log=log, gxx=gxx))
-    shim.chmod(0o755)
-    env = {"PATH": f"{shim.parent}{os.pathsep}{os.environ['PATH']}", "XDG_CACHE_HOME": str(tmp_path / "user-cache")}
+    path, log = logging_gxx(tmp_path)
+    env = {**path, "XDG_CACHE_HOME": str(tmp_path / "user-cache")}
+    # A probe library is the only thing linked (-shared) by a build whose workload never runs.
     table = '[tool.hatch.build.hooks.precompile]\nworkload = "sample_pkg.precompile:no_such_function"\n'
     linked = []
     for name in ("first", "second"):

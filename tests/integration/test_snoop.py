@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 
 import pytest
 from conftest import run
@@ -212,18 +211,12 @@ def test_the_program_keeps_the_users_temp_dir_and_a_second_snoop_probes_no_isa(r
     """Only the cache dir is fresh: torch's probe of each vector ISA (a g++ run each, once per cache
     dir) is answered from the memo of probes that passed on this machine, and the prefix header stays
     in the user's temp dir, where torch keeps it; so a graph's seconds are its own compile."""
-    from integration.test_build_errors import LOGGING_GXX
+    from integration.test_build_errors import logging_gxx
 
-    gxx = shutil.which("g++")
-    if gxx is None:
-        pytest.skip("needs g++")
-    log, shim, temp = tmp_path / "g++.log", tmp_path / "bin" / "g++", tmp_path / "tmp"
-    shim.parent.mkdir()
+    path, log = logging_gxx(tmp_path)
+    temp = tmp_path / "tmp"
     temp.mkdir()
-    shim.write_text(LOGGING_GXX.format(log=log, gxx=gxx))
-    shim.chmod(0o755)
-    env = {"PATH": f"{shim.parent}{os.pathsep}{os.environ['PATH']}", "XDG_CACHE_HOME": str(tmp_path / "user-cache"),
-           "TMPDIR": str(temp)}
+    env = {**path, "XDG_CACHE_HOME": str(tmp_path / "user-cache"), "TMPDIR": str(temp)}
     linked, headers = [], []
     for _ in ("first", "second"):
         log.write_text("")
