@@ -31,7 +31,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.build import dynamo_packaging, graph_saving
+from hatch_precompile.build import dynamo_packaging, dynamo_reads, graph_saving
 from hatch_precompile.child import observe, progress, workload_loop
 from hatch_precompile.protocol import (
     BUILDING_VAR,
@@ -45,9 +45,10 @@ from hatch_precompile.protocol import (
     TORCHSCRIPT_DIR_VAR,
     ChildResult,
     Failure,
+    dynamo_sources,
     served_compiles,
 )
-from hatch_precompile.run.torch_internals import patching
+from hatch_precompile.run.torch_internals import guard_text, patching
 from hatch_precompile.run.torch_internals.registry import lookup
 
 CACHING_PRECOMPILE_VAR = "TORCH_CACHING_PRECOMPILE"  # torch's: read when torch._dynamo.config is imported
@@ -62,7 +63,9 @@ class _Recorder:
         self.entries: list[tuple[str, str, tuple[str, ...], Any, bool]] = []  # the last guard filter's
         self.filtered = False  # whether the guard filter saw the last compile's guards
         self.logged: set[tuple[str, str]] = set()  # the guards torch said it dropped, since that filter
-        self.dropped: dict[str, list[dict[str, Any]] | str] = {}  # sha256 of a guarded code's guards -> index value
+        self.guarded: dict[str, dict[str, Any] | str] = {}  # sha256 of a guarded code's guards -> index value
+        self.lines: dict[str, list[str] | None] = {}  # sha256 of a guarded code's guards -> them in words
+        self.reads = dynamo_reads.TraceReads()
         self.options: dict[str, list[dict[str, Any] | None]] = {}  # source key -> each package call's keywords
         # (None: not plain data, such as a backend given as a function)
         self.modules: dict[str, tuple[str, str]] = {}  # source key -> (module, qualname)
@@ -78,6 +81,7 @@ class _Recorder:
         patching.wrap("module-global", after=dynamo_packaging.module_as_import)
         patching.wrap("dynamo-entries", after=self._every_compile)
         patching.wrap("package-bypass", after=self._bypassed)
+        self.reads.install()
         point = lookup("dropped-guards", "logging")
         logging.getLogger(point.module).addFilter(self._dropped_log)
         logging.getLogger(lookup("bypass-log", "logging").module).addFilter(self._bypass_log)
@@ -121,6 +125,8 @@ class _Recorder:
             PrecompileContext._dynamo_cache_entries[key] = merged_entry(list(compiles.values()))
 
     def _filter(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        if self.reads.rebuilding:  # a guarded code's guards rebuilt as an install would: not a compile's
+            return {}
         inner = arguments.get("guard_filter_fn")
         self.logged, self.filtered = set(), False
 
@@ -171,10 +177,10 @@ class _Recorder:
         reason = None if self.filtered else "its guards were not seen while it compiled"
         named: set[tuple[str, str]] = set()
         for source, guard_type, derived, value, has_value in self.entries:
-            if not {guard_type, *derived} & set(served_compiles.DROPPED):
+            if not {guard_type, *derived} & set(dynamo_sources.DROPPED):
                 continue
             named.add((guard_type, source))
-            found = served_compiles.dropped_guard(source, guard_type, derived, value, has_value)
+            found = dynamo_sources.dropped_guard(source, guard_type, derived, value, has_value)
             if isinstance(found, str):
                 reason = reason or found
             else:
@@ -182,7 +188,14 @@ class _Recorder:
         unknown = sorted(self.logged - named)
         if unknown and reason is None:  # torch dropped a guard this version does not know it drops
             reason = f"{unknown[0][0]} guard on {unknown[0][1]} (dropped by torch, unknown to this hatch-precompile)"
-        self.dropped[hashlib.sha256(state).hexdigest()] = reason if reason is not None else kept
+        record, lines = self.reads.taken(self.entries, state, arguments.get("self"))
+        sha = hashlib.sha256(state).hexdigest()
+        if isinstance(record, str):
+            reason = reason or record
+        elif lines is None:
+            reason = reason or "its guards, as torch rebuilds them, could not be read when it was traced"
+        self.guarded[sha] = {"held": kept, **record} if reason is None and isinstance(record, dict) else str(reason)
+        self.lines[sha] = lines
         return None
 
 
@@ -275,11 +288,11 @@ def main(argv: list[str]) -> int:
         return EXIT_OK
     saving.settle()
     functions, notes = _index(recorder, Path(cache_dir) / DYNAMO_DIR, out / DYNAMO_DIR, saving.why())
-    settings = dynamo_cache.settings_digest()
-    if functions and settings is None:
-        notes, functions = notes + ["no function: the compiler settings the entries were compiled under cannot be read"], {}
     if functions:
-        (out / SERVED_FILE).write_text(served_compiles.dumps(settings, functions))
+        used = {c["settings"] for f in functions.values() for c in f.guarded.values() if isinstance(c, dict)}
+        settings = {digest: recorder.reads.settings[digest] for digest in sorted(used)}
+        (out / SERVED_FILE).write_text(served_compiles.dumps(served_compiles.Index(served_compiles.optimization(),
+                                                                                   settings, functions)))
     workload_loop.write_result(out, ChildResult("ok", workloads=workloads, data={
         "functions": len(functions), "notes": notes, "seconds": round(time.perf_counter() - started, 3),
         "guarded": sum(len(f.guarded) for f in functions.values()),
@@ -329,6 +342,11 @@ def _index(recorder: _Recorder, entries: Path, out: Path,
         if None in options:
             notes.append(f"{module}.{qualname}: compiled with options that are not plain data (a backend function?)")
             continue
+        if len(options) > 1:  # its entry would hold graphs of either, and a call could run the other's
+            notes.append(f"{module}.{qualname}: compiled with {len(options)} sets of options "
+                         f"({'; '.join(served_compiles.options_key(o or {}) or '?' for o in options)}): a function is "
+                         "served for one")
+            continue
         data = path.read_bytes()
         try:
             entry = pickle.loads(data)
@@ -349,7 +367,7 @@ def _index(recorder: _Recorder, entries: Path, out: Path,
         if not guarded:  # torch's "Backend not found" when it saved the entry (build/graph_saving.py)
             notes.append(f"{module}.{qualname}: {no_graph}")
             continue
-        found = {sha: recorder.dropped.get(sha, "its guards were not recorded while the workload ran")
+        found = {sha: recorder.guarded.get(sha, "its guards were not recorded while the workload ran")
                  for sha in sorted(guarded)}
         if all(isinstance(why, str) for why in found.values()):  # installing it would load graphs no call runs
             notes.append(f"{module}.{qualname}: every guarded code it compiled would be traced, so its entry is not "
@@ -357,9 +375,11 @@ def _index(recorder: _Recorder, entries: Path, out: Path,
             continue
         (out / f"{key}.entry").parent.mkdir(parents=True, exist_ok=True)
         (out / f"{key}.entry").write_bytes(data)
+        lines = {sha: recorder.lines[sha] for sha, code in found.items() if isinstance(code, dict)}
+        (out / f"{key}.guards").write_bytes(guard_text.packed(lines))  # type: ignore[arg-type]
         functions[key] = served_compiles.Function(
-            module, qualname, int(made_for[2]), f"{DYNAMO_DIR}/{key}.entry", tuple(o for o in options if o is not None),
-            found)
+            module, qualname, int(made_for[2]), f"{DYNAMO_DIR}/{key}.entry", f"{DYNAMO_DIR}/{key}.guards",
+            tuple(o for o in options if o is not None), found)
     return functions, notes
 
 

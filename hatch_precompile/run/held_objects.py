@@ -3,7 +3,7 @@
 Torch serializes a guard manager without the guards it cannot pickle (an object's identity: ID_MATCH,
 CLOSURE_MATCH). The build's index names each such guard's source (a path in Dynamo's grammar from
 the globals ``G`` or the call's locals ``L``) and describes the object that was there
-(protocol/served_compiles.py). Here each source is evaluated, its object described the same way,
+(protocol/dynamo_sources.py). Here each source is evaluated, its object described the same way,
 and a guard made that holds the source to that very object, as Dynamo's own would have.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import builtins
 from typing import Any, Callable
 
-from hatch_precompile.protocol import served_compiles
+from hatch_precompile.protocol import dynamo_sources
 
 
 def held(dropped: list[dict[str, Any]], scope: dict[str, Any]) -> tuple[Callable[[Any], bool] | None, int | str]:
@@ -29,7 +29,7 @@ def held(dropped: list[dict[str, Any]], scope: dict[str, Any]) -> tuple[Callable
     tests, lazy = [], []
     for index, guard in enumerate(dropped):
         source = guard["source"]
-        compiled = served_compiles.evaluator(source)
+        compiled = dynamo_sources.evaluator(source)
         if compiled is None:
             return None, f"{source} is not a source this version evaluates"
         code, local = compiled
@@ -46,7 +46,7 @@ def held(dropped: list[dict[str, Any]], scope: dict[str, Any]) -> tuple[Callable
         if current is _UNPINNED:  # another object than the build's: a monkeypatch, another version
             return None, f"{path} is another object than the build's ({_what(_evaluate(code, scope, None))})"
         pins.append(current)
-    namespace = {**served_compiles.SOURCE_HELPERS, "__builtins__": {}, "G": scope, "_pins": pins}
+    namespace = {**dynamo_sources.SOURCE_HELPERS, "__builtins__": {}, "G": scope, "_pins": pins}
     test = eval(builtins.compile("lambda L: " + " and ".join(tests), "<hatch-precompile guards>", "eval"), namespace)
     refused: dict[int, Any] = {}  # the last object a lazy source brought that is not the build's
 
@@ -79,7 +79,7 @@ _UNPINNED = object()  # a local source's object before a call brings the build's
 
 
 def _evaluate(code: Any, scope: dict[str, Any], frame_locals: Any) -> Any:
-    return eval(code, {**served_compiles.SOURCE_HELPERS, "__builtins__": {}, "G": scope, "L": frame_locals})
+    return eval(code, {**dynamo_sources.SOURCE_HELPERS, "__builtins__": {}, "G": scope, "L": frame_locals})
 
 
 def _found(code: Any, guard: dict[str, Any], scope: dict[str, Any], frame_locals: Any) -> Any:
@@ -88,9 +88,9 @@ def _found(code: Any, guard: dict[str, Any], scope: dict[str, Any], frame_locals
     current = _evaluate(code, scope, frame_locals)
     if guard.get("code"):
         current = getattr(current, "__code__", None)
-        found = {"kind": "code", "code": served_compiles.code_digest(current)} if current is not None else None
+        found = {"kind": "code", "code": dynamo_sources.code_digest(current)} if current is not None else None
     else:
-        found = served_compiles.describe(current)
+        found = dynamo_sources.describe(current)
     return current if found == guard["described"] else _UNPINNED
 
 

@@ -37,8 +37,7 @@ log = logging.getLogger("hatch_precompile")
 @dataclasses.dataclass
 class _Package:
     found: ArtifactSet
-    settings: str  # the digest of the compiler settings the entries were compiled under
-    functions: dict[str, served_compiles.Function]
+    index: served_compiles.Index
 
 
 @dataclasses.dataclass
@@ -66,11 +65,14 @@ def intercept(package: str, found: ArtifactSet, torch: Any) -> str | None:
     if unsupported:
         return unsupported
     try:
-        settings, functions = served_compiles.parse(found.read(SERVED_FILE))
+        index = served_compiles.parse(found.read(SERVED_FILE))
     except (Skip, ServedError) as exc:
         return f"its compiled functions are traced: {exc}"
+    if index.optimize != served_compiles.optimization():  # python -O strips asserts from the bytecode
+        return (f"its compiled functions are traced: this process runs Python at optimization level "
+                f"{served_compiles.optimization()} (-O), its build's trace read bytecode of level {index.optimize}")
     with this_process.lock:
-        this_process.packages[package] = _Package(found, settings, functions)
+        this_process.packages[package] = _Package(found, index)
         if this_process.original is None:
             this_process.original = torch.compile
             torch.compile = _compile_wrapper(torch.compile)
@@ -138,6 +140,11 @@ def _served(package: str, model: Any, options: dict[str, Any], original: Callabl
     if function is None:
         return original(model, **options)
     compiled = _compiled(original, model, options)
+    from hatch_precompile.run.torch_internals import compile_scope
+
+    if not compile_scope.mark(compiled, served_compiles.source_key(function.qualname, function.firstlineno)):
+        _said(function, "traced: which torch.compile a call of it runs under cannot be told (torch moved)")
+        return compiled
     import torch
 
     if this_process.packages[package].found.manifest.env.get("gpu") and not torch.cuda.is_initialized():
@@ -156,7 +163,7 @@ def _shipped(package: str, model: Any, options: dict[str, Any]) -> served_compil
         return None
     key, module, qualname, _ = found
     with this_process.lock:
-        function = this_process.packages[package].functions.get(key)
+        function = this_process.packages[package].index.functions.get(key)
     if function is None or (function.module, function.qualname) != (module, qualname):
         return None
     if not served_compiles.takes(function, options):
@@ -166,7 +173,7 @@ def _shipped(package: str, model: Any, options: dict[str, Any]) -> served_compil
 
 
 def _install(package: str, model: Any, function: served_compiles.Function) -> None:
-    from hatch_precompile.run.torch_internals import dynamo_cache
+    from hatch_precompile.run.torch_internals import compile_scope, compiler_settings, dynamo_cache, guard_text
 
     name = f"{function.module}.{function.qualname}"
     with this_process.lock:
@@ -177,15 +184,21 @@ def _install(package: str, model: Any, function: served_compiles.Function) -> No
         if len(unservable) == len(function.guarded):  # a set built before such entries were left out
             _said(function, f"traced: {unservable[0] if unservable else 'its entry holds no guarded code'}")
             return
-        if dynamo_cache.settings_digest() != this_process.packages[package].settings:
-            _said(function, "traced: this process's compiler settings (Inductor's, AOTAutograd's) are not the build's")
+        index = this_process.packages[package].index
+        differs = _settings_differ(function, index, compiler_settings.snapshot())
+        if differs:  # checked again when each guarded code first runs; here, nothing is loaded for nothing
+            _said(function, f"traced: {differs}")
             return
         try:
             found = this_process.packages[package].found
-            counts, reasons = dynamo_cache.install(served_compiles.innermost(model), found.read(function.entry),
-                                                   function.guarded, env_checked=True,
+            shipped = dynamo_cache.Shipped(found.read(function.entry), function.guarded,
+                                           guard_text.unpacked(found.read(function.guards)), index.settings,
+                                           compile_scope.serving(served_compiles.source_key(function.qualname,
+                                                                                           function.firstlineno)))
+            counts, reasons = dynamo_cache.install(served_compiles.innermost(model), shipped, env_checked=True,
                                                    any_threads=bool(found.manifest.settings.get("cpp.dynamic_threads")),
-                                                   not_loaded=functools.partial(_not_loaded, function))
+                                                   not_loaded=functools.partial(_not_loaded, function),
+                                                   refused=functools.partial(_refused_at_first_run, function))
         except (Skip, DynamoEntryRefused) as exc:
             _said(function, f"traced: {exc}")
             return
@@ -200,11 +213,42 @@ def _install(package: str, model: Any, function: served_compiles.Function) -> No
         _said(function, f"served: {counts['served']} guarded code(s){held}{traced}")
 
 
+def _settings_differ(function: served_compiles.Function, index: served_compiles.Index,
+                     here: tuple[str, dict[str, Any]] | None) -> str | None:
+    """Why no guarded code of ``function`` was compiled under this process's compiler settings, or None.
+    Dynamo's are left to each guarded code's first run: a call of the compiled object sets some of them
+    (``dynamic=False``) while it runs."""
+    from hatch_precompile.run.torch_internals import compiler_settings
+
+    if here is None:
+        return "this process's compiler settings cannot be read"
+    said: list[str] = []
+    codes = [code for code in function.guarded.values() if isinstance(code, dict)]
+    if any(code["settings"] == here[0] for code in codes):
+        return None
+    for code in codes:
+        if isinstance(code, dict):
+            said = compiler_settings.differences(index.settings[code["settings"]], here[1], COMPILED_BY_THE_BACKEND)
+            if not said:
+                return None
+    return said[0] if said else None
+
+
+COMPILED_BY_THE_BACKEND = ("inductor", "functorch", "torch")  # what compile_fx reads, outside any call
+
+
 def _not_loaded(function: served_compiles.Function, why: str) -> None:
-    """A guarded code's compiled graphs did not load at its first call: it is traced from then on."""
+    """A guarded code's compiled graphs did not load at its first run: it is traced from then on."""
+    _refused_at_first_run(function, f"a guarded code's compiled graphs did not load here ({why})")
+
+
+def _refused_at_first_run(function: served_compiles.Function, why: str) -> None:
+    """A guarded code was refused when first about to run: it is traced from then on, and said so
+    (the first such reason of a function is the one said)."""
     with this_process.lock:
         before = this_process.outcomes.get(f"{function.module}.{function.qualname}", "")
-    _said(function, f"traced: a guarded code's compiled graphs did not load here ({why}); at install, {before}")
+    if "; at install, " not in before:
+        _said(function, f"traced: {why}; at install, {before}")
 
 
 def _installed_at_first_call(package: str, model: Any, function: served_compiles.Function, compiled: Any) -> Any:

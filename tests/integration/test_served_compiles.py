@@ -11,6 +11,7 @@ identity: a monkeypatched function), which hatch-precompile holds itself.
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -24,16 +25,24 @@ pytestmark = pytest.mark.slow  # builds a wheel, runs torch in fresh processes
 COMPILE_PKG = ROOT / "tests" / "compile_pkg"
 
 
-@pytest.fixture(scope="session")
-def compile_build(tmp_path_factory) -> Path:
-    """tests/compile_pkg built (both passes) and unpacked under ``site/``; its output in ``build.log``."""
+def built_with_both_passes(tmp_path_factory, project: Path, *also: Path) -> Path:
+    """``project`` built once (both passes: its compiled functions' Dynamo cache entries) and unpacked
+    under ``site/``; its output in ``build.log``, and each of ``also`` copied beside them."""
     def build(out: Path) -> None:
-        proc, wheel = build_wheel(copy_project(out / "src" / "compile_pkg", COMPILE_PKG), out / "dist",
+        proc, wheel = build_wheel(copy_project(out / "src" / project.name, project), out / "dist",
                                   env={"HATCH_PRECOMPILE_NO_DYNAMO_CACHE": "0"})
         (out / "build.log").write_text(proc.stdout)
         unpack(wheel, out / "site")
+        for path in also:
+            shutil.copy(path, out / path.name)
 
-    return built_once(tmp_path_factory, "compile", build)
+    return built_once(tmp_path_factory, project.name, build)
+
+
+@pytest.fixture(scope="session")
+def compile_build(tmp_path_factory) -> Path:
+    """tests/compile_pkg built (both passes) and unpacked under ``site/``; its output in ``build.log``."""
+    return built_with_both_passes(tmp_path_factory, COMPILE_PKG)
 
 
 # Each case: (how many frames Dynamo traced for it, what it computed). Run served, then cold.

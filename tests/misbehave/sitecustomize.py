@@ -300,6 +300,11 @@ def _torch(module):
                 return "not json"
 
         guards.GlobalStateGuard = GlobalStateGuard
+    if "folded-calls" in BROKEN:  # as if renamed: torch's own folds still call them
+        for owner, name in ((module.distributed, "is_initialized"), (module.distributed, "get_world_size"),
+                            (module.distributed, "is_available"), (module.cuda, "is_available")):
+            if hasattr(owner, name):
+                setattr(owner, name, _renamed(getattr(owner, name)))
     if "precompile-entry" in BROKEN:  # a torch without precompile entries on code objects
         frame = module._C._dynamo.eval_frame
         for name in ("_load_precompile_entry", "_reset_precompile_entries"):
@@ -360,6 +365,8 @@ def _output_graph(module):
 
 
 def _dynamo_guards(module):
+    if "guard-text" in BROKEN:  # torch prints its guards; hatch-precompile's reading fails
+        module.GuardManagerWrapper.__str__ = _renamed(module.GuardManagerWrapper.__str__)
     if "guard-pickler" in BROKEN:
         _positional_only(module.GuardsStatePickler, "reducer_override")
     if "guard-filter" in BROKEN or "package-bypass" in BROKEN:
@@ -392,6 +399,35 @@ def _inductor_config(module):
 def _functorch_config(module):
     if "eager-backward" in BROKEN:  # a torch whose AOTAutograd has no such setting
         module._config.pop("force_non_lazy_backward_lowering", None)
+
+
+def _eval_frame(module):
+    if "compile-context" in BROKEN:  # a compiled function whose wrapper closes over no compile context
+        import functools
+
+        call = module._TorchDynamoContext.__call__
+
+        def __call__(self, fn):
+            compiled = call(self, fn)
+            if isinstance(compiled, torch_module().nn.Module) or not callable(compiled):
+                return compiled
+            return functools.wraps(compiled)(lambda *args, **kwargs: compiled(*args, **kwargs))
+
+        module._TorchDynamoContext.__call__ = __call__
+
+
+def torch_module():
+    return sys.modules["torch"]
+
+
+def _dynamo_dicts(module):
+    if "dict-absent-key" in BROKEN:
+        _positional_only(module.ConstDictVariable, "getitem_const_raise_exception_if_absent")
+
+
+def _dynamo_torch_variables(module):
+    if "folded-call" in BROKEN:
+        _positional_only(module.TorchInGraphFunctionVariable, "call_function")
 
 
 def _dynamo_config(module):
@@ -451,6 +487,9 @@ PATCHES = {
     "torch._dynamo.output_graph": _output_graph,
     "torch._dynamo.precompile_context": _precompile_context,
     "torch._dynamo.config": _dynamo_config,
+    "torch._dynamo.eval_frame": _eval_frame,
+    "torch._dynamo.variables.dicts": _dynamo_dicts,
+    "torch._dynamo.variables.torch": _dynamo_torch_variables,
     "torch._functorch.config": _functorch_config,
     "torch._inductor.config": _inductor_config,
     "torch._dynamo.bytecode_transformation": _bytecode_transformation,
@@ -469,7 +508,8 @@ BREAKERS = frozenset({
     "compile-calls", "precompile-entry", "compile-package", "guard-load", "unique-id", "caching-precompile",
     "guard-filter", "guarded-code", "dropped-guards", "guard-state-tensor", "compiler-config",
     "global-state", "compiler-settings", "code-source", "guard-pickler", "module-global", "dynamo-entries",
-    "graph-load", "eager-backward", "graph-cache-log", "package-bypass", "bypass-log",
+    "graph-load", "eager-backward", "graph-cache-log", "package-bypass", "bypass-log", "guard-text",
+    "compile-context", "folded-calls", "dict-absent-key", "folded-call",
 })
 
 

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from hatch_precompile.build import graph_saving
 from hatch_precompile.errors import ServedError
-from hatch_precompile.protocol import served_compiles
+from hatch_precompile.protocol import dynamo_sources, served_compiles
 from hatch_precompile.run import held_objects, served_compile
 
 
@@ -54,7 +54,7 @@ def test_options_are_compared_as_plain_data_only():
     assert served_compiles.options_key({"mode": "max-autotune"}) != served_compiles.options_key({})
     assert served_compiles.options_key({"backend": lambda gm, inputs: gm}) is None  # a function: never served
     assert served_compiles.options_key({"a_keyword_this_version_does_not_know": 1}) is None
-    function = served_compiles.Function("m", "f", 1, "dynamo/x.entry", ({"backend": "inductor"},), {})
+    function = served_compiles.Function("m", "f", 1, "dynamo/x.entry", "dynamo/x.guards", ({"backend": "inductor"},), {})
     assert served_compiles.takes(function, {}) and served_compiles.takes(function, {"fullgraph": False})
     assert not served_compiles.takes(function, {"mode": "reduce-overhead"})
 
@@ -67,26 +67,26 @@ def outer(weight):
 
 
 def test_an_object_is_told_apart_by_what_it_is():
-    assert served_compiles.describe(F) == {"kind": "module", "name": "torch.nn.functional"}
-    assert served_compiles.describe(torch.nn.Linear)["qualname"] == "Linear"
-    builtin = served_compiles.describe(torch.flatten)
+    assert dynamo_sources.describe(F) == {"kind": "module", "name": "torch.nn.functional"}
+    assert dynamo_sources.describe(torch.nn.Linear)["qualname"] == "Linear"
+    builtin = dynamo_sources.describe(torch.flatten)
     assert builtin["kind"] == "builtin" and builtin["qualname"].endswith("flatten")
-    assert served_compiles.describe(torch.ravel) != builtin
-    layer_norm = served_compiles.describe(F.layer_norm)
-    assert layer_norm["kind"] == "function" and layer_norm["code"] == served_compiles.code_digest(F.layer_norm.__code__)
+    assert dynamo_sources.describe(torch.ravel) != builtin
+    layer_norm = dynamo_sources.describe(F.layer_norm)
+    assert layer_norm["kind"] == "function" and layer_norm["code"] == dynamo_sources.code_digest(F.layer_norm.__code__)
     # A function of another code, or of the same code over other objects, is another one.
-    assert served_compiles.describe(lambda x: x) != served_compiles.describe(lambda x: x + 1)
-    assert served_compiles.describe(outer(2.0)) == served_compiles.describe(outer(2.0))
-    assert served_compiles.describe(outer(2.0)) != served_compiles.describe(outer(3.0))
-    assert served_compiles.describe(outer(torch.ones(2))) is None  # a tensor: no process can be held to it
-    assert served_compiles.describe(Model()) is None
+    assert dynamo_sources.describe(lambda x: x) != dynamo_sources.describe(lambda x: x + 1)
+    assert dynamo_sources.describe(outer(2.0)) == dynamo_sources.describe(outer(2.0))
+    assert dynamo_sources.describe(outer(2.0)) != dynamo_sources.describe(outer(3.0))
+    assert dynamo_sources.describe(outer(torch.ones(2))) is None  # a tensor: no process can be held to it
+    assert dynamo_sources.describe(Model()) is None
     # An enum member by its class and name; a str subclass's instance is not a plain constant.
-    assert served_compiles.describe(Mode.FAST) == {"kind": "enum", "name": "FAST",
-                                                   "class": served_compiles.describe(Mode)}
-    assert served_compiles.describe(Mode.FAST) != served_compiles.describe(Mode.SLOW)
-    assert served_compiles.describe(Shouting("a")) is None and served_compiles.describe("a")["kind"] == "value"
-    assert served_compiles.describe(plain.__code__) == {"kind": "code", "code": served_compiles.code_digest(plain.__code__)}
-    assert served_compiles.describe(made_class()) is None  # two classes made so are told apart by nothing
+    assert dynamo_sources.describe(Mode.FAST) == {"kind": "enum", "name": "FAST",
+                                                   "class": dynamo_sources.describe(Mode)}
+    assert dynamo_sources.describe(Mode.FAST) != dynamo_sources.describe(Mode.SLOW)
+    assert dynamo_sources.describe(Shouting("a")) is None and dynamo_sources.describe("a")["kind"] == "value"
+    assert dynamo_sources.describe(plain.__code__) == {"kind": "code", "code": dynamo_sources.code_digest(plain.__code__)}
+    assert dynamo_sources.describe(made_class()) is None  # two classes made so are told apart by nothing
 
 
 class Mode(enum.Enum):
@@ -107,18 +107,18 @@ def made_class():
 
 
 def test_a_dropped_guard_is_held_or_the_guarded_code_is_traced():
-    held = served_compiles.dropped_guard("G['F'].gelu", "BUILTIN_MATCH", ("ID_MATCH",), F.gelu, True)
-    assert held["source"] == "G['F'].gelu" and held["described"] == served_compiles.describe(F.gelu)
-    closure = served_compiles.dropped_guard("G['F'].layer_norm", "CLOSURE_MATCH", (), F.layer_norm, True)
+    held = dynamo_sources.dropped_guard("G['F'].gelu", "BUILTIN_MATCH", ("ID_MATCH",), F.gelu, True)
+    assert held["source"] == "G['F'].gelu" and held["described"] == dynamo_sources.describe(F.gelu)
+    closure = dynamo_sources.dropped_guard("G['F'].layer_norm", "CLOSURE_MATCH", (), F.layer_norm, True)
     assert closure["code"] and closure["described"] == {"kind": "code",
-                                                        "code": served_compiles.code_digest(F.layer_norm.__code__)}
+                                                        "code": dynamo_sources.code_digest(F.layer_norm.__code__)}
     # The call's own objects: a class or a function at a path from its locals is held; an instance never.
-    local = served_compiles.dropped_guard("L['self'].__class__", "CLASS_MATCH", ("ID_MATCH",), Model, True)
-    assert local["described"] == served_compiles.describe(Model)
-    assert "no new process can tell" in served_compiles.dropped_guard("L['model']", "ID_MATCH", (), Model(), True)
-    assert "state" in served_compiles.dropped_guard("G['CONFIG']", "DICT_VERSION", (), {}, True)
-    assert "no new process can tell" in served_compiles.dropped_guard("G['obj']", "ID_MATCH", (), Model(), True)
-    assert "a path this version does not evaluate" in served_compiles.dropped_guard("G['f'](1)", "ID_MATCH", (),
+    local = dynamo_sources.dropped_guard("L['self'].__class__", "CLASS_MATCH", ("ID_MATCH",), Model, True)
+    assert local["described"] == dynamo_sources.describe(Model)
+    assert "no new process can tell" in dynamo_sources.dropped_guard("L['model']", "ID_MATCH", (), Model(), True)
+    assert "state" in dynamo_sources.dropped_guard("G['CONFIG']", "DICT_VERSION", (), {}, True)
+    assert "no new process can tell" in dynamo_sources.dropped_guard("G['obj']", "ID_MATCH", (), Model(), True)
+    assert "a path this version does not evaluate" in dynamo_sources.dropped_guard("G['f'](1)", "ID_MATCH", (),
                                                                                     plain, True)
 
 
@@ -129,7 +129,7 @@ def test_a_dropped_guard_is_held_or_the_guarded_code_is_traced():
     ("dict.__getitem__(G['m']._REGISTRY, list(dict.keys(G['m']._REGISTRY))[1])['hi']", False),
 ])
 def test_dynamos_paths_are_evaluated(source, local):
-    code, reads_locals = served_compiles.evaluator(source)
+    code, reads_locals = dynamo_sources.evaluator(source)
     assert reads_locals == local and isinstance(code, types.CodeType)
 
 
@@ -139,15 +139,15 @@ def test_dynamos_paths_are_evaluated(source, local):
     "dict.update(G['a'], G['b'])", "type(G['a']).mro()",
 ])
 def test_nothing_else_is_ever_evaluated(source):
-    assert served_compiles.evaluator(source) is None
-    assert "a path this version does not evaluate" in served_compiles.dropped_guard(source, "ID_MATCH", (), plain, True)
+    assert dynamo_sources.evaluator(source) is None
+    assert "a path this version does not evaluate" in dynamo_sources.dropped_guard(source, "ID_MATCH", (), plain, True)
 
 
 def test_a_source_in_the_calls_locals_is_pinned_by_the_first_call_that_brings_the_builds_object():
 
-    dropped = [served_compiles.dropped_guard("L['self'].__class__", "CLASS_MATCH", ("ID_MATCH",), Model, True),
-               served_compiles.dropped_guard("L['fn']", "CLOSURE_MATCH", (), outer(2.0), True),
-               served_compiles.dropped_guard("G['F'].gelu", "BUILTIN_MATCH", ("ID_MATCH",), F.gelu, True)]
+    dropped = [dynamo_sources.dropped_guard("L['self'].__class__", "CLASS_MATCH", ("ID_MATCH",), Model, True),
+               dynamo_sources.dropped_guard("L['fn']", "CLOSURE_MATCH", (), outer(2.0), True),
+               dynamo_sources.dropped_guard("G['F'].gelu", "BUILTIN_MATCH", ("ID_MATCH",), F.gelu, True)]
     check, held = held_objects.held(dropped, {"F": F})
     assert held == 3
 
@@ -166,24 +166,48 @@ def test_a_source_in_the_calls_locals_is_pinned_by_the_first_call_that_brings_th
 
 def test_the_index_reads_back_and_refuses_what_it_cannot_serve():
     key = served_compiles.source_key("plain", 3)
-    function = served_compiles.Function(__name__, "plain", 3, f"dynamo/{key}.entry", ({"dynamic": None},),
-                                        {"a" * 64: [{"source": "G['F']", "type": "MODULE_MATCH", "code": False,
-                                                     "described": {"kind": "module", "name": "F"}}],
+    reads = [served_compiles.absent("G['os'].environ._data", b"HOME"), served_compiles.empty("L['self']._forward_hooks"),
+             served_compiles.fact("torch.distributed.is_initialized", "False", None)]
+    function = served_compiles.Function(__name__, "plain", 3, f"dynamo/{key}.entry", f"dynamo/{key}.guards",
+                                        ({"dynamic": None},),
+                                        {"a" * 64: {"held": [{"source": "G['F']", "type": "MODULE_MATCH", "code": False,
+                                                              "described": {"kind": "module", "name": "F"}}],
+                                                    "reads": reads, "settings": "d1"},
                                          "b" * 64: "an object no new process can tell apart from another"})
-    text = served_compiles.dumps("a settings digest", {key: function})
-    assert served_compiles.parse(text) == ("a settings digest", {key: function})
+    index = served_compiles.Index(0, {"d1": {"inductor": {"a": 1}}}, {key: function})
+    text = served_compiles.dumps(index)
+    assert served_compiles.parse(text) == index
+    assert served_compiles.key_of(reads[0]) == b"HOME"
     with pytest.raises(ServedError, match="compiler settings"):
         served_compiles.parse(json.dumps({**json.loads(text), "settings": None}))
+    with pytest.raises(ServedError, match="optimization level"):
+        served_compiles.parse(json.dumps({**json.loads(text), "optimize": None}))
     data = json.loads(text)
     with pytest.raises(ServedError, match="format"):
-        served_compiles.parse(json.dumps({**data, "format": 99}))
+        served_compiles.parse(json.dumps({**data, "format": 1}))  # an index built by an earlier hatch-precompile
     wrong = {**data, "functions": {"0" * 64: data["functions"][key]}}
     with pytest.raises(ServedError, match="not keyed by its name and line"):
         served_compiles.parse(json.dumps(wrong))
+    for field, value, says in (("source", "G['os'].system('x')", "not one this version can hold"),):
+        evil = json.loads(text)
+        evil["functions"][key]["guarded"]["a" * 64]["held"][0][field] = value
+        with pytest.raises(ServedError, match=says):
+            served_compiles.parse(json.dumps(evil))
+    for read, says in (({"kind": "absent", "source": "G['os'].system('x')", "key": "'a'"}, "cannot evaluate"),
+                       ({"kind": "absent", "source": "G['d']", "key": "__import__('os')"}, "malformed"),
+                       ({"kind": "fact", "call": "os.system"}, "a folded call this version does not make"),
+                       ({"kind": "hooks"}, "of no kind")):
+        evil = json.loads(text)
+        evil["functions"][key]["guarded"]["a" * 64]["reads"] = [read]
+        with pytest.raises(ServedError, match=says):
+            served_compiles.parse(json.dumps(evil))
     evil = json.loads(text)
-    evil["functions"][key]["guarded"]["a" * 64][0]["source"] = "G['os'].system('x')"
-    with pytest.raises(ServedError, match="not one this version can hold"):
+    evil["functions"][key]["guarded"]["a" * 64]["settings"] = "d2"
+    with pytest.raises(ServedError, match="settings the index does not hold"):
         served_compiles.parse(json.dumps(evil))
+    # What no new process can check is a reason, recorded in place of the read.
+    assert "no new process can name" in served_compiles.absent("G['d']", object())
+    assert "does not evaluate" in served_compiles.empty("G['f'](1)._forward_hooks")
 
 
 def test_only_the_packages_own_calls_are_wrapped_and_the_decorator_is_its_callers(monkeypatch):
@@ -215,7 +239,7 @@ def test_an_entry_whose_every_guarded_code_is_traced_is_not_installed(monkeypatc
     served_compile.this_process.packages["unit"] = None  # never read: nothing is installed
     monkeypatch.setattr(dynamo_cache, "install", lambda *a, **k: pytest.fail("installed an entry no call can run"))
     why = "DICT_VERSION guard on G['CONFIG'] (an object's state, which no new process can check)"
-    function = served_compiles.Function("unit.m", "apply", 3, "dynamo/k.entry", ({},), {"a" * 64: why})
+    function = served_compiles.Function("unit.m", "apply", 3, "dynamo/k.entry", "dynamo/k.guards", ({},), {"a" * 64: why})
     served_compile._install("unit", plain, function)
     assert served_compile.served() == {"unit.m.apply": f"traced: {why}"}
 
@@ -256,10 +280,15 @@ def test_an_entry_no_call_could_run_is_not_shipped_and_the_build_says_why(tmp_pa
         recorder.options[key], recorder.modules[key] = [{}], ("unit.m", name)
         entries[name] = key
     why = "WEAKREF_ALIVE guard on L['self'] (an object's state, which no new process can check)"
-    recorder.dropped = {hashlib.sha256(b"held").hexdigest(): [], hashlib.sha256(b"never").hexdigest(): why}
+    held = hashlib.sha256(b"held").hexdigest()
+    recorder.guarded = {held: {"held": [], "reads": [], "settings": "d"}, hashlib.sha256(b"never").hexdigest(): why}
+    recorder.lines = {held: ["RootGuardManager", "| +- TENSOR_MATCH: ..."]}
     no_graph = "torch did not save its compiled graph (AOTAutograd cache unable to serialize compiled graph: ...)"
     functions, notes = dynamo_pass._index(recorder, tmp_path / "cache", tmp_path / "out", no_graph)
     assert list(functions) == [entries["kept"]] and (tmp_path / "out" / f"{entries['kept']}.entry").is_file()
+    from hatch_precompile.run.torch_internals import guard_text
+
+    assert guard_text.unpacked((tmp_path / "out" / f"{entries['kept']}.guards").read_bytes()) == recorder.lines
     assert not (tmp_path / "out" / f"{entries['dropped']}.entry").exists()
     assert not (tmp_path / "out" / f"{entries['graphless']}.entry").exists()
     assert notes == [f"unit.m.dropped: every guarded code it compiled would be traced, so its entry is not shipped: {why}",
@@ -290,7 +319,7 @@ def test_a_compile_whose_guards_torch_cannot_save_finishes_unserved_and_the_buil
         assert untouched.guards_state is None
     key = served_compiles.source_key(code.co_qualname, code.co_firstlineno)
     assert recorder.bypassed == {key: reason}
-    assert recorder._guarded_code({"guards_state": b""}) is None and recorder.dropped == {}
+    assert recorder._guarded_code({"guards_state": b""}) is None and recorder.guarded == {}
 
     bypassed = types.SimpleNamespace(python_module="unit.m", guarded_codes=[], bypassed=True)
     entry = types.SimpleNamespace(dynamo=types.SimpleNamespace(codes=[bypassed], fn_name="scaled_twice",
@@ -464,19 +493,34 @@ class _Artifact:  # torch's backend artifact: its graph made by after_deserializ
 
 class _Root:  # a guard manager's root: the guards added to it
     def __init__(self):
-        self.last = []
+        self.last, self.each = [], []
 
     def add_epilogue_lambda_guard(self, guard, parts, _):
         self.last.append(guard)
 
+    def add_lambda_guard(self, guard, parts, _):
+        self.each.append(guard)
+
+
+class _OlderRoot:  # a torch whose guard managers have no last guards
+    def __init__(self):
+        self.each = []
+
+    def add_lambda_guard(self, guard, parts, _):
+        self.each.append(guard)
+
+
+def _same(frame_locals):
+    return None
+
 
 def test_a_guarded_codes_graphs_load_when_its_guards_first_hold_and_a_failure_traces_it():
-    from hatch_precompile.run.torch_internals import dynamo_cache
+    from hatch_precompile.run.torch_internals import entry_graphs
 
     artifacts = {"__compiled_fn_1": _Artifact("eval"), "__compiled_fn_2": _Artifact("train"),
                  "__compiled_fn_3": _Artifact("broken", fails=True)}
     said = []
-    graphs = dynamo_cache._Graphs(artifacts, said.append)
+    graphs = entry_graphs.Graphs(artifacts, said.append)
     state = {name: f"state of {name}".encode() for name in ("eval", "train", "broken")}
 
     def guarded(name, source):
@@ -495,7 +539,7 @@ def test_a_guarded_codes_graphs_load_when_its_guards_first_hold_and_a_failure_tr
     assert sum(a.loads for a in artifacts.values()) == 0  # torch's install loads nothing now
     roots = {name: _Root() for name in state}
     for name, root in roots.items():
-        graphs.load_when_run(root, calls[digest[name]])
+        graphs.last_guard(root, calls[digest[name]], _same, said.append)
     (eval_guard,), (broken_guard,) = roots["eval"].last, roots["broken"].last
     assert eval_guard({}) and eval_guard({}) and artifacts["__compiled_fn_1"].loads == 1
     assert artifacts["__compiled_fn_2"].loads == 0  # the training graph: no call of its guarded code yet
@@ -503,16 +547,43 @@ def test_a_guarded_codes_graphs_load_when_its_guards_first_hold_and_a_failure_tr
     assert not broken_guard({}) and not broken_guard({})  # traced, and not tried again
     assert artifacts["__compiled_fn_3"].loads == 1 and said == ["RuntimeError('broken does not load here')"]
     # A torch whose guard managers have no last guards: loaded at install, where a failure refuses the entry.
-    graphs.load_when_run(object(), {"__compiled_fn_2"})
+    graphs.last_guard(_OlderRoot(), {"__compiled_fn_2"}, _same, said.append)
     assert artifacts["__compiled_fn_2"].loads == 1
     with pytest.raises(RuntimeError, match="does not load"):
-        dynamo_cache._Graphs(artifacts, said.append).load_when_run(object(), {"__compiled_fn_3"})
+        entry_graphs.Graphs(artifacts, said.append).last_guard(_OlderRoot(), {"__compiled_fn_3"}, _same, said.append)
     # One compile's entry: torch's install gets the artifacts themselves and loads them, so that its
-    # first call runs at once, with no stand-in between; no guard loads anything.
+    # first call runs at once, with no stand-in between; its last guard loads nothing.
     one = {"__compiled_fn_1": _Artifact("only")}
-    root, at_install = _Root(), dynamo_cache._Graphs(one, said.append, at_install=True)
-    at_install.load_when_run(root, {"__compiled_fn_1"})
-    assert at_install.deferred() is one and root.last == [] and one["__compiled_fn_1"].loads == 0
+    root, at_install = _Root(), entry_graphs.Graphs(one, said.append, at_install=True)
+    at_install.last_guard(root, {"__compiled_fn_1"}, _same, said.append)
+    assert at_install.deferred() is one and root.last[0]({}) and one["__compiled_fn_1"].loads == 0
+
+
+def test_what_a_trace_read_is_checked_once_at_its_first_run_and_the_answer_kept():
+    """A guarded code's last guard asks once, the first time all its other guards hold: a cold compile
+    reads then, and keeps what it read (a hook added later is not seen by either)."""
+    from hatch_precompile.run.torch_internals import entry_graphs
+
+    answers = iter([None, "a hook here"])
+    asked, refused = [], []
+
+    def first_run(frame_locals):
+        asked.append(frame_locals)
+        return next(answers)
+
+    root = _Root()
+    entry_graphs.Graphs({}, refused.append).last_guard(root, set(), first_run, refused.append)
+    (last,) = root.last
+    assert last({"call": 1}) and last({"call": 2}) and asked == [{"call": 1}] and refused == []
+    root = _Root()
+    entry_graphs.Graphs({}, refused.append).last_guard(root, set(), lambda L: "a hook here", refused.append)
+    assert not root.last[0]({}) and not root.last[0]({}) and refused == ["a hook here"]  # said once, kept
+    root = _Root()
+    entry_graphs.Graphs({}, refused.append).last_guard(root, set(), lambda L: 1 / 0, refused.append)
+    assert not root.last[0]({}) and "cannot be checked here (ZeroDivisionError" in refused[-1]
+    older = _OlderRoot()  # no last guards: asked with the other guards, at each call
+    entry_graphs.Graphs({}, refused.append, at_install=True).last_guard(older, set(), first_run, refused.append)
+    assert older.each[0]({}) is False  # the second answer: a hook here
 
 
 def _record(level: int, message: str, *args: str) -> logging.LogRecord:
@@ -540,14 +611,15 @@ def test_why_an_entry_holds_no_graph_is_what_torch_said_and_torch_prints_no_more
 def test_the_second_pass_compiles_each_backward_with_its_forward_and_ships_torchs_own_settings():
     from torch._functorch import config
 
-    from hatch_precompile.run.torch_internals import dynamo_cache
+    from hatch_precompile.run.torch_internals import compiler_settings
 
-    before = dynamo_cache.settings_digest()
+    before = compiler_settings.snapshot()
     saving = graph_saving.GraphSaving()
     saving.install()
     try:
         assert saving.eager_backward and config.force_non_lazy_backward_lowering
-        assert dynamo_cache.settings_digest() != before  # a user's process would not match it
+        # when a backward compiles, not what: the setting the pass makes is none a user's process is compared on
+        assert compiler_settings.snapshot() == before
     finally:
         saving.settle()
-    assert not config.force_non_lazy_backward_lowering and dynamo_cache.settings_digest() == before
+    assert not config.force_non_lazy_backward_lowering and compiler_settings.snapshot() == before

@@ -12,9 +12,10 @@ Torch serializes a guard manager without the guards it cannot pickle (an object'
 For each guarded code, the index names what was dropped (protocol/served_compiles.py), and a guard
 is added that holds each such source to the object the build had there (run/held_objects.py), as
 Dynamo's own ID guard would. A guarded code whose dropped guards cannot be held so, whose guards
-the index does not know, or whose objects are other ones here, gets a guard that always fails: it
-is never run, and such a call is traced. Its compiled graphs are loaded by its last guard, the
-first time all the others hold (_Graphs).
+the index does not know or torch rebuilt here with other values than the build's (guard_text), or
+whose objects are other ones here, gets a guard that always fails: it is never run, and such a
+call is traced. Its last guard, the first time all the others hold, checks what its trace read
+that no guard holds and loads its compiled graphs (entry_graphs).
 
 Torch's own flag (``torch._dynamo.config.caching_precompile``) is never set here: it would drop
 those guards for every compile of the process.
@@ -24,18 +25,18 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import dis
+import dataclasses
 import hashlib
 import itertools
 import pickle
 import re
 import sys
 import threading
-import types
 from typing import Any, Callable, Iterator
 
 from hatch_precompile.errors import DynamoEntryRefused
-from hatch_precompile.run import held_objects
+from hatch_precompile.run import held_objects, unguarded_reads
+from hatch_precompile.run.torch_internals import entry_graphs, guard_text
 from hatch_precompile.run.torch_internals.registry import lookup
 
 _lock = threading.Lock()  # one install at a time: the wrappers below are the package module's for its duration
@@ -50,55 +51,46 @@ def unsupported(torch: Any) -> str | None:
     return None
 
 
-def settings_digest() -> str | None:
-    """A digest of the compiler settings an entry's graphs were compiled under, as torch's cache keys
-    read them (Inductor's and AOTAutograd's configs, portable form); None where they cannot be read.
-    A shipped entry is installed only where the build's is this process's: no guard of Dynamo's
-    checks them (a process with ``TORCHINDUCTOR_MAX_AUTOTUNE=1`` is traced and compiles its own)."""
-    lookup("compiler-settings", "read")
-    import hashlib
-    import json
+@dataclasses.dataclass(frozen=True)
+class Shipped:
+    """One function's shipped entry and what the index says of it."""
 
-    try:
-        from torch._functorch import config as functorch_config  # noqa: TID251
-        from torch._inductor import config as inductor_config  # noqa: TID251
-
-        found = {"inductor": inductor_config.save_config_portable(),
-                 "functorch": functorch_config.save_config_portable()}
-        return hashlib.sha256(json.dumps(found, sort_keys=True, default=repr).encode()).hexdigest()
-    except Exception:
-        return None
+    data: bytes  # torch's pickled entry
+    guarded: dict[str, Any]  # the index's record of each guarded code (by its guards' digest), or why never
+    guards: dict[str, list[str]]  # each guarded code's guards as the build's trace rebuilt them, in words
+    settings: dict[str, dict[str, Any]]  # the compiler settings by digest
+    serving: Callable[[], bool]  # whether a call runs under the package's own compile of the function
 
 
-def install(fn: Any, data: bytes, guarded: dict[str, Any], env_checked: bool, any_threads: bool = False,
-            not_loaded: Callable[[str], None] = lambda why: None) -> tuple[dict[str, int], list[str]]:
-    """Install the entry ``data`` on ``fn``'s code; what its guarded codes became (``{"served": n,
+def install(fn: Any, shipped: Shipped, env_checked: bool, any_threads: bool = False,
+            not_loaded: Callable[[str], None] = lambda why: None,
+            refused: Callable[[str], None] = lambda why: None) -> tuple[dict[str, int], list[str]]:
+    """Install the entry ``shipped`` on ``fn``'s code; what its guarded codes became (``{"served": n,
     "held": objects held to the build's, "traced": guarded codes never run}``) and why each traced
-    one is. Raises DynamoEntryRefused, having left
-    nothing installed. ``env_checked``: load() matched the set's environment key here (torch,
-    Python, GPU by NVML), so torch's own check of the same, which asks CUDA, is not asked again.
-    ``any_threads``: the set's kernels read the thread count when they run (``cpp.dynamic_threads``),
-    so the entry's guards take this process's count instead of the build machine's. ``not_loaded``
-    is told why, where a guarded code's compiled graphs do not load at its first call (it is traced).
+    one is. Raises DynamoEntryRefused, having left nothing installed.
 
-    An entry of several compiles (model sizes, train() and eval()) has its graphs loaded by each
-    guarded code when its guards first hold (_Graphs), not all here as torch's install loads them:
-    a process that only runs inference does not load the training graphs, or another model size's.
-    One compile's entry is loaded here, so that its first call runs at once."""
+    Each guarded code runs only where: the guards torch rebuilt here are the build's, value for
+    value (guard_text); each object its dropped identity guards held is the build's
+    (held_objects), at each call; the call runs under the package's own compile of ``fn``
+    (``shipped.serving``), at each call; and, checked once when it is first about to run, what its
+    trace read that no guard holds is as at build (unguarded_reads; ``refused`` is told why not).
+
+    ``env_checked``: load() matched the set's environment key here (torch, Python, GPU by NVML), so
+    torch's own check of the same, which asks CUDA, is not asked again. ``any_threads``: the set's
+    kernels read the thread count when they run (``cpp.dynamic_threads``), so the entry's guards take
+    this process's count instead of the build machine's. ``not_loaded`` is told why, where a guarded
+    code's compiled graphs do not load at its first run (it is traced)."""
     lookup("compile-package", "call")
     from torch._dynamo import package  # noqa: TID251  (the touchpoint's owner)
 
     try:
-        entry = pickle.loads(data)
+        entry = pickle.loads(shipped.data)
         dynamo, backends = entry.dynamo, entry.backends
         if env_checked:  # asking CUDA here would initialise it in the parent of fork-started workers
             dynamo.check_versions = lambda: None
         elsewhere = _codes_of_other_globals(fn, dynamo)
-        # One compile's entry (each code one guarded code) runs all its graphs at the first call:
-        # loaded now, as torch does, so that call runs at once. An entry of several compiles (model
-        # sizes, train() and eval()) loads each guarded code's at its first run.
         one_compile = all(len(c.guarded_codes) <= 1 for c in dynamo.codes if not getattr(c, "bypassed", False))
-        graphs = _Graphs(backends, not_loaded, at_install=one_compile)
+        graphs = entry_graphs.Graphs(backends, not_loaded, at_install=one_compile)
         calls = graphs.called_by(dynamo, package.SerializedCode.to_code_object)
         compile_package = package.CompilePackage(fn, dynamo)
     except Exception as exc:  # another torch's entry, the package's source changed, torch moved
@@ -119,19 +111,24 @@ def install(fn: Any, data: bytes, guarded: dict[str, Any], env_checked: bool, an
 
         def build_manager(state: Any, code: Any, scope: dict[str, Any]) -> Any:
             manager = load_manager(state, code, scope)
-            dropped = guarded.get(digests.get(id(state), ""), "its guards are not in the index")
-            if id(code) in elsewhere:  # torch's guards would read one module's globals, the code another's
-                dropped = elsewhere[id(code)]
-            check, held = held_objects.held(dropped, scope) if isinstance(dropped, list) else (None, dropped)
+            digest = digests.get(id(state), "")
+            record = elsewhere.get(id(code)) or shipped.guarded.get(digest, "its guards are not in the index")
+            if isinstance(record, dict):
+                record = _guards_differ(manager, shipped.guards.get(digest), any_threads) or record
+            check, held = (None, record) if isinstance(record, str) else held_objects.held(record["held"], scope)
             if check is None:
                 counts["traced"] += 1
                 reasons.append(str(held))
                 manager.root.add_lambda_guard(_never, ["hatch-precompile: not served (traced instead)"], None)
-            else:
-                counts["served"] += 1
-                counts["held"] += int(held)
-                manager.root.add_lambda_guard(check, ["hatch-precompile: objects found again by name"], None)
-                graphs.load_when_run(manager.root, calls.get(digests.get(id(state), ""), set()))
+                return manager
+            counts["served"] += 1
+            counts["held"] += int(held)
+            serving = shipped.serving
+            manager.root.add_lambda_guard(lambda frame_locals: serving() and check(frame_locals),
+                                          ["hatch-precompile: the package's compile; objects found again by name"], None)
+            assert isinstance(record, dict)
+            graphs.last_guard(manager.root, calls.get(digest, set()),
+                              unguarded_reads.check(record, shipped.settings, scope), refused)
             return manager
 
         expected = sum(len(c.guarded_codes) for c in dynamo.codes if not getattr(c, "bypassed", False))
@@ -158,100 +155,38 @@ def install(fn: Any, data: bytes, guarded: dict[str, Any], env_checked: bool, an
     return counts, reasons
 
 
-class _Graphs:
-    """An entry's compiled graphs (torch's backend artifacts, by the global name its bytecode calls
-    them by), each loaded once: at install for one compile's entry; else by the last guard of the
-    first guarded code that calls it, once all its other guards hold, so that where loading fails
-    the call is traced, never broken. Torch's install gets stand-ins (``deferred``) that call the
-    loaded graph."""
+def rebuilt_guards(state: bytes, compile_package: Any) -> list[str] | None:
+    """The guards torch's install rebuilds from a guarded code's serialized ``state``, rebuilt now, in
+    words, for the code torch's ``compile_package`` is adding it to, over the globals the install
+    gives it (the compiled function's own, for its first code, as _codes_of_other_globals names it):
+    the build's second pass records them as its trace made them. None where they cannot be rebuilt."""
+    lookup("guard-load", "wrap")
+    from torch._dynamo import package  # noqa: TID251  (the touchpoint's owner)
 
-    def __init__(self, artifacts: dict[str, Any], not_loaded: Callable[[str], None], at_install: bool = False) -> None:
-        self._artifacts = artifacts
-        self._at_install = at_install
-        self._loaded: dict[str, Any] = {}
-        self._lock = threading.RLock()  # two threads' first calls load a graph once
-        self._not_loaded = not_loaded
-
-    def called_by(self, dynamo: Any, to_code: Callable[[Any], Any]) -> dict[str, set[str]]:
-        """The graphs each guarded code's bytecode calls, by the digest of its guards' state."""
-        calls: dict[str, set[str]] = {}
-        for code in dynamo.codes:
-            for guarded in [] if getattr(code, "bypassed", False) else code.guarded_codes:
-                digest = hashlib.sha256(guarded.guards_state).hexdigest()
-                names = set(_globals_loaded(to_code(guarded.dynamo_code)))
-                calls.setdefault(digest, set()).update(names & set(self._artifacts))
-        return calls
-
-    def deferred(self) -> dict[str, Any]:
-        """What torch's install takes: one compile's artifacts themselves (torch loads them, and its
-        graphs are called with nothing between), else stand-ins."""
-        if self._at_install:
-            return self._artifacts
-        return {name: _Deferred(self, name) for name in self._artifacts}
-
-    def loaded(self, name: str) -> Any:
-        graph = self._loaded.get(name)
-        if graph is None:
-            with self._lock:
-                if name not in self._loaded:
-                    lookup("graph-load", "call")
-                    self._loaded[name] = self._artifacts[name].after_deserialization()
-                graph = self._loaded[name]
-        return graph
-
-    def load_when_run(self, root: Any, names: set[str]) -> None:
-        """The guard that loads ``names`` once the guarded code's other guards hold. One compile's
-        entry is loaded by torch's install; a torch whose guard manager has no epilogue guards gets
-        them loaded now. Either way a failure refuses the entry, as in torch's install."""
-        if self._at_install:  # torch's install loads them
-            return
-        add_last = getattr(root, "add_epilogue_lambda_guard", None)
-        if add_last is None:
-            for name in sorted(names):
-                self.loaded(name)
-            return
-        failed: list[str] = []
-
-        def graphs_loaded(frame_locals: Any) -> bool:
-            if failed:
-                return False
-            try:
-                for name in sorted(names):
-                    self.loaded(name)
-                return True
-            except Exception as exc:  # another torch's graphs, a kernel that does not load here
-                failed.append(repr(exc))
-                self._not_loaded(failed[0])
-                return False
-
-        add_last(graphs_loaded, ["hatch-precompile: its compiled graphs loaded"], None)
+    try:
+        entry = compile_package._current_entry
+        code = package.SerializedCode.to_code_object(entry.python_code)
+        main: Any = getattr(compile_package, "_innermost_fn", None)
+        main = getattr(main, "__func__", main)
+        main_code = getattr(main, "__code__", None)
+        own = main_code is not None and (code.co_name, code.co_firstlineno) == (main_code.co_name,
+                                                                               main_code.co_firstlineno)
+        scope = main.__globals__ if own else vars(sys.modules[entry.python_module])
+        with _missing_grads_as_none():
+            return guard_text.lines(package.load_guard_manager(package.load_guards_state(state), code, scope))
+    except Exception:
+        return None
 
 
-class _Deferred:
-    """What torch's install takes for a backend artifact: its ``after_deserialization`` gives a
-    function that calls the graph, loading it first where no guard has (it always has, here)."""
-
-    def __init__(self, graphs: _Graphs, name: str) -> None:
-        self._graphs, self._name = graphs, name
-
-    def after_deserialization(self) -> Callable[..., Any]:
-        loaded, name = self._graphs.loaded, self._name
-
-        def compiled_graph(*args: Any, **kwargs: Any) -> Any:
-            return loaded(name)(*args, **kwargs)
-
-        return compiled_graph
-
-
-def _globals_loaded(compiled: Any) -> Iterator[str]:
-    """Each global name a compiled code (its nested codes too) loads."""
-    pending = [compiled]
-    while pending:
-        code = pending.pop()
-        pending += [c for c in code.co_consts if isinstance(c, types.CodeType)]
-        for instruction in dis.get_instructions(code):
-            if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(instruction.argval, str):
-                yield instruction.argval
+def _guards_differ(manager: Any, build: list[str] | None, any_threads: bool) -> str | None:
+    """Why the guards torch rebuilt here are not those the build's trace made (a value torch read
+    again here through a module, a class or a function), or None where they are."""
+    if build is None:
+        return "the index holds no guards of it"
+    here = guard_text.lines(manager)
+    if here is None:
+        return "its guards as torch rebuilt them here cannot be read"
+    return guard_text.difference(build, here, any_threads)
 
 
 def _missing_global(dynamo: Any, to_code: Callable[[Any], Any]) -> str | None:
@@ -264,7 +199,7 @@ def _missing_global(dynamo: Any, to_code: Callable[[Any], Any]) -> str | None:
             continue
         scope = vars(sys.modules[code.python_module])
         for guarded in code.guarded_codes:
-            for name in _globals_loaded(to_code(guarded.dynamo_code)):
+            for name in entry_graphs.globals_loaded(to_code(guarded.dynamo_code)):
                 if _dynamos(name) and name not in scope and not hasattr(builtins, name):
                     return f"its compiled code loads {name!r}, which the entry does not bring (torch's)"
     return None

@@ -1,5 +1,6 @@
 """An ``nn.Module``'s private state, read: its hooks by kind, and every submodule, parameter and
-buffer in its place (run/exported_step.py, run/call_contract.py)."""
+buffer in its place (run/exported_step.py, run/call_contract.py); the names of the dicts that keep
+hooks (run/unguarded_reads.py, build/dynamo_reads.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,20 @@ from typing import Any
 from hatch_precompile.run.torch_internals.registry import lookup
 
 _HOOKS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
+# Every dict a module keeps hooks a call runs in (and torch.nn.modules.module's global ones:
+# ``_global`` and the same name), as a kind of hook in words.
+HOOK_KINDS = {"_forward_hooks": "forward hook", "_forward_hooks_with_kwargs": "forward hook",
+              "_forward_pre_hooks": "forward pre-hook", "_forward_pre_hooks_with_kwargs": "forward pre-hook",
+              "_backward_hooks": "backward hook", "_backward_pre_hooks": "backward pre-hook",
+              "_forward_hooks_always_called": "forward hook"}
+
+
+def hook_kind(name: str) -> str | None:
+    """The kind of hook an attribute of a module (or of torch.nn.modules.module) named ``name`` keeps,
+    in words; None where it keeps none."""
+    global_ = name.startswith("_global_")
+    kind = HOOK_KINDS.get(name.removeprefix("_global") if global_ else name)
+    return None if kind is None else f"global {kind}" if global_ else kind
 
 
 def module_hooks(module: Any) -> dict[str, dict[int, Any]]:

@@ -52,6 +52,19 @@ def wrap(name: str, *, before: Hook | None = None, instead: Hook | None = None,
     after_import(point.module, lambda loaded: _install(loaded, point.qualname, hooks, name), name)
 
 
+def wrapped(name: str) -> bool:
+    """Whether the touchpoint ``name``'s function is this package's wrapper now (its hooks see calls
+    whose arguments they can read): False where torch's module is not imported, or the wrapper was
+    not installed or was replaced."""
+    point = lookup(name, "wrap")
+    module = sys.modules.get(point.module)
+    try:
+        _, found = resolve(module, point.qualname) if module is not None else (None, None)
+    except AttributeError:
+        return False
+    return bool(getattr(found, MARK, False)) and getattr(found, "_hatch_precompile_signature", True)
+
+
 def _install(module: ModuleType, qualname: str, hooks: _Hooks, name: str) -> None:
     owner, original = resolve(module, qualname)
     if not callable(original) or getattr(original, MARK, False):
@@ -82,6 +95,7 @@ def _install(module: ModuleType, qualname: str, hooks: _Hooks, name: str) -> Non
         return result
 
     setattr(wrapper, MARK, True)
+    wrapper._hatch_precompile_signature = signature is not None  # type: ignore[attr-defined]
     wrapper.__wrapped__ = original  # type: ignore[attr-defined]
     setattr(owner, qualname.rsplit(".", 1)[-1], staticmethod(wrapper) if static else wrapper)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from hatch_precompile.protocol import served_compiles
 from hatch_precompile.run import variables
 
 variables.debug_log()  # HATCH_PRECOMPILE_DEBUG: what failed here, on stderr
@@ -208,10 +209,35 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "a gradient when it compiled; torch's own unpickler raises) is read back with none "
                "(run/torch_internals/dynamo_cache.py)",
                broken="the entry is not installed: the function is traced"),
-    Touchpoint("compiler-settings", "torch._inductor.config, torch._functorch.config", "save_config_portable", "read",
-               "build's second pass and load: the settings the entries were compiled under, against this process's "
-               "(run/torch_internals/dynamo_cache.py): no guard checks them",
-               broken="unreadable at build: nothing shipped; at load: the compiled functions are traced"),
+    Touchpoint("compiler-settings", "torch._inductor.config, torch._functorch.config, torch._dynamo.config",
+               "save_config_portable, get_config_copy, get_hash", "read",
+               "build's second pass: the settings each guarded code compiled under; load: this process's, against "
+               "them, when the function is compiled and when each guarded code first runs "
+               "(run/torch_internals/compiler_settings.py): no guard checks them",
+               broken="unreadable at build: that guarded code is not served; at load: the compiled functions are traced"),
+    Touchpoint("guard-text", "torch._dynamo.guards", "GuardManagerWrapper.__str__", "read",
+               "build's second pass: each guarded code's guards as torch rebuilds them, in words, at its trace; load: "
+               "those torch rebuilt at install, compared line by line, so that a value torch read again here (a "
+               "module's attribute) is the one the trace read (run/torch_internals/guard_text.py)",
+               broken="unreadable at build: that guarded code is not served; at load: it is traced"),
+    Touchpoint("compile-context", "torch._dynamo.eval_frame", "_TorchDynamoContext.enter_exit_hooks", "setting",
+               "load: each compiled object the package's own `torch.compile` returned names its function while a call "
+               "of it runs, so that a shipped entry runs only under the package's compile, never under another "
+               "`torch.compile` of the same function (run/torch_internals/compile_scope.py)",
+               broken="the function is traced, and `served()` says why"),
+    Touchpoint("folded-calls", "torch", ", ".join(served_compiles.FOLDED_FACTS), "call",
+               "build's second pass: what each call torch folded into a trace answered; load: what it answers here, "
+               "when the guarded code first runs (run/torch_internals/folded_calls.py)",
+               broken="an answer that cannot be had is one no build recorded: that guarded code is traced"),
+    Touchpoint("dict-absent-key", "torch._dynamo.variables.dicts",
+               "ConstDictVariable.getitem_const_raise_exception_if_absent", "wrap",
+               "build's second pass: each dict key a trace looked up and did not find (an unset `os.environ` "
+               "variable), which torch does not guard (build/dynamo_reads.py)",
+               broken="which keys a trace found absent is unknown: no guarded code is served"),
+    Touchpoint("folded-call", "torch._dynamo.variables.torch", "TorchInGraphFunctionVariable.call_function", "wrap",
+               "build's second pass: the calls torch folded into a trace, checked against what torch folded "
+               "(build/dynamo_reads.py)",
+               broken="which calls torch folded is unknown: each guarded code records every one, as if folded"),
     Touchpoint("global-state", "torch._C._dynamo.guards", "GlobalStateGuard.__getstate__, __setstate__", "setting",
                "load: an installed entry's global-state guard takes this process's thread count, where the set's "
                "kernels read it when they run (run/torch_internals/dynamo_cache.py)",

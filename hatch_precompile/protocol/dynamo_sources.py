@@ -1,0 +1,157 @@
+"""What a served entry's guards hold to, told in a form a new process can check: objects described by
+what they are, and Dynamo's paths to them (its "sources").
+
+Torch drops the guards it cannot serialize (an object's identity: ID_MATCH, CLOSURE_MATCH,
+WEAKREF_ALIVE, DICT_VERSION, and those derived from them). A dropped guard on an object a new process
+can tell from any other by what it is (a module, a class, a function with its code, a builtin, an
+enum member) is recorded with its ``describe``d form and its source: Dynamo's name for the path to it,
+from the code's globals (``G['F'].gelu``) or from the call's locals (``L['self'].__class__``,
+``dict(type(L['self']).__dict__)['forward'].__closure__[0].cell_contents``). ``evaluator`` accepts only
+such paths (names, attributes, keys, and Dynamo's ``type``/``dict``/``list`` forms) and compiles them
+for evaluation: a shipped index runs no call of its own. ``spoken`` says a source in a user's words.
+Standard library only: ``load()``'s path reads it.
+"""
+
+from __future__ import annotations
+
+import ast
+import enum
+import hashlib
+import inspect
+import re
+import types
+from typing import Any
+
+# The guard types torch drops under caching_precompile (torch/_dynamo/guards.py, 2.9-2.15), and
+# those of them a new process can hold to an object it finds again by name.
+DROPPED = ("ID_MATCH", "CLOSURE_MATCH", "WEAKREF_ALIVE", "DICT_VERSION")
+BY_NAME = ("ID_MATCH", "CLOSURE_MATCH", "FUNCTION_MATCH", "CLASS_MATCH", "MODULE_MATCH", "BUILTIN_MATCH")
+# What a source may use besides the code's globals (G) and the call's locals (L): Dynamo's forms.
+SOURCE_HELPERS = {"type": type, "dict": dict, "list": list}
+
+
+def describe(value: Any, depth: int = 0) -> dict[str, Any] | None:
+    """What ``value`` is, told so that a new process can tell whether the object it has at the same
+    source is an equal one: a module by its name; a class by its module and qualified name (not one
+    made inside a function: two such are told apart by nothing); a function by those, its code
+    (digested), its defaults and what its closure holds; a builtin by its type and names; an enum
+    member by its class and name; a code object by its digest; a plain constant by its type and
+    value. None for anything else (an instance, a tensor), which no process can be held to."""
+    if depth > 4:
+        return None
+    if type(value) in (type(None), bool, int, float, str, bytes):  # not a subclass: its methods may be anything
+        return {"kind": "value", "repr": repr(value)}
+    if isinstance(value, enum.Enum):
+        owner = describe(type(value), depth + 1)
+        return None if owner is None else {"kind": "enum", "class": owner, "name": value.name}
+    if isinstance(value, types.CodeType):
+        return {"kind": "code", "code": code_digest(value)}
+    if isinstance(value, tuple):
+        items = [describe(item, depth + 1) for item in value]
+        return None if None in items else {"kind": "tuple", "items": items}
+    if isinstance(value, types.ModuleType):
+        name = getattr(value, "__name__", None)
+        return {"kind": "module", "name": name} if isinstance(name, str) else None
+    module = getattr(value, "__module__", None)
+    qualname = getattr(value, "__qualname__", None) or getattr(value, "__name__", None)
+    if inspect.isclass(value):
+        if not isinstance(qualname, str) or "<locals>" in qualname:
+            return None
+        return {"kind": "class", "module": module, "qualname": qualname, "meta": type(value).__qualname__}
+    if isinstance(value, types.FunctionType):
+        parts = []
+        for cell in value.__closure__ or ():
+            try:
+                parts.append(describe(cell.cell_contents, depth + 1))
+            except ValueError:  # an empty cell
+                parts.append({"kind": "empty"})
+        defaults = describe(value.__defaults__, depth + 1)
+        keywords = describe(tuple(sorted((value.__kwdefaults__ or {}).items())), depth + 1)
+        if None in parts or defaults is None or keywords is None:
+            return None
+        return {"kind": "function", "module": module, "qualname": qualname, "code": code_digest(value.__code__),
+                "closure": parts, "defaults": defaults, "kwdefaults": keywords}
+    if isinstance(value, (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType,
+                          types.MethodWrapperType, types.ClassMethodDescriptorType)):
+        owner = getattr(value, "__self__", None)
+        bound = None if owner is None or isinstance(owner, types.ModuleType) else describe(owner, depth + 1)
+        return {"kind": "builtin", "type": type(value).__name__, "module": module, "qualname": qualname,
+                "self": bound}
+    return None
+
+
+def code_digest(code: types.CodeType) -> str:
+    """A digest of what a code object does: its instructions, names and constants (nested code by
+    its own digest, sets in order), none of its line numbers or its address."""
+    digest = hashlib.sha256()
+    for part in (code.co_code, code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars,
+                 code.co_argcount, code.co_kwonlyargcount, code.co_posonlyargcount, code.co_flags):
+        digest.update(repr(part).encode())
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            digest.update(code_digest(const).encode())
+        elif isinstance(const, frozenset):
+            digest.update(repr(sorted(map(repr, const))).encode())
+        else:
+            digest.update(repr(const).encode())
+    return digest.hexdigest()
+
+
+def evaluator(source: str) -> tuple[types.CodeType, bool] | None:
+    """``source`` compiled for evaluation with ``G`` (the code's globals), ``L`` (the call's locals)
+    and SOURCE_HELPERS, and whether it reads the call's locals; None where it is not a path of
+    Dynamo's (a name, attributes, keys, ``type(x)``, ``dict(x.__dict__)``, ``dict.__getitem__(x, k)``,
+    ``list(dict.keys(x))``): nothing else is ever evaluated, so a shipped index runs no call of its own."""
+    try:
+        tree = ast.parse(source, mode="eval")
+    except (SyntaxError, ValueError):
+        return None
+    if not _is_path(tree.body):
+        return None
+    local = any(isinstance(node, ast.Name) and node.id == "L" for node in ast.walk(tree))
+    return compile(tree, "<dynamo source>", "eval"), local
+
+
+def _is_path(node: ast.expr) -> bool:
+    match node:
+        case ast.Name(id="G" | "L"):
+            return True
+        case ast.Attribute(value=inner):
+            return _is_path(inner)
+        case ast.Subscript(value=inner, slice=ast.Constant(value=key)):
+            return type(key) in (str, int) and _is_path(inner)
+        case ast.Call(func=ast.Name(id="type"), args=[inner], keywords=[]):
+            return _is_path(inner)
+        case ast.Call(func=ast.Name(id="dict"), args=[ast.Attribute(attr="__dict__") as inner], keywords=[]):
+            return _is_path(inner)
+        case ast.Call(func=ast.Attribute(value=ast.Name(id="dict"), attr="__getitem__"), args=[mapping, key], keywords=[]):
+            return _is_path(mapping) and _is_path(key)
+        case ast.Call(func=ast.Name(id="list"), keywords=[],
+                      args=[ast.Call(func=ast.Attribute(value=ast.Name(id="dict"), attr="keys"), args=[inner], keywords=[])]):
+            return _is_path(inner)
+    return False
+
+
+def dropped_guard(source: str, guard_type: str, derived: tuple[str, ...], value: Any,
+                  has_value: bool) -> dict[str, Any] | str:
+    """One dropped guard as the index records it, or why a call guarded so cannot be served."""
+    kinds = {guard_type, *derived}
+    if kinds & {"WEAKREF_ALIVE", "DICT_VERSION"}:
+        return f"{guard_type} guard on {source} (an object's state, which no new process can check)"
+    if evaluator(source) is None:
+        return f"{guard_type} guard on {source} (reached by a path this version does not evaluate)"
+    code = "CLOSURE_MATCH" in kinds and isinstance(value, types.FunctionType)  # Dynamo holds its code only
+    found = ({"kind": "code", "code": code_digest(value.__code__)} if code else describe(value)) if has_value else None
+    if found is None:
+        return f"{guard_type} guard on {source} (an object no new process can tell apart from another)"
+    return {"source": source, "type": guard_type, "code": code, "described": found}
+
+
+def spoken(source: str) -> str:
+    """A source in a user's words: ``L['self']._modules['a']._forward_hooks`` -> ``self.a._forward_hooks``,
+    ``G['os'].environ._data[b'HOME']`` -> ``os.environ['HOME']``."""
+    said = re.sub(r"\._modules\['([A-Za-z_][A-Za-z0-9_]*)'\]", r".\1", source)
+    said = re.sub(r"\._modules\['([^']*)'\]", r"[\1]", said)
+    said = re.sub(r"(?<![\w.])[GL]\['([A-Za-z_][A-Za-z0-9_]*)'\]", r"\1", said)
+    said = re.sub(r"__import_([A-Za-z0-9_]+)", lambda m: m.group(1).replace("_dot_", "."), said)
+    return re.sub(r"\benviron\._data\[b'([^']*)'\]", r"environ['\1']", said)

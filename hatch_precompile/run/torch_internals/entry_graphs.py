@@ -1,0 +1,127 @@
+"""An installed entry's compiled graphs, and each guarded code's last guard: run once all its other
+guards hold, the first time the code is about to run, it checks what the trace read that no guard
+holds (run/unguarded_reads.py) and loads the graphs the code calls.
+
+Torch's install loads every compiled graph of an entry (its generated code, its kernels), whichever
+calls the process makes; an entry of several compiles holds every compile the workload made of the
+function (model sizes, train() and eval()). Such an entry gets stand-ins (``deferred``), and each
+graph is loaded by the first guarded code that calls it, when it first runs: a process that only
+infers loads the inference graph. One compile's entry (each code one guarded code: its first call
+runs every graph anyway) is loaded at install, as torch loads it, so that its first call runs at once.
+"""
+
+from __future__ import annotations
+
+import dis
+import hashlib
+import threading
+import types
+from typing import Any, Callable, Iterator
+
+from hatch_precompile.run.torch_internals.registry import lookup
+
+
+class Graphs:
+    """An entry's compiled graphs (torch's backend artifacts, by the global name its bytecode calls
+    them by), each loaded once: at install for one compile's entry (``at_install``); else by the last
+    guard of the first guarded code that calls it, so that where loading fails the call is traced,
+    never broken."""
+
+    def __init__(self, artifacts: dict[str, Any], not_loaded: Callable[[str], None], at_install: bool = False) -> None:
+        self._artifacts = artifacts
+        self.at_install = at_install
+        self._loaded: dict[str, Any] = {}
+        self._lock = threading.RLock()  # two threads' first calls load a graph once
+        self._not_loaded = not_loaded
+
+    def called_by(self, dynamo: Any, to_code: Callable[[Any], Any]) -> dict[str, set[str]]:
+        """The graphs each guarded code's bytecode calls, by the digest of its guards' state."""
+        calls: dict[str, set[str]] = {}
+        for code in dynamo.codes:
+            for guarded in [] if getattr(code, "bypassed", False) else code.guarded_codes:
+                digest = hashlib.sha256(guarded.guards_state).hexdigest()
+                names = set(globals_loaded(to_code(guarded.dynamo_code)))
+                calls.setdefault(digest, set()).update(names & set(self._artifacts))
+        return calls
+
+    def deferred(self) -> dict[str, Any]:
+        """What torch's install takes: one compile's artifacts themselves (torch loads them, and its
+        graphs are called with nothing between), else stand-ins."""
+        if self.at_install:
+            return self._artifacts
+        return {name: _Deferred(self, name) for name in self._artifacts}
+
+    def loaded(self, name: str) -> Any:
+        graph = self._loaded.get(name)
+        if graph is None:
+            with self._lock:
+                if name not in self._loaded:
+                    lookup("graph-load", "call")
+                    self._loaded[name] = self._artifacts[name].after_deserialization()
+                graph = self._loaded[name]
+        return graph
+
+    def last_guard(self, root: Any, names: set[str], first_run: Callable[[Any], str | None],
+                   refused: Callable[[str], None]) -> None:
+        """A guarded code's last guard: ``first_run`` (why what its trace read differs here, or None),
+        asked once and its answer kept, then its graphs ``names`` loaded where not at install. A torch
+        whose guard managers have no such last guards asks ``first_run`` at each call instead, with
+        the other guards, and gets the graphs loaded now; a failure refuses the entry, as in torch's
+        install."""
+        add_last = getattr(root, "add_epilogue_lambda_guard", None)
+        if add_last is None:
+            for name in sorted(names if not self.at_install else ()):
+                self.loaded(name)
+            root.add_lambda_guard(lambda frame_locals: first_run(frame_locals) is None,
+                                  ["hatch-precompile: what its trace read is as at build"], None)
+            return
+        decided: list[bool] = []
+
+        def ready(frame_locals: Any) -> bool:
+            if decided:
+                return decided[0]
+            try:
+                why = first_run(frame_locals)
+            except Exception as exc:  # a check that cannot be made: traced
+                why = f"what its trace read cannot be checked here ({exc!r})"
+            if why is None and not self.at_install:
+                try:
+                    for name in sorted(names):
+                        self.loaded(name)
+                except Exception as exc:  # another torch's graphs, a kernel that does not load here
+                    self._not_loaded(repr(exc))
+                    decided.append(False)
+                    return False
+            elif why is not None:
+                refused(why)
+            decided.append(why is None)
+            return decided[0]
+
+        add_last(ready, ["hatch-precompile: what its trace read is as at build; its compiled graphs loaded"], None)
+
+
+class _Deferred:
+    """What torch's install takes for a backend artifact: its ``after_deserialization`` gives a
+    function that calls the graph, loading it first where no guard has (it always has, here)."""
+
+    def __init__(self, graphs: Graphs, name: str) -> None:
+        self._graphs, self._name = graphs, name
+
+    def after_deserialization(self) -> Callable[..., Any]:
+        loaded, name = self._graphs.loaded, self._name
+
+        def compiled_graph(*args: Any, **kwargs: Any) -> Any:
+            return loaded(name)(*args, **kwargs)
+
+        return compiled_graph
+
+
+def globals_loaded(compiled: Any) -> Iterator[str]:
+    """Each global name a compiled code (its nested codes too) loads."""
+    pending = [compiled]
+    while pending:
+        code = pending.pop()
+        pending += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+        for instruction in dis.get_instructions(code):
+            if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(instruction.argval, str):
+                yield instruction.argval

@@ -1,0 +1,182 @@
+"""Never wrong when served untraced: a package that only calls torch.compile (tests/situations_pkg),
+called in the situations a user's process meets, against a cold compile in the same situation.
+
+Each group of situations (tests/situations_pkg/situations.py) runs in one fresh process with the
+package's shipped entries, and in one compiled cold (``PRECOMPILE=0``; the cold processes share an
+Inductor cache of their own, so a graph compiled cold in one group loads in another, traced all the
+same). Every output, loss and gradient must be the cold compile's. A call is served (nothing traced)
+only where what the build's trace read is shown to be the same in this process: its guards as torch
+rebuilds them, what no guard holds (the compiler settings, an environment variable it found unset,
+the hooks, a call torch folded), and that the call runs under the package's own compile. Where not,
+it is traced, and ``served()`` says which check sent it there, in a user's words.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, run
+
+from integration.test_served_compiles import built_with_both_passes
+from integration.test_touchpoints import misbehaving
+
+pytestmark = pytest.mark.slow  # builds a wheel, runs torch in fresh processes
+
+SITUATIONS = ROOT / "tests" / "situations_pkg"
+SERVED, TRACED = "served", "traced"
+
+# Each group's situations, and whether a served process serves each or traces it.
+EXPECTED = {
+    "right": {
+        "first call": SERVED, "Dynamo's cache size limit raised before a first call": SERVED,
+        "another model instance": SERVED, "a model from a checkpoint": SERVED, "a trained model": SERVED,
+        "a compiled module, another instance": SERVED, "a closure over another tensor": SERVED,
+        "a global tensor mutated in place": SERVED, "a global tensor replaced": SERVED,
+        "a function's __defaults__ changed": TRACED, "a library function monkeypatched": TRACED,
+        "a subclass overriding a method": TRACED, "a config object passed in, the same values": SERVED,
+        "a config object passed in, other values": TRACED, "another dtype": TRACED, "the default dtype": TRACED,
+        "autocast": TRACED, "no_grad": TRACED, "inference_mode": TRACED, "deterministic algorithms": TRACED,
+        "a TorchFunctionMode": TRACED, "vmap": TRACED, "seeded RNG and dropout": SERVED,
+        "a module imported under another name": SERVED,
+        "the same function compiled again by the user, with another backend": TRACED,
+        "the package's compile of it still served after": SERVED, "under the profiler": SERVED,
+        "a hook registered after the first call": SERVED, "another thread count": TRACED,
+    },
+    "environment": {
+        "a config read from the environment at import (a float, and the name of an activation)": TRACED,
+        "os.environ read while traced, the variable set before import": TRACED,
+        "a function that reads neither": SERVED,
+    },
+    "after_import": {
+        "os.environ read while traced, the variable set after import": TRACED,
+        "a module attribute set before the package's first use (a float)": TRACED,
+        "a module attribute set before the package's first use (a bool)": TRACED,
+        "Inductor's settings changed after import": TRACED,
+    },
+    "hooks": {
+        "a forward hook on a submodule of the compiled module": TRACED, "a backward hook on a submodule": TRACED,
+        "a forward hook on a model passed to a compiled function": TRACED,
+        "an adapter swapped in for a submodule": TRACED, "a global forward hook": TRACED,
+    },
+    "optimized": {"python -O, a function with an if __debug__ branch": TRACED,
+                  "python -O, a function without one": TRACED},
+    "distributed": {"a function that asks whether a process group is initialised": TRACED,
+                    "a function that does not ask": SERVED},
+}
+
+# What served() says of a function a check sent to tracing.
+SAID = {
+    "environment": {
+        "activate": "a guard holds `EQUALS_MATCH: G['config'].SCALE == 2.0` here where the build's trace held "
+                    "`EQUALS_MATCH: G['config'].SCALE == 1.0`",
+        "from_environ": "os.environ['SITUATIONS_FACTOR'] is set here; the build's trace read it unset",
+    },
+    "after_import": {
+        "from_environ_late": "os.environ['SITUATIONS_LATE_FACTOR'] is set here; the build's trace read it unset",
+        "shift": "a guard holds `EQUALS_MATCH: G['knobs'].SHIFT == 2.0` here where the build's trace held "
+                 "`EQUALS_MATCH: G['knobs'].SHIFT == 0.0`",
+        "bias": "G['knobs'].BIAS == False` here where the build's trace held",
+        "resample": "torch._inductor.config.fallback_random is True here, False when the build compiled",
+    },
+    "hooks": {
+        "Encoder.forward": "1 forward hook(s) on self.a here, where the build's trace ran with none",
+        "Decoder.forward": "1 backward pre-hook(s) on self.a here",
+        "apply": "1 forward hook(s) on model here",
+        "apply_all": "1 global forward hook(s) on every module here",
+    },
+    "distributed": {
+        "world_scaled": "torch.distributed.is_initialized() is True here; the build's trace folded False into the code",
+    },
+}
+
+
+@pytest.fixture(scope="session")
+def situations_site(tmp_path_factory) -> Path:
+    """tests/situations_pkg built (both passes) and unpacked under ``site/``, its output in ``build.log``,
+    and situations.py beside them (run from outside the source tree, whose package has no set)."""
+    return built_with_both_passes(tmp_path_factory, SITUATIONS, SITUATIONS / "situations.py")
+
+
+def run_group(built: Path, work: Path, group: str, env: dict[str, str] | None = None,
+              script: Path | None = None) -> dict:
+    work.mkdir(parents=True, exist_ok=True)
+    python = [sys.executable, "-O"] if group == "optimized" else [sys.executable]
+    proc = run([*python, script or built / "situations.py", group], cwd=work,
+               env={"PYTHONPATH": str(built / "site"), "TORCHINDUCTOR_CACHE_DIR": str(work / "cache"), **(env or {})})
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def cold_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("situations-cold") / "cache"
+
+
+def test_the_build_serves_every_compiled_function(situations_site):
+    log = (situations_site / "build.log").read_text()
+    assert "precompile: 21 compiled function(s) served without Dynamo tracing them (21 guarded code(s))" in log, log
+    assert "not served untraced" not in log, log
+
+
+@pytest.mark.parametrize("group", list(EXPECTED))
+def test_each_situation_computes_what_a_cold_compile_computes(situations_site, cold_cache, tmp_path, group):
+    served = run_group(situations_site, tmp_path / "served", group)
+    cold = run_group(situations_site, tmp_path / "cold", group,
+                     env={"PRECOMPILE": "0", "TORCHINDUCTOR_CACHE_DIR": str(cold_cache)})
+    assert served["reason"] == "installed" and cold["reason"].startswith("disabled by PRECOMPILE")
+    assert list(served["results"]) == list(EXPECTED[group]) == list(cold["results"])
+    wrong = [name for name, (_, outputs) in served["results"].items()
+             if outputs != pytest.approx(cold["results"][name][1], rel=1e-5, abs=1e-5)]
+    assert not wrong, {name: (served["results"][name], cold["results"][name]) for name in wrong}
+    for name, how in EXPECTED[group].items():
+        traced = served["results"][name][0]
+        assert (traced == 0) == (how == SERVED), f"{name}: expected {how}, {traced} frame(s) traced: {served['served']}"
+    for function, said in SAID.get(group, {}).items():
+        outcome = served["served"][f"situations_pkg.model.{function}"]
+        assert outcome.startswith("traced: ") and said in outcome, outcome
+    if group == "optimized":
+        assert served["served"] == {} and served["notes"] == [
+            "its compiled functions are traced: this process runs Python at optimization level 1 (-O), its build's "
+            "trace read bytecode of level 0"]
+    if group == "right":  # the user's compile ran under the user's backend; the package's, served
+        assert served["served"]["situations_pkg.model.loss_fn"].startswith("served: 1 guarded code(s)")
+        assert served["results"]["the same function compiled again by the user, with another backend"][1][1] == 1
+
+
+FIRST_CALLS = r"""
+import json, torch
+import situations_pkg
+from situations_pkg import model as M
+from torch._dynamo.utils import get_compilation_metrics
+from hatch_precompile.run import served_compile
+x, y = M.batch()
+net, eager = M.make(), M.make()
+loss, want = M.compiled_loss(net, x, y), M.loss_fn(eager, x, y)
+loss.backward()
+want.backward()
+grads = max((a.grad - b.grad).abs().max().item() for a, b in zip(net.parameters(), eager.parameters()))
+world = (M.world(x) - M.world_scaled(x)).abs().max().item()
+print(json.dumps({"served": served_compile.served(), "traced": sum(1 for m in get_compilation_metrics() if m.co_name),
+                  "diff": abs(loss.item() - want.item()), "grads": grads, "world": world}))
+"""
+
+
+@pytest.mark.parametrize("broken, loss_fn, world", [
+    ("guard-text", "traced: its guards as torch rebuilt them here cannot be read", "traced: its guards"),
+    ("compile-context", "traced: which torch.compile a call of it runs under cannot be told", "traced: which"),
+    ("compiler-settings", "traced: this process's compiler settings cannot be read", "traced: this process's"),
+    # torch.distributed's functions renamed: the objects the build's trace held (its guards held them)
+    # are not there, so the call is traced before its folded answers are asked
+    ("folded-calls", "served: 1 guarded code(s)", "traced: (G['dist'].is_available).__code__ is another object"),
+])
+def test_a_check_whose_torch_internals_misbehave_traces_the_call_never_wrong(situations_site, tmp_path, broken,
+                                                                             loss_fn, world):
+    script = tmp_path / "first_calls.py"
+    script.write_text(FIRST_CALLS)
+    found = run_group(situations_site, tmp_path / "run", "first calls", script=script,
+                      env=misbehaving(broken, situations_site / "site"))
+    assert found["diff"] < 1e-6 and found["grads"] < 1e-6 and found["world"] == 0
+    assert found["served"]["situations_pkg.model.loss_fn"].startswith(loss_fn), found["served"]
+    assert found["served"]["situations_pkg.model.world_scaled"].startswith(world), found["served"]

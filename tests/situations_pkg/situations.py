@@ -1,0 +1,443 @@
+"""The situations of tests/integration/test_served_situations.py, one group per process.
+
+    python situations.py GROUP
+
+runs GROUP's situations here in turn (each puts back what it changed), and prints one JSON line:
+for each situation, how many frames Dynamo traced for it and what it computed (outputs, losses,
+gradients), then what became of each compiled function (``served()``) and what ``load()`` said.
+Run once with the package's shipped entries and once with ``PRECOMPILE=0`` (a cold compile), the
+two must compute the same.
+"""
+
+import contextlib
+import json
+import os
+import sys
+
+GROUP = sys.argv[1]
+if GROUP == "environment":  # set before the package is imported: its config reads them then
+    os.environ.update(SITUATIONS_SCALE="2.0", SITUATIONS_ACTIVATION="gelu", SITUATIONS_FACTOR="3")
+
+import situations_pkg  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from situations_pkg import knobs  # noqa: E402
+from situations_pkg import model as M  # noqa: E402
+from torch import nn  # noqa: E402
+from torch._dynamo.utils import get_compilation_metrics  # noqa: E402
+from torch.overrides import TorchFunctionMode  # noqa: E402
+
+from hatch_precompile.run import served_compile  # noqa: E402
+
+results = {}
+x, y = M.batch()
+
+
+def frames() -> int:
+    return sum(1 for m in get_compilation_metrics() if m.co_name)
+
+
+def situation(run):
+    """Record what ``run`` computed, and how many frames Dynamo traced for it, under its docstring."""
+    before = frames()
+    out = run()
+    results[run.__doc__] = [frames() - before, [float(v) for v in out]]
+    return run
+
+
+def values(*tensors):
+    return [t.double().sum().item() for t in tensors] + [t.double().abs().sum().item() for t in tensors]
+
+
+def grads(model):
+    return [p.grad.double().sum().item() for p in model.parameters() if p.grad is not None]
+
+
+def trained(model, xs=x, ys=y):
+    loss = M.compiled_loss(model, xs, ys)
+    loss.backward()
+    return [loss.item()] + grads(model)
+
+
+def through(compiled_module, model):
+    out = compiled_module(x)
+    out.sum().backward()
+    return values(out) + grads(model)
+
+
+@contextlib.contextmanager
+def setting(owner, name, value):
+    old = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, old)
+
+
+class LowRank(nn.Module):
+    """An adapter over a linear layer, as PEFT's LoRA injects one."""
+
+    def __init__(self, base: nn.Linear, rank: int = 2) -> None:
+        super().__init__()
+        self.base = base
+        self.down = nn.Parameter(torch.full((rank, base.in_features), 0.1))
+        self.up = nn.Parameter(torch.full((base.out_features, rank), 0.2))
+
+    def forward(self, x):
+        return self.base(x) + x @ self.down.T @ self.up.T
+
+
+class Sharper(M.Block):
+    def act(self, x):
+        return F.relu(x)
+
+
+class Doubling(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        return out * 2 if func is torch.Tensor.sum else out
+
+
+def right():
+    """What was right before: served where Dynamo's guards hold, traced where they do not."""
+
+    @situation
+    def _():
+        """first call"""
+        return trained(M.make())
+
+    @situation
+    def _():
+        """Dynamo's cache size limit raised before a first call"""
+        with setting(torch._dynamo.config, "cache_size_limit", 64):
+            return values(M.compiled_configured(x, M.Settings()))
+
+    @situation
+    def _():
+        """another model instance"""
+        return trained(M.make(seed=5))
+
+    @situation
+    def _():
+        """a model from a checkpoint"""
+        source, net = M.make(seed=7), M.make()
+        net.load_state_dict(source.state_dict())
+        return trained(net)
+
+    @situation
+    def _():
+        """a trained model"""
+        net = M.make(seed=2)
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+        for _ in range(3):
+            optimizer.zero_grad()
+            M.loss_fn(net, x, y).backward()
+            optimizer.step()
+        optimizer.zero_grad()
+        return trained(net)
+
+    @situation
+    def _():
+        """a compiled module, another instance"""
+        net = M.make(seed=3)
+        return through(M.predictor(net), net)
+
+    @situation
+    def _():
+        """a closure over another tensor"""
+        return values(M.scaled(torch.arange(16.0))(x))
+
+    @situation
+    def _():
+        """a global tensor mutated in place"""
+        M.TABLE.mul_(2)
+        try:
+            return values(M.table_shifted(x))
+        finally:
+            M.TABLE.div_(2)
+
+    @situation
+    def _():
+        """a global tensor replaced"""
+        with setting(M, "TABLE", torch.full((M.WIDTH,), 3.0)):
+            return values(M.table_shifted(x))
+
+    @situation
+    def _():
+        """a function's __defaults__ changed"""
+        with setting(M.shifted_table, "__defaults__", (5.0,)):
+            return values(M.table_shifted(x))
+
+    @situation
+    def _():
+        """a library function monkeypatched"""
+        real = F.gelu
+        with setting(F, "gelu", lambda t, approximate="none": real(t) * 2):
+            return trained(M.make())
+
+    @situation
+    def _():
+        """a subclass overriding a method"""
+        net = M.make(Sharper)
+        return through(M.predictor(net), net)
+
+    @situation
+    def _():
+        """a config object passed in, the same values"""
+        return values(M.compiled_configured(x, M.Settings()))
+
+    @situation
+    def _():
+        """a config object passed in, other values"""
+        return values(M.compiled_configured(x, M.Settings(scale=2.0, center=False)))
+
+    @situation
+    def _():
+        """another dtype"""
+        return trained(M.make().double(), x.double())
+
+    @situation
+    def _():
+        """the default dtype"""
+        torch.set_default_dtype(torch.float64)
+        try:
+            return values(M.squares(x))
+        finally:
+            torch.set_default_dtype(torch.float32)
+
+    @situation
+    def _():
+        """autocast"""
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return values(M.predictor(M.make())(x))
+
+    @situation
+    def _():
+        """no_grad"""
+        with torch.no_grad():
+            return values(M.predictor(M.make())(x))
+
+    @situation
+    def _():
+        """inference_mode"""
+        with torch.inference_mode():
+            return values(M.predictor(M.make())(x))
+
+    @situation
+    def _():
+        """deterministic algorithms"""
+        torch.use_deterministic_algorithms(True)
+        try:
+            return values(M.squares(x))
+        finally:
+            torch.use_deterministic_algorithms(False)
+
+    @situation
+    def _():
+        """a TorchFunctionMode"""
+        with Doubling():
+            return values(M.squares(x))
+
+    @situation
+    def _():
+        """vmap"""
+        return values(torch.vmap(M.squares)(x))
+
+    @situation
+    def _():
+        """seeded RNG and dropout"""
+        torch.manual_seed(3)
+        first = M.dropped(x)
+        return values(first, M.dropped(x))
+
+    @situation
+    def _():
+        """a module imported under another name"""
+        import situations_pkg.model as renamed
+
+        return trained(renamed.make(seed=4))
+
+    @situation
+    def _():
+        """the same function compiled again by the user, with another backend"""
+        calls = []
+
+        def counting(graph, inputs):
+            calls.append(1)
+            return graph.forward
+
+        net = M.make()
+        loss = torch.compile(M.loss_fn, backend=counting)(net, x, y)
+        loss.backward()
+        return [loss.item(), len(calls)] + grads(net)
+
+    @situation
+    def _():
+        """the package's compile of it still served after"""
+        return trained(M.make(seed=6))
+
+    @situation
+    def _():
+        """under the profiler"""
+        with torch.profiler.profile():
+            return trained(M.make(seed=8))
+
+    @situation
+    def _():
+        """a hook registered after the first call"""
+        net = M.make(M.Stem)
+        compiled = M.predictor(net)
+        first = compiled(x)
+        net.a.register_forward_hook(lambda module, inputs, output: output * 10)
+        return values(first, compiled(x))
+
+    @situation
+    def _():
+        """another thread count"""
+        threads = torch.get_num_threads()
+        torch.set_num_threads(8)
+        try:
+            return trained(M.make(seed=9))
+        finally:
+            torch.set_num_threads(threads)
+
+
+def environment():
+    """Set from the environment before the package's import."""
+
+    @situation
+    def _():
+        """a config read from the environment at import (a float, and the name of an activation)"""
+        return values(M.activated(x))
+
+    @situation
+    def _():
+        """os.environ read while traced, the variable set before import"""
+        return values(M.environ_scaled(x))
+
+    @situation
+    def _():
+        """a function that reads neither"""
+        return values(M.squares(x))
+
+
+def after_import():
+    """Changed after the package's import, before the first call."""
+
+    @situation
+    def _():
+        """os.environ read while traced, the variable set after import"""
+        os.environ["SITUATIONS_LATE_FACTOR"] = "3"
+        return values(M.environ_late(x))
+
+    @situation
+    def _():
+        """a module attribute set before the package's first use (a float)"""
+        knobs.SHIFT = 2.0
+        return values(M.on_first_use(M.shift)(x))
+
+    @situation
+    def _():
+        """a module attribute set before the package's first use (a bool)"""
+        knobs.BIAS = False
+        return values(M.on_first_use(M.bias)(x))
+
+    @situation
+    def _():
+        """Inductor's settings changed after import"""
+        torch._inductor.config.fallback_random = True
+        torch.manual_seed(0)
+        return values(M.resampled(x))
+
+
+def hooks():
+    """Hooks present at a function's first call."""
+
+    @situation
+    def _():
+        """a forward hook on a submodule of the compiled module"""
+        net = M.make(M.Encoder)
+        net.a.register_forward_hook(lambda module, inputs, output: output * 10)
+        return through(M.predictor(net), net)
+
+    @situation
+    def _():
+        """a backward hook on a submodule"""
+        net = M.make(M.Decoder)
+        net.a.register_full_backward_pre_hook(lambda module, grad_output: (grad_output[0] * 3,))
+        return through(M.predictor(net), net)
+
+    @situation
+    def _():
+        """a forward hook on a model passed to a compiled function"""
+        net = M.make()
+        net.register_forward_hook(lambda module, inputs, output: output + 5)
+        out = M.applied(net, x)
+        out.sum().backward()
+        return values(out) + grads(net)
+
+    @situation
+    def _():
+        """an adapter swapped in for a submodule"""
+        net = M.make(M.Tuned)
+        net.a = LowRank(net.a)
+        return through(M.predictor(net), net)
+
+    @situation
+    def _():
+        """a global forward hook"""
+        handle = nn.modules.module.register_module_forward_hook(
+            lambda module, inputs, output: output * 2 if isinstance(module, nn.Linear) else output)
+        try:
+            net = M.make()
+            out = M.applied_all(net, x)
+            out.sum().backward()
+            return values(out) + grads(net)
+        finally:
+            handle.remove()
+
+
+def optimized():
+    """Python -O: asserts and ``if __debug__:`` gone from the bytecode."""
+
+    @situation
+    def _():
+        """python -O, a function with an if __debug__ branch"""
+        return values(M.debugged(x))
+
+    @situation
+    def _():
+        """python -O, a function without one"""
+        return values(M.squares(x))
+
+
+def distributed():
+    """A process group initialised before the first call (gloo, one rank)."""
+    import socket
+
+    import torch.distributed as dist
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        @situation
+        def _():
+            """a function that asks whether a process group is initialised"""
+            return values(M.world(x))
+
+        @situation
+        def _():
+            """a function that does not ask"""
+            return values(M.squares(x))
+    finally:
+        dist.destroy_process_group()
+
+
+{"right": right, "environment": environment, "after_import": after_import, "hooks": hooks, "optimized": optimized,
+ "distributed": distributed}[GROUP]()
+status = situations_pkg.precompile_status
+print(json.dumps({"results": results, "served": served_compile.served(), "reason": status.reason,
+                  "notes": list(status.notes)}))

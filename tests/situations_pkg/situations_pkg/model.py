@@ -1,0 +1,198 @@
+"""The package's compiled functions. A situation that decides when a function first runs (a hook present
+then, a variable set then) has a function of its own, so that no other situation of the same process
+ran it first."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from situations_pkg import config, knobs
+
+WIDTH = 16
+TABLE = torch.linspace(0.5, 1.5, WIDTH)  # a global tensor a compiled function reads
+
+
+def batch(n: int = 8, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(n, WIDTH, generator=generator), torch.randint(0, 8, (n,), generator=generator)
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(WIDTH, WIDTH)
+        self.b = nn.Linear(WIDTH, 8)
+        self.scale = 1.0  # a plain attribute the forward reads
+
+    def act(self, x: torch.Tensor) -> torch.Tensor:
+        return F.gelu(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.act(self.a(x))) * self.scale
+
+
+# Each with a forward of its own, for a situation that decides its first run.
+class Encoder(Block):  # a forward hook on a submodule
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.act(self.a(x))) * self.scale
+
+
+class Decoder(Block):  # a backward hook on a submodule
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.act(self.a(x))) * self.scale
+
+
+class Stem(Block):  # a hook registered after its first call
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.act(self.a(x))) * self.scale
+
+
+class Tuned(Block):  # an adapter swapped in for a submodule
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.act(self.a(x))) * self.scale
+
+
+def make(cls: type[Block] = Block, seed: int = 0) -> Block:
+    torch.manual_seed(seed)
+    return cls()
+
+
+def predictor(model: Block):
+    """The model compiled by the package."""
+    return torch.compile(model)
+
+
+def loss_fn(model: Block, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(model(x), y)
+
+
+compiled_loss = torch.compile(loss_fn)  # at import, as packages do
+
+
+def scaled_by(weights: torch.Tensor):
+    def scaled_sum(x: torch.Tensor) -> torch.Tensor:
+        return (x * weights).sum(-1)
+
+    return scaled_sum
+
+
+def scaled(weights: torch.Tensor):
+    """A closure over ``weights``, compiled by the package."""
+    return torch.compile(scaled_by(weights))
+
+
+def shifted_table(x: torch.Tensor, k: float = 2.0) -> torch.Tensor:
+    return x * TABLE + k
+
+
+table_shifted = torch.compile(shifted_table)
+
+
+def dropout_sin(x: torch.Tensor) -> torch.Tensor:
+    return F.dropout(x, 0.5, training=True) + x.sin()
+
+
+dropped = torch.compile(dropout_sin)
+
+
+def square_sum(x: torch.Tensor) -> torch.Tensor:
+    return (x * x).sum()
+
+
+squares = torch.compile(square_sum)
+
+
+@dataclasses.dataclass
+class Settings:
+    scale: float = 1.0
+    center: bool = True
+
+
+def configured(x: torch.Tensor, settings: Settings) -> torch.Tensor:
+    y = x * settings.scale
+    return y - y.mean() if settings.center else y
+
+
+compiled_configured = torch.compile(configured)
+
+
+def apply(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return model(x).sum(-1)
+
+
+applied = torch.compile(apply)  # a model passed in: a hook on it
+
+
+def apply_all(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return model(x).sum(-1)
+
+
+applied_all = torch.compile(apply_all)  # a global hook
+
+
+def activate(x: torch.Tensor) -> torch.Tensor:
+    return getattr(F, config.ACTIVATION)(x) * config.SCALE
+
+
+activated = torch.compile(activate)
+
+
+def from_environ(x: torch.Tensor) -> torch.Tensor:
+    return x * float(os.environ.get("SITUATIONS_FACTOR", "1"))
+
+
+environ_scaled = torch.compile(from_environ)
+
+
+def from_environ_late(x: torch.Tensor) -> torch.Tensor:
+    return x * float(os.environ.get("SITUATIONS_LATE_FACTOR", "1"))
+
+
+environ_late = torch.compile(from_environ_late)
+
+
+def world_scaled(x: torch.Tensor) -> torch.Tensor:
+    return x * (2.0 if dist.is_available() and dist.is_initialized() else 1.0)
+
+
+world = torch.compile(world_scaled)
+
+
+def debug_scaled(x: torch.Tensor) -> torch.Tensor:
+    if __debug__:  # gone from the bytecode under python -O
+        x = x * 2
+    return x + 1
+
+
+debugged = torch.compile(debug_scaled)
+
+
+def resample(x: torch.Tensor) -> torch.Tensor:
+    return F.dropout(x, 0.5, training=True) * 2
+
+
+resampled = torch.compile(resample)  # Inductor's settings changed after import
+
+
+def shift(x: torch.Tensor) -> torch.Tensor:
+    return x + knobs.SHIFT
+
+
+def bias(x: torch.Tensor) -> torch.Tensor:
+    return x + 1.0 if knobs.BIAS else x
+
+
+_compiled: dict = {}
+
+
+def on_first_use(fn):
+    """``fn`` compiled by the package the first time it is asked for, as lazy packages do."""
+    if fn not in _compiled:
+        _compiled[fn] = torch.compile(fn)
+    return _compiled[fn]

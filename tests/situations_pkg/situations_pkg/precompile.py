@@ -1,0 +1,29 @@
+"""The build's workload: each compiled function once, as a user's first call makes it."""
+
+import torch
+
+from situations_pkg import model as M
+
+
+def workload() -> None:
+    x, y = M.batch()
+    net = M.make()
+    optimizer = torch.optim.AdamW(net.parameters())
+    for _ in range(2):
+        optimizer.zero_grad()
+        M.compiled_loss(net, x, y).backward()
+        optimizer.step()
+    for cls in (M.Block, M.Encoder, M.Decoder, M.Stem, M.Tuned):
+        M.predictor(M.make(cls))(x).sum().backward()
+    M.scaled(torch.ones(M.WIDTH))(x)
+    M.table_shifted(x)
+    torch.manual_seed(0)
+    M.dropped(x)
+    M.squares(x)
+    M.compiled_configured(x, M.Settings())
+    M.applied(M.make(), x).sum().backward()
+    M.applied_all(M.make(), x).sum().backward()
+    for compiled in (M.activated, M.environ_scaled, M.environ_late, M.world, M.debugged, M.resampled):
+        compiled(x)
+    for fn in (M.shift, M.bias):
+        M.on_first_use(fn)(x)
