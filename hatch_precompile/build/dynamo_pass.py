@@ -31,7 +31,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.build import dynamo_packaging, dynamo_reads, graph_saving
+from hatch_precompile.build import dynamo_packaging, dynamo_reads, empty_graphs, graph_saving
 from hatch_precompile.child import observe, progress, workload_loop
 from hatch_precompile.protocol import (
     BUILDING_VAR,
@@ -264,6 +264,9 @@ def main(argv: list[str]) -> int:
     recorder.install(torch)
     saving = graph_saving.GraphSaving()
     saving.install()
+    # As the first pass compiled them: a graph with no call is keyed and found in its cache (torch
+    # 2.14's entry, bundled, takes nothing else: "expected OutputCode", and the whole pass failed).
+    empty_graphs.EmptyGraphs().install()
     cache_dir = os.environ[CACHE_DIR_VAR]
 
     from torch._dynamo.utils import counters  # noqa: TID251  (the build's child reads torch's counters)

@@ -2,7 +2,7 @@
 
 Every supported torch is proven by scripts/torch_matrix.py (docs/reference/torch-versions.md); CI runs
 this one besides the default: the torch-first flow, the first step warm, the compiled functions served
-untraced, outputs as cold; on a CUDA build, that a changed Triton changes its key, and that Triton is
+untraced, outputs as cold, and never wrong where a check sends a call to tracing; on a CUDA build, that a changed Triton changes its key, and that Triton is
 hashed only where graphs are keyed on it. Its steps (save_step(), bake) are test_newest_torch_steps.py's,
 a module of its own so that the two halves run on two workers at once.
 ``HATCH_PRECOMPILE_TEST_TORCH`` names another requirement; set it empty to skip.
@@ -21,6 +21,7 @@ from conftest import copy_project, own_copy, run, run_sample, venv_with_torch
 
 from integration.test_install_flow import find_links
 from integration.test_runtime import NOTES, PREDICT
+from integration.test_served_situations import BUILT, SITUATIONS, assert_served_as_cold
 
 pytestmark = pytest.mark.slow  # builds wheels or venvs, or runs torch in fresh processes
 
@@ -58,7 +59,20 @@ def test_newest_torch_builds_installs_and_starts_warm(hp_dist):
         assert_notes_only_what_this_torchs_keys_hold(python, tmp_path)
         if run([python, "-c", "import triton"], check=False).returncode == 0:  # a CUDA build's Triton
             assert_changed_triton_changes_the_key(python, tmp_path, cold)
+        assert_never_wrong_when_served(python, tmp_path, links)
         shutil.rmtree(tmp_path / "venv")
+
+
+def assert_never_wrong_when_served(python: Path, tmp_path: Path, links: str) -> None:
+    """tests/situations_pkg built on this torch serves every compiled function (on 2.14.1, a graph with
+    nothing to compute once failed the whole second pass), and the situations a check sends to tracing
+    compute what a cold compile does (test_served_situations.py runs them all on the suite's torch)."""
+    proc = run([python, "-m", "pip", "install", "-v", copy_project(tmp_path / "situations_pkg", SITUATIONS)],
+               env={"PIP_FIND_LINKS": links, "HATCH_PRECOMPILE_NO_DYNAMO_CACHE": "0"})
+    assert BUILT in proc.stdout, proc.stdout[-3000:]
+    script = Path(shutil.copy(SITUATIONS / "situations.py", tmp_path / "situations.py"))  # not beside the source
+    for group in ("environment", "after_import", "hooks"):
+        assert_served_as_cold(python, script, tmp_path / "situations" / group, group, tmp_path / "situations-cold")
 
 
 def assert_notes_only_what_this_torchs_keys_hold(python: Path, tmp_path: Path) -> None:

@@ -100,30 +100,23 @@ def situations_site(tmp_path_factory) -> Path:
     return built_with_both_passes(tmp_path_factory, SITUATIONS, SITUATIONS / "situations.py")
 
 
-def run_group(built: Path, work: Path, group: str, env: dict[str, str] | None = None,
-              script: Path | None = None) -> dict:
+def run_group(python: Path, script: Path, work: Path, group: str, env: dict[str, str] | None = None,
+              site: Path | None = None) -> dict:
+    """``script`` (situations.py) run for ``group`` in a fresh process of ``python`` in ``work``, the
+    package from ``site`` (else ``python``'s own): its JSON line."""
     work.mkdir(parents=True, exist_ok=True)
-    python = [sys.executable, "-O"] if group == "optimized" else [sys.executable]
-    proc = run([*python, script or built / "situations.py", group], cwd=work,
-               env={"PYTHONPATH": str(built / "site"), "TORCHINDUCTOR_CACHE_DIR": str(work / "cache"), **(env or {})})
+    optimized = ["-O"] if group == "optimized" else []
+    variables = {"TORCHINDUCTOR_CACHE_DIR": str(work / "cache"), **({"PYTHONPATH": str(site)} if site else {})}
+    proc = run([python, *optimized, script, group], cwd=work, env={**variables, **(env or {})})
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.fixture(scope="module")
-def cold_cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("situations-cold") / "cache"
-
-
-def test_the_build_serves_every_compiled_function(situations_site):
-    log = (situations_site / "build.log").read_text()
-    assert "precompile: 21 compiled function(s) served without Dynamo tracing them (21 guarded code(s))" in log, log
-    assert "not served untraced" not in log, log
-
-
-@pytest.mark.parametrize("group", list(EXPECTED))
-def test_each_situation_computes_what_a_cold_compile_computes(situations_site, cold_cache, tmp_path, group):
-    served = run_group(situations_site, tmp_path / "served", group)
-    cold = run_group(situations_site, tmp_path / "cold", group,
+def assert_served_as_cold(python: Path, script: Path, work: Path, group: str, cold_cache: Path,
+                          site: Path | None = None) -> None:
+    """``group``'s situations served and cold: the same outputs, each served or traced as EXPECTED
+    says, and served() saying why as SAID says."""
+    served = run_group(python, script, work / "served", group, site=site)
+    cold = run_group(python, script, work / "cold", group, site=site,
                      env={"PRECOMPILE": "0", "TORCHINDUCTOR_CACHE_DIR": str(cold_cache)})
     assert served["reason"] == "installed" and cold["reason"].startswith("disabled by PRECOMPILE")
     assert list(served["results"]) == list(EXPECTED[group]) == list(cold["results"])
@@ -143,6 +136,26 @@ def test_each_situation_computes_what_a_cold_compile_computes(situations_site, c
     if group == "right":  # the user's compile ran under the user's backend; the package's, served
         assert served["served"]["situations_pkg.model.loss_fn"].startswith("served: 1 guarded code(s)")
         assert served["results"]["the same function compiled again by the user, with another backend"][1][1] == 1
+
+
+@pytest.fixture(scope="module")
+def cold_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("situations-cold") / "cache"
+
+
+def test_the_build_serves_every_compiled_function(situations_site):
+    log = (situations_site / "build.log").read_text()
+    assert BUILT in log, log
+    assert "not served untraced" not in log, log
+
+
+BUILT = "precompile: 21 compiled function(s) served without Dynamo tracing them (21 guarded code(s))"
+
+
+@pytest.mark.parametrize("group", list(EXPECTED))
+def test_each_situation_computes_what_a_cold_compile_computes(situations_site, cold_cache, tmp_path, group):
+    assert_served_as_cold(Path(sys.executable), situations_site / "situations.py", tmp_path, group, cold_cache,
+                          site=situations_site / "site")
 
 
 FIRST_CALLS = r"""
@@ -175,7 +188,7 @@ def test_a_check_whose_torch_internals_misbehave_traces_the_call_never_wrong(sit
                                                                              loss_fn, world):
     script = tmp_path / "first_calls.py"
     script.write_text(FIRST_CALLS)
-    found = run_group(situations_site, tmp_path / "run", "first calls", script=script,
+    found = run_group(Path(sys.executable), script, tmp_path / "run", "first calls",
                       env=misbehaving(broken, situations_site / "site"))
     assert found["diff"] < 1e-6 and found["grads"] < 1e-6 and found["world"] == 0
     assert found["served"]["situations_pkg.model.loss_fn"].startswith(loss_fn), found["served"]
