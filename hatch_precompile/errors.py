@@ -89,6 +89,11 @@ class DynamoEntryRefused(HatchPrecompileError):
     """torch did not take a shipped Dynamo cache entry; the message says why (the function is traced, as without it)."""
 
 
+class DynamoEntryNotYet(DynamoEntryRefused):
+    """torch could not rebuild a shipped entry's guards from what this process holds so far (a registry a
+    library fills as its models are made); the install is tried again at the function's first call."""
+
+
 # -- child: the processes a build, verify and snoop start -------------------------------------------
 
 

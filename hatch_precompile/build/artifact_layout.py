@@ -140,6 +140,7 @@ def _manifest(package: str, result: dict[str, Any], files: dict[str, FileEntry],
         steps=steps,
         libraries=libraries,
         platform=_platform(libraries, result),
+        served=result.get("served"),
     )
 
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.build import artifact_layout, dynamo_pass, torch_trace
+from hatch_precompile.build import artifact_layout, dynamo_pass, served_proof, torch_trace
 from hatch_precompile.build.reporter import PREFIX, Reporter
 from hatch_precompile.child import supervisor
 from hatch_precompile.errors import CannotCompile, ChildError, Unusable, WorkloadFailed
@@ -122,17 +122,23 @@ def _run_set(
         if note not in said:
             said.add(note)
             reporter.info(note)
-    if options.get("dynamo_cache", True) and child.data.get("dynamo_pass") and not variables.no_dynamo_cache(env):
-        _served_compiles(python, run_dir, spec, env, limits, reporter, out_dir, users_torch)
     result = {**child.data, "workloads": child.workloads}
+    if options.get("dynamo_cache", True) and child.data.get("dynamo_pass") and not variables.no_dynamo_cache(env):
+        unshipped = _served_compiles(python, run_dir, spec, env, limits, reporter, out_dir, users_torch)
+        proven = served_proof.prove(python, run_dir, spec, env, limits, reporter, result, cache_dir, out_dir,
+                                    users_torch, unshipped)
+        if proven is not None:
+            result["served"] = proven
     return artifact_layout.lay_out(target, package, result, cache_dir=cache_dir, out_dir=out_dir,
                                    started=started, reporter=reporter)
 
 
 def _served_compiles(python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str],
-                     limits: tuple[float, float | None], reporter: Reporter, out_dir: Path, users_torch: bool) -> None:
+                     limits: tuple[float, float | None], reporter: Reporter, out_dir: Path,
+                     users_torch: bool) -> dict[str, str]:
     """The second pass (build/dynamo_pass.py): the package's torch.compile calls as Dynamo cache entries,
-    into ``out_dir/dynamo``. Its failure costs the set nothing but those entries, said in one line."""
+    into ``out_dir/dynamo``; each compiled function it did not ship, and why. Its failure costs the
+    set nothing but those entries, said in one line."""
     started = time.perf_counter()
     work = run_dir / "dynamo-pass"
     copy = work / "inductor-cache"  # the first pass's graphs, hit; its entries left as users' traced calls find them
@@ -148,11 +154,11 @@ def _served_compiles(python: str, run_dir: Path, spec: dict[str, Any], env: dict
     except ChildError as exc:
         reporter.warning(f"no compiled function is served untraced: the second pass under torch's caching_precompile "
                          f"stopped: {exc.detail}")
-        return
+        return {}
     if result.status != "ok":
         why = result.detail or (result.failure.traceback.strip().splitlines()[-1] if result.failure else result.status)
         reporter.warning(f"no compiled function is served untraced: {why}")
-        return
+        return {}
     made = work / "out" / DYNAMO_DIR
     if made.is_dir():
         shutil.move(str(made), str(out_dir / DYNAMO_DIR))
@@ -161,8 +167,12 @@ def _served_compiles(python: str, run_dir: Path, spec: dict[str, Any], env: dict
               "from another, on an object's state, or reached by a path not evaluated)") if data.get("traced") else ""
     reporter.info(f"{data.get('functions', 0)} compiled function(s) served without Dynamo tracing them "
                   f"({data.get('guarded', 0)} guarded code(s)){traced}; second pass {time.perf_counter() - started:.1f} s")
+    unshipped = {}
     for note in data.get("notes") or []:
         reporter.info(f"not served untraced: {note}")
+        name, _, why = note.partition(": ")
+        unshipped[name] = why
+    return unshipped
 
 
 def _run_child(

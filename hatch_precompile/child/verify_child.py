@@ -25,6 +25,7 @@ def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[1]).read_text())
     out = Path(spec["out"])
     package = spec["package"]
+    sys.path[:0] = spec.get("paths") or []  # a build's proof imports the package from its project
     cache_dir = os.environ[CACHE_DIR_VAR]
 
     import torch

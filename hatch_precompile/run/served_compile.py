@@ -26,7 +26,7 @@ import sys
 import threading
 from typing import Any, Callable
 
-from hatch_precompile.errors import DynamoEntryRefused, ServedError, Skip
+from hatch_precompile.errors import DynamoEntryNotYet, DynamoEntryRefused, ServedError, Skip
 from hatch_precompile.protocol import served_compiles
 from hatch_precompile.protocol.names import SERVED_FILE
 from hatch_precompile.run.artifacts import ArtifactSet
@@ -152,7 +152,7 @@ def _served(package: str, model: Any, options: dict[str, Any], original: Callabl
             _said(function, "traced: a module compiled before CUDA was initialised is not served")
             return compiled
         return _installed_at_first_call(package, model, function, compiled)
-    _install(package, model, function)
+    _install(package, model, function, compiled)
     return compiled
 
 
@@ -172,7 +172,10 @@ def _shipped(package: str, model: Any, options: dict[str, Any]) -> served_compil
     return function
 
 
-def _install(package: str, model: Any, function: served_compiles.Function) -> None:
+def _install(package: str, model: Any, function: served_compiles.Function, compiled: Any = None) -> None:
+    """Install ``function``'s entry on ``model``'s code, once per process. Where torch cannot rebuild
+    its guards yet (a source they read is not there at ``torch.compile``: a registry a library fills
+    as its models are made), it is tried again once, at the first call of ``compiled``."""
     from hatch_precompile.run.torch_internals import compile_scope, compiler_settings, dynamo_cache, guard_text
 
     name = f"{function.module}.{function.qualname}"
@@ -199,6 +202,13 @@ def _install(package: str, model: Any, function: served_compiles.Function) -> No
                                                    any_threads=bool(found.manifest.settings.get("cpp.dynamic_threads")),
                                                    not_loaded=functools.partial(_not_loaded, function),
                                                    refused=functools.partial(_refused_at_first_run, function))
+        except DynamoEntryNotYet as exc:
+            if compiled is not None and compile_scope.at_first_call(compiled, functools.partial(
+                    _again, package, model, function, name)):
+                _said(function, f"installed at its first call: at torch.compile, {exc}")
+            else:
+                _said(function, f"traced: {exc}")
+            return
         except (Skip, DynamoEntryRefused) as exc:
             _said(function, f"traced: {exc}")
             return
@@ -211,6 +221,13 @@ def _install(package: str, model: Any, function: served_compiles.Function) -> No
         held = f", {counts['held']} object(s) held to the build's" if counts["held"] else ""
         traced = f"; {counts['traced']} other(s) traced: {reasons[0]}" if counts["traced"] else ""
         _said(function, f"served: {counts['served']} guarded code(s){held}{traced}")
+
+
+def _again(package: str, model: Any, function: served_compiles.Function, name: str) -> None:
+    """The install tried again, at the function's first call."""
+    with this_process.lock:
+        this_process.tried.discard(name)
+    _install(package, model, function)
 
 
 def _settings_differ(function: served_compiles.Function, index: served_compiles.Index,

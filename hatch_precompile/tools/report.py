@@ -66,6 +66,7 @@ def summarize(manifest: Manifest) -> dict[str, Any]:
         "workloads": workloads,
         "compile_times": manifest.compile_times,
         "warmed": manifest.warmed,
+        "served": manifest.served,
     }
 
 
@@ -162,6 +163,11 @@ def _render_one(s: dict[str, Any]) -> list[str]:
     out.append(f"    captured steps       {len(s['steps']):4}  {_mb(sizes['steps'])}  ({steps})")
     for name, step in sorted((s.get("step_routes") or {}).items()):
         out.append(f"      {name}: {describe_step(step)}")
+    served = s.get("served")
+    if isinstance(served, dict):
+        out.append(f"  compiled functions: served {served.get('served')} of {served.get('functions')} untraced "
+                   f"(proven in a fresh process at build: {served.get('proof') or 'nothing to prove'})")
+        out.extend(f"    not served: {name}: {why}" for name, why in sorted((served.get("not_served") or {}).items()))
     for w in s["workloads"]:
         out.extend(_render_workload(w))
     phases = compile_phases(s["compile_times"])

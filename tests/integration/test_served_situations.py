@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import json
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run
+from conftest import ROOT, build_wheel, run
 
 from integration.test_served_compiles import built_with_both_passes
 from integration.test_touchpoints import misbehaving
@@ -32,6 +33,7 @@ SERVED, TRACED = "served", "traced"
 EXPECTED = {
     "right": {
         "first call": SERVED, "Dynamo's cache size limit raised before a first call": SERVED,
+        "a registry filled as models are made, read by a function compiled at import": SERVED,
         "another model instance": SERVED, "a model from a checkpoint": SERVED, "a trained model": SERVED,
         "a compiled module, another instance": SERVED, "a closure over another tensor": SERVED,
         "a global tensor mutated in place": SERVED, "a global tensor replaced": SERVED,
@@ -135,6 +137,8 @@ def assert_served_as_cold(python: Path, script: Path, work: Path, group: str, co
             "trace read bytecode of level 0"]
     if group == "right":  # the user's compile ran under the user's backend; the package's, served
         assert served["served"]["situations_pkg.model.loss_fn"].startswith("served: 1 guarded code(s)")
+        # its guards read the registry by position: not there at import, so installed at its first call
+        assert served["served"]["situations_pkg.model.registered_scale"].startswith("served: 1 guarded code(s)")
         assert served["results"]["the same function compiled again by the user, with another backend"][1][1] == 1
 
 
@@ -145,17 +149,61 @@ def cold_cache(tmp_path_factory) -> Path:
 
 def test_the_build_serves_every_compiled_function(situations_site):
     log = (situations_site / "build.log").read_text()
-    assert BUILT in log, log
+    assert BUILT in log and "precompile: served 22 of 22 compiled function(s) untraced, proven in a fresh process" in log
     assert "not served untraced" not in log, log
 
 
-BUILT = "precompile: 21 compiled function(s) served without Dynamo tracing them (21 guarded code(s))"
+BUILT = "precompile: 22 compiled function(s) served without Dynamo tracing them (22 guarded code(s))"
 
 
 @pytest.mark.parametrize("group", list(EXPECTED))
 def test_each_situation_computes_what_a_cold_compile_computes(situations_site, cold_cache, tmp_path, group):
     assert_served_as_cold(Path(sys.executable), situations_site / "situations.py", tmp_path, group, cold_cache,
                           site=situations_site / "site")
+
+
+ONE_FUNCTION = """
+import torch
+
+SCALE = 2.0
+
+
+def scaled(x):
+    return torch.tanh(x) * SCALE
+
+
+compiled = torch.compile(scaled)
+
+
+def workload():
+    compiled(torch.ones(4))
+"""
+
+
+def test_an_entry_that_would_not_install_for_a_user_is_not_shipped_and_the_build_says_why(tmp_path):
+    """The build installs its entries and runs its workloads again in a fresh process, as a user's; torch
+    refusing the entry there (here made to, as torch 2.13 does for GPT-2's functions with an
+    IndexError while it rebuilds the guards) takes it out of the wheel, named with torch's words."""
+    project = tmp_path / "one_fn"
+    (project / "one_fn").mkdir(parents=True)
+    (project / "one_fn" / "__init__.py").write_text("import hatch_precompile\n\nhatch_precompile.load(__name__)\n")
+    (project / "one_fn" / "model.py").write_text(ONE_FUNCTION)
+    (project / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["hatchling", "hatch-precompile"]\nbuild-backend = "hatchling.build"\n'
+        '[project]\nname = "one-fn"\nversion = "0.1.0"\n[tool.hatch.build.targets.wheel]\npackages = ["one_fn"]\n'
+        '[tool.hatch.build.hooks.precompile]\nworkload = "one_fn.model:workload"\n')
+    proc, wheel = build_wheel(project, tmp_path / "dist", env={"HATCH_PRECOMPILE_NO_DYNAMO_CACHE": "0",
+                                                               **misbehaving("compile-package")})
+    assert "precompile: 1 compiled function(s) served without Dynamo tracing them" in proc.stdout, proc.stdout
+    assert ("precompile: warning: not served untraced: one_fn.model.scaled: torch could not install the shipped "
+            "Dynamo cache entry: RuntimeError('misbehaving on purpose')") in proc.stdout, proc.stdout
+    assert "precompile: served 0 of 1 compiled function(s) untraced, proven in a fresh process" in proc.stdout
+    with zipfile.ZipFile(wheel) as archive:
+        (manifest,) = [json.loads(archive.read(n)) for n in archive.namelist() if n.endswith("manifest.json")]
+    assert not any(name.startswith("dynamo/") for name in manifest["files"]), manifest["files"]  # nothing of it ships
+    assert manifest["served"] == {"functions": 1, "served": 0, "proof": "ok", "not_served": {
+        "one_fn.model.scaled": "torch could not install the shipped Dynamo cache entry: RuntimeError('misbehaving on "
+                               "purpose')"}}
 
 
 FIRST_CALLS = r"""

@@ -350,6 +350,13 @@ def _precompile_context(module):
             lambda *args, **kwargs: record(*args, **kwargs))
 
 
+def _guards_module(module):
+    if "guard-create-log" in BROKEN:  # torch logs under another name
+        import logging
+
+        module.log = logging.getLogger("torch._guards.elsewhere")
+
+
 def _aot_autograd_result(module):
     if "graph-load" in BROKEN:  # a compiled graph that does not load in this process
         module.BundledAOTAutogradCacheArtifact.after_deserialization = _raise
@@ -487,6 +494,7 @@ PATCHES = {
     "torch._dynamo.output_graph": _output_graph,
     "torch._dynamo.precompile_context": _precompile_context,
     "torch._dynamo.config": _dynamo_config,
+    "torch._guards": _guards_module,
     "torch._dynamo.eval_frame": _eval_frame,
     "torch._dynamo.variables.dicts": _dynamo_dicts,
     "torch._dynamo.variables.torch": _dynamo_torch_variables,
@@ -509,7 +517,7 @@ BREAKERS = frozenset({
     "guard-filter", "guarded-code", "dropped-guards", "guard-state-tensor", "compiler-config",
     "global-state", "compiler-settings", "code-source", "guard-pickler", "module-global", "dynamo-entries",
     "graph-load", "eager-backward", "graph-cache-log", "package-bypass", "bypass-log", "guard-text",
-    "compile-context", "folded-calls", "dict-absent-key", "folded-call",
+    "compile-context", "folded-calls", "dict-absent-key", "folded-call", "guard-create-log",
 })
 
 

@@ -115,6 +115,11 @@ def right():
 
     @situation
     def _():
+        """a registry filled as models are made, read by a function compiled at import"""
+        return values(M.registered(x))
+
+    @situation
+    def _():
         """another model instance"""
         return trained(M.make(seed=5))
 

@@ -188,3 +188,31 @@ def test_the_build_records_each_key_its_trace_did_not_find_and_each_call_torch_f
     assert "with arguments" in reads.pending[-1]
     reads._folded({"self": types.SimpleNamespace(value=torch.sin), "args": [], "kwargs": {}})  # not a fact
     assert len(reads.pending) == 3
+
+
+def test_a_function_the_proof_did_not_serve_is_taken_out_of_the_index_and_its_files_out_of_the_set(tmp_path):
+    from hatch_precompile.build import served_proof
+    from hatch_precompile.protocol import DYNAMO_DIR, SERVED_FILE
+
+    def function(name, line):
+        key = served_compiles.source_key(name, line)
+        return key, served_compiles.Function("m", name, line, f"{DYNAMO_DIR}/{key}.entry", f"{DYNAMO_DIR}/{key}.guards",
+                                             ({},), {"a" * 64: {"held": [], "reads": [], "settings": name}})
+
+    functions = dict([function("kept", 3), function("refused", 7)])
+    index = served_compiles.Index(0, {"kept": {"inductor": {}}, "refused": {"inductor": {"x": 1}}}, functions)
+    (tmp_path / DYNAMO_DIR).mkdir()
+    (tmp_path / SERVED_FILE).write_text(served_compiles.dumps(index))
+    for f in functions.values():
+        (tmp_path / f.entry).write_bytes(b"entry")
+        (tmp_path / f.guards).write_bytes(b"guards")
+    refused = served_compiles.source_key("refused", 7)
+    served_proof._drop(tmp_path, index, {refused})
+    kept = served_compiles.parse((tmp_path / SERVED_FILE).read_text())
+    assert list(kept.functions) == [served_compiles.source_key("kept", 3)] and list(kept.settings) == ["kept"]
+    assert sorted(p.name for p in (tmp_path / DYNAMO_DIR).iterdir()) == sorted(
+        ["served.json", f"{served_compiles.source_key('kept', 3)}.entry", f"{served_compiles.source_key('kept', 3)}.guards"])
+    served_proof._drop(tmp_path, kept, set(kept.functions))  # none left: no index, no dir
+    assert not (tmp_path / DYNAMO_DIR).exists()
+    assert served_proof.record_line({"functions": 2, "served": 1, "not_served": {"m.refused": "torch could not"}}) == \
+        "served 1 of 2 compiled function(s) untraced; not: m.refused (torch could not)"

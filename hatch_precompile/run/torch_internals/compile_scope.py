@@ -40,6 +40,31 @@ def mark(compiled: Any, key: str) -> bool:
     return True
 
 
+def at_first_call(compiled: Any, run: Callable[[], None]) -> bool:
+    """Have ``run()`` called once, at the first call of ``compiled`` (before its frame is evaluated);
+    whether it could be."""
+    lookup("compile-context", "setting")
+    hooks = getattr(_context_of(compiled), "enter_exit_hooks", None)
+    if not isinstance(hooks, list):
+        return False
+    done: list[bool] = []
+    lock = threading.Lock()
+
+    def enter() -> Callable[[], object]:
+        with lock:
+            if not done:
+                done.append(True)
+                run()
+        return _nothing
+
+    hooks.append(enter)
+    return True
+
+
+def _nothing() -> None:
+    return None
+
+
 def serving(key: str) -> Callable[[], bool]:
     """Whether the innermost served compile running on this thread is ``key``'s, asked at each call."""
     def check() -> bool:

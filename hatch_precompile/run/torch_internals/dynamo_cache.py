@@ -28,17 +28,19 @@ import contextlib
 import dataclasses
 import hashlib
 import itertools
+import logging
 import pickle
 import re
 import sys
 import threading
 from typing import Any, Callable, Iterator
 
-from hatch_precompile.errors import DynamoEntryRefused
+from hatch_precompile.errors import DynamoEntryNotYet, DynamoEntryRefused
 from hatch_precompile.run import held_objects, unguarded_reads
 from hatch_precompile.run.torch_internals import entry_graphs, guard_text
 from hatch_precompile.run.torch_internals.registry import lookup
 
+log = logging.getLogger("hatch_precompile")
 _lock = threading.Lock()  # one install at a time: the wrappers below are the package module's for its duration
 
 
@@ -67,7 +69,9 @@ def install(fn: Any, shipped: Shipped, env_checked: bool, any_threads: bool = Fa
             refused: Callable[[str], None] = lambda why: None) -> tuple[dict[str, int], list[str]]:
     """Install the entry ``shipped`` on ``fn``'s code; what its guarded codes became (``{"served": n,
     "held": objects held to the build's, "traced": guarded codes never run}``) and why each traced
-    one is. Raises DynamoEntryRefused, having left nothing installed.
+    one is. Raises DynamoEntryRefused, having left nothing installed (DynamoEntryNotYet where torch
+    raised while it rebuilt the guards: a source it evaluates may not be there yet, such as a key of
+    a registry a library fills as its models are made).
 
     Each guarded code runs only where: the guards torch rebuilt here are the build's, value for
     value (guard_text); each object its dropped identity guards held is the build's
@@ -110,7 +114,11 @@ def install(fn: Any, shipped: Shipped, env_checked: bool, any_threads: bool = Fa
             return state
 
         def build_manager(state: Any, code: Any, scope: dict[str, Any]) -> Any:
-            manager = load_manager(state, code, scope)
+            try:
+                manager = load_manager(state, code, scope)
+            except Exception as exc:  # a guard's source not there yet, or torch moved
+                rebuilding.append(exc)
+                raise
             digest = digests.get(id(state), "")
             record = elsewhere.get(id(code)) or shipped.guarded.get(digest, "its guards are not in the index")
             if isinstance(record, dict):
@@ -131,12 +139,13 @@ def install(fn: Any, shipped: Shipped, env_checked: bool, any_threads: bool = Fa
                               unguarded_reads.check(record, shipped.settings, scope), refused)
             return manager
 
+        rebuilding: list[Exception] = []  # what torch raised while it rebuilt a guarded code's guards
         expected = sum(len(c.guarded_codes) for c in dynamo.codes if not getattr(c, "bypassed", False))
         scopes = [vars(m) for m in {sys.modules.get(getattr(c, "python_module", "")) for c in dynamo.codes} if m]
         names_before = [set(scope) for scope in scopes]
         package.load_guards_state, package.load_guard_manager = read_state, build_manager
         try:
-            with _missing_grads_as_none():
+            with _missing_grads_as_none(), _guard_errors_unlogged():
                 compile_package.install(graphs.deferred())
             if counts["served"] + counts["traced"] != expected:  # torch built guards these wrappers did not see
                 raise RuntimeError(f"{expected} guarded code(s) in the entry, {counts['served'] + counts['traced']} seen")
@@ -145,11 +154,13 @@ def install(fn: Any, shipped: Shipped, env_checked: bool, any_threads: bool = Fa
                 raise RuntimeError(missing)
             _after_installed_names(dynamo)
         except Exception as exc:
+            log.debug("hatch-precompile: an entry of %s not installed", getattr(fn, "__qualname__", fn), exc_info=True)
             _quietly(compile_package.uninstall)
             for scope, before in zip(scopes, names_before):  # what uninstall() leaves: the builtins dict, say
                 for name in set(scope) - before:
                     scope.pop(name, None)
-            raise DynamoEntryRefused(f"torch could not install the shipped Dynamo cache entry: {exc!r}") from None
+            error = DynamoEntryNotYet if rebuilding else DynamoEntryRefused
+            raise error(f"torch could not install the shipped Dynamo cache entry: {exc!r}") from None
         finally:
             package.load_guards_state, package.load_guard_manager = load_state, load_manager
     return counts, reasons
@@ -268,6 +279,23 @@ def _missing_grads_as_none() -> Iterator[None]:
         yield
     finally:
         pickler._unpickle_tensor = original
+
+
+@contextlib.contextmanager
+def _guard_errors_unlogged() -> Iterator[None]:
+    """Torch logs a guard it could not rebuild as an error with its stack; an install that fails says
+    why in ``served()`` instead (and one tried again at the first call may well succeed), so while an
+    entry is installed those records are not printed."""
+    logger = logging.getLogger(lookup("guard-create-log", "logging").module)
+
+    def unlogged(record: logging.LogRecord) -> bool:
+        return record.levelno < logging.ERROR
+
+    logger.addFilter(unlogged)
+    try:
+        yield
+    finally:
+        logger.removeFilter(unlogged)
 
 
 def _this_thread_count(state: Any) -> None:

@@ -204,6 +204,10 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "load: while an entry is installed, each guarded code is matched to the index, and its guards "
                "get one holding each dropped source to its object (run/torch_internals/dynamo_cache.py)",
                broken="the entry is taken out again (its guarded codes were not all seen): the function is traced"),
+    Touchpoint("guard-create-log", "torch._guards", "log", "logging", "load: while a shipped entry is installed, "
+               "torch's error records of a guard it could not rebuild, kept from printing: `served()` says why the "
+               "install failed, and one tried again at the first call may succeed (run/torch_internals/dynamo_cache.py)",
+               broken="torch prints its error and the guard's stack at the install"),
     Touchpoint("guard-state-tensor", "torch._dynamo.guards", "GuardsStatePickler._unpickle_tensor", "wrap",
                "load: while an entry is installed, a tensor whose `.grad` torch pickled as missing (a parameter with "
                "a gradient when it compiled; torch's own unpickler raises) is read back with none "

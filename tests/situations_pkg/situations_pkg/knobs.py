@@ -2,3 +2,4 @@
 
 SHIFT = 0.0
 BIAS = True
+SCALES: dict = {}  # by model class, filled as each model is made (as transformers' own registries are)

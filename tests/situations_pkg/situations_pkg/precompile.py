@@ -8,6 +8,7 @@ from situations_pkg import model as M
 def workload() -> None:
     x, y = M.batch()
     net = M.make()
+    M.registered(x)  # one model made so far, as in a user's program that makes one and calls it
     optimizer = torch.optim.AdamW(net.parameters())
     for _ in range(2):
         optimizer.zero_grad()

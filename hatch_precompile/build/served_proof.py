@@ -1,0 +1,138 @@
+"""The second pass's entries proven before they ship: installed and run in a fresh process as a user's.
+
+After the second pass (build/dynamo_pass.py), the run is laid out as a set into a private store of
+its own (the layout ``warm`` stores), and verify's child (child/verify_child.py) imports the package
+from the project, as a user's process does: ``load()`` finds the set there, installs it, serves the
+package's ``torch.compile`` calls, and the workloads run again. What ``served()`` then says of each
+compiled function is the build's verdict: a function whose entry torch would not install here (an
+``IndexError`` while it rebuilds the guards, say), or that the replay traced for a check of its own,
+is not shipped, and the build names it with the reason; the others are ``served N of M``. The
+manifest's ``served`` field keeps the same (``report`` shows it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from hatch_precompile.build import artifact_layout
+from hatch_precompile.build.reporter import PREFIX, Reporter
+from hatch_precompile.child import supervisor
+from hatch_precompile.errors import ChildError
+from hatch_precompile.protocol import (
+    APP,
+    BUILDING_VAR,
+    CACHE_DIR_VAR,
+    DYNAMO_DIR,
+    SERVED_FILE,
+    canonical_name,
+    env_id,
+    served_compiles,
+)
+
+_SECOND_PASS_ONLY = ("TORCH_CACHING_PRECOMPILE",)
+
+
+def prove(python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str], limits: tuple[float, float | None],
+          reporter: Reporter, result: dict[str, Any], cache_dir: Path, out_dir: Path,
+          users_torch: bool, unshipped: dict[str, str]) -> dict[str, Any] | None:
+    """Run the package served from ``out_dir``'s entries over ``cache_dir``'s graphs; take out of
+    ``out_dir`` what would not be served, and say so. The manifest's ``served`` record (with
+    ``unshipped``: the functions the second pass did not ship, and why), or None where the second
+    pass shipped nothing and said why."""
+    index_file = out_dir / SERVED_FILE
+    if not index_file.is_file():
+        return {"functions": len(unshipped), "served": 0, "not_served": unshipped, "proof": None} if unshipped else None
+    index = served_compiles.parse(index_file.read_text())
+    started = time.perf_counter()
+    work = run_dir / "served-proof"
+    store = work / "user-cache"
+    staged = work / "staged"
+    quiet = Reporter(_silent, _silent)
+    manifest = artifact_layout.lay_out(staged, spec["package"], result, cache_dir=cache_dir, out_dir=out_dir,
+                                       started=started, reporter=quiet)
+    if manifest is None:
+        return None
+    entry = store / APP / canonical_name(spec["package"]) / env_id(manifest.env)
+    entry.parent.mkdir(parents=True)
+    shutil.copytree(staged, entry)
+    _private(store)
+    proof_env = {k: v for k, v in env.items() if k not in (BUILDING_VAR, *_SECOND_PASS_ONLY)}
+    proof_env.update({"XDG_CACHE_HOME": str(store), CACHE_DIR_VAR: str(work / "inductor-cache")})
+    timeout, heartbeat = limits
+    job = supervisor.Job("hatch_precompile.child.verify_child", spec,
+                         f"{PREFIX} (served, proven)", reporter.line,
+                         relay=lambda line: reporter.line(f"  | {line}"), timeout=timeout,
+                         heartbeat=heartbeat if heartbeat is not None else 30.0, own_temp=not users_torch)
+    why = ""
+    try:
+        proven = supervisor.run(job, work / "child", python, proof_env)
+    except ChildError as exc:
+        proven, why = None, exc.detail
+    if proven is None or proven.status != "ok":
+        if proven is not None:
+            failure = proven.failure
+            why = proven.detail or (failure.traceback.strip().splitlines()[-1] if failure else proven.status)
+        _drop(out_dir, index, set(index.functions))
+        reporter.warning(f"no compiled function is served untraced: served from the set in a fresh process, the "
+                         f"workloads did not run ({why})")
+        failed = {f"{f.module}.{f.qualname}": f"not proven: {why}" for f in index.functions.values()}
+        return {"functions": len(index.functions) + len(unshipped), "served": 0,
+                "not_served": {**unshipped, **failed}, "proof": f"failed: {why}"}
+    outcomes = proven.data.get("served") or {}
+    not_served = {}
+    for function in index.functions.values():
+        name = f"{function.module}.{function.qualname}"
+        outcome = outcomes.get(name)
+        if outcome is None:
+            not_served[name] = "the workloads, served, did not compile it"
+        elif not outcome.startswith("served"):
+            not_served[name] = outcome.removeprefix("traced: ")
+    _drop(out_dir, index, {key for key, f in index.functions.items() if f"{f.module}.{f.qualname}" in not_served})
+    for name, why in sorted(not_served.items()):
+        reporter.warning(f"not served untraced: {name}: {why}")
+    record = {"functions": len(index.functions) + len(unshipped), "served": len(index.functions) - len(not_served),
+              "not_served": {**unshipped, **not_served}, "proof": "ok"}
+    reporter.info(f"{record_line(record, named=False)}, proven in a fresh process "
+                  f"({time.perf_counter() - started:.1f} s)")
+    return record
+
+
+def _silent(line: str) -> None:
+    """The staging layout's lines: the real one says them."""
+
+
+def _drop(out_dir: Path, index: served_compiles.Index, keys: set[str]) -> None:
+    """Take the functions ``keys`` out of the index and their files out of ``out_dir``."""
+    if not keys:
+        return
+    for key in keys:
+        function = index.functions[key]
+        for logical in (function.entry, function.guards):
+            (out_dir / logical).unlink(missing_ok=True)
+    kept = {k: f for k, f in index.functions.items() if k not in keys}
+    if not kept:
+        shutil.rmtree(out_dir / DYNAMO_DIR, ignore_errors=True)
+        return
+    used = {c["settings"] for f in kept.values() for c in f.guarded.values() if isinstance(c, dict)}
+    settings = {digest: values for digest, values in index.settings.items() if digest in used}
+    (out_dir / SERVED_FILE).write_text(served_compiles.dumps(served_compiles.Index(index.optimize, settings, kept)))
+
+
+def _private(root: Path) -> None:
+    """The store as ``load()`` trusts one: the user's own dirs (0700) and files (0600)."""
+    for directory, dirs, files in os.walk(root):
+        os.chmod(directory, 0o700)
+        for name in files:
+            os.chmod(os.path.join(directory, name), 0o600)
+
+
+def record_line(record: dict[str, Any], named: bool = True) -> str:
+    """The ``served`` record in one line, as ``report`` says it (``named``: with each not served, and why)."""
+    said = f"served {record['served']} of {record['functions']} compiled function(s) untraced"
+    if named and record.get("not_served"):
+        said += "; not: " + "; ".join(f"{name} ({why})" for name, why in sorted(record["not_served"].items()))
+    return said
