@@ -86,8 +86,8 @@ def build(python: str, out: Path, cases: list[str]) -> tuple[Path, list[str]]:
     (wheel,) = dist.glob("*.whl")
     with zipfile.ZipFile(wheel) as archive:
         archive.extractall(site)
-    said = [line for line in proc.stdout.splitlines()
-            if re.match(r"precompile: (served|not served|\d+ compiled function)", line)]
+    said = [line for line in (proc.stdout + proc.stderr).splitlines()
+            if re.match(r"precompile: (warning: )?(served|not served|\d+ compiled function)", line)]
     return site, said
 
 

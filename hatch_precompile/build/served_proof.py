@@ -12,6 +12,7 @@ manifest's ``served`` field keeps the same (``report`` shows it).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import time
@@ -27,10 +28,15 @@ from hatch_precompile.protocol import (
     BUILDING_VAR,
     CACHE_DIR_VAR,
     DYNAMO_DIR,
+    MANIFEST_FILE,
     SERVED_FILE,
+    SETS_DIR,
+    STEPS_DIR,
+    Manifest,
     canonical_name,
     env_id,
     served_compiles,
+    set_name,
 )
 
 _SECOND_PASS_ONLY = ("TORCH_CACHING_PRECOMPILE",)
@@ -56,6 +62,7 @@ def prove(python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str],
                                        started=started, reporter=quiet)
     if manifest is None:
         return None
+    manifest = _without_steps(staged, manifest)
     entry = store / APP / canonical_name(spec["package"]) / env_id(manifest.env)
     entry.parent.mkdir(parents=True)
     shutil.copytree(staged, entry)
@@ -99,6 +106,18 @@ def prove(python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str],
     reporter.info(f"{record_line(record, named=False)}, proven in a fresh process "
                   f"({time.perf_counter() - started:.1f} s)")
     return record
+
+
+def _without_steps(staged: Path, manifest: Manifest) -> Manifest:
+    """The staged set with no step: a shipped step runs in place of the compiled functions it
+    stands for, and the replay is there to run those, as a user's process does where a step falls
+    back (another torch, other arguments)."""
+    if not manifest.steps:
+        return manifest
+    files = {path: entry for path, entry in manifest.files.items() if not path.startswith(f"{STEPS_DIR}/")}
+    bare = dataclasses.replace(manifest, steps={}, files=files)
+    (staged / SETS_DIR / set_name(manifest.env) / MANIFEST_FILE).write_text(bare.dumps())
+    return bare
 
 
 def _silent(line: str) -> None:

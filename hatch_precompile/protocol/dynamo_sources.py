@@ -19,6 +19,7 @@ import enum
 import hashlib
 import inspect
 import re
+import sys
 import types
 from typing import Any
 
@@ -71,6 +72,9 @@ def describe(value: Any, depth: int = 0) -> dict[str, Any] | None:
             return None
         return {"kind": "function", "module": module, "qualname": qualname, "code": code_digest(value.__code__),
                 "closure": parts, "defaults": defaults, "kwdefaults": keywords}
+    named = _by_its_global_name(value)
+    if named is not None:  # typing.Union and the like: pickled, and found again, by module and name
+        return named
     if isinstance(value, (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType,
                           types.MethodWrapperType, types.ClassMethodDescriptorType)):
         owner = getattr(value, "__self__", None)
@@ -78,6 +82,22 @@ def describe(value: Any, depth: int = 0) -> dict[str, Any] | None:
         return {"kind": "builtin", "type": type(value).__name__, "module": module, "qualname": qualname,
                 "self": bound}
     return None
+
+
+def _by_its_global_name(value: Any) -> dict[str, Any] | None:
+    """An object its class pickles by its global name (``__reduce__`` answers a string: ``typing.Union``,
+    ``typing.Literal``), where that name of its module is the very object."""
+    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
+        return None  # told by what they are, above and below
+    try:
+        reduced = value.__reduce__()
+    except Exception:
+        return None
+    module = getattr(value, "__module__", None)
+    if not (isinstance(reduced, str) and isinstance(module, str)):
+        return None
+    found = sys.modules.get(module)
+    return {"kind": "global", "module": module, "name": reduced} if getattr(found, reduced, None) is value else None
 
 
 def code_digest(code: types.CodeType) -> str:

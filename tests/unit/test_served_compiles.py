@@ -87,6 +87,11 @@ def test_an_object_is_told_apart_by_what_it_is():
     assert dynamo_sources.describe(Shouting("a")) is None and dynamo_sources.describe("a")["kind"] == "value"
     assert dynamo_sources.describe(plain.__code__) == {"kind": "code", "code": dynamo_sources.code_digest(plain.__code__)}
     assert dynamo_sources.describe(made_class()) is None  # two classes made so are told apart by nothing
+    import typing
+
+    # an object pickled by its global name, found again so (huggingface_hub's validators are keyed by them)
+    assert dynamo_sources.describe(typing.Union) == {"kind": "global", "module": "typing", "name": "Union"}
+    assert dynamo_sources.describe(typing.Union) != dynamo_sources.describe(typing.Literal)
 
 
 class Mode(enum.Enum):
