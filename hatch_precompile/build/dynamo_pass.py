@@ -134,7 +134,10 @@ class _Recorder:
             self.filtered = True
             self.entries = [(e.orig_guard.name, e.guard_type, tuple(e.derived_guard_types or ()),
                              e.value if e.has_value else None, bool(e.has_value)) for e in entries]
-            return inner(entries) if inner is not None else [True] * len(entries)
+            kept = list(inner(entries)) if inner is not None else [True] * len(entries)
+            # held as torch's own drops are (_guarded_code): kept, torch would fail to save the guards
+            return [keep and not {e.guard_type, *(e.derived_guard_types or ())} & set(dynamo_sources.HELD_TOO)
+                    for keep, e in zip(kept, entries)]
 
         return {"guard_filter_fn": recording}
 
@@ -177,7 +180,7 @@ class _Recorder:
         reason = None if self.filtered else "its guards were not seen while it compiled"
         named: set[tuple[str, str]] = set()
         for source, guard_type, derived, value, has_value in self.entries:
-            if not {guard_type, *derived} & set(dynamo_sources.DROPPED):
+            if not {guard_type, *derived} & {*dynamo_sources.DROPPED, *dynamo_sources.HELD_TOO}:
                 continue
             named.add((guard_type, source))
             found = dynamo_sources.dropped_guard(source, guard_type, derived, value, has_value)

@@ -2,7 +2,8 @@
 what they are, and Dynamo's paths to them (its "sources").
 
 Torch drops the guards it cannot serialize (an object's identity: ID_MATCH, CLOSURE_MATCH,
-WEAKREF_ALIVE, DICT_VERSION, and those derived from them). A dropped guard on an object a new process
+WEAKREF_ALIVE, DICT_VERSION, and those derived from them); the second pass drops CLASS_MATCH,
+FUNCTION_MATCH and MODULE_MATCH too, which torch cannot serialize but keeps. A dropped guard on an object a new process
 can tell from any other by what it is (a module, a class, a function with its code, a builtin, an
 enum member) is recorded with its ``describe``d form and its source: Dynamo's name for the path to it,
 from the code's globals (``G['F'].gelu``) or from the call's locals (``L['self'].__class__``,
@@ -26,6 +27,11 @@ from typing import Any
 # The guard types torch drops under caching_precompile (torch/_dynamo/guards.py, 2.9-2.15), and
 # those of them a new process can hold to an object it finds again by name.
 DROPPED = ("ID_MATCH", "CLOSURE_MATCH", "WEAKREF_ALIVE", "DICT_VERSION")
+# Identities torch cannot serialize either, yet keeps (2.13-2.15): a compile guarded so fails to save
+# its guards and the whole function is traced (transformers' T5: CLASS_MATCH on
+# ``type(L['self']._modules['decoder'].config)``). The second pass drops them as torch drops the others,
+# and holds them as it holds those.
+HELD_TOO = ("CLASS_MATCH", "FUNCTION_MATCH", "MODULE_MATCH")
 BY_NAME = ("ID_MATCH", "CLOSURE_MATCH", "FUNCTION_MATCH", "CLASS_MATCH", "MODULE_MATCH", "BUILTIN_MATCH")
 # What a source may use besides the code's globals (G) and the call's locals (L): Dynamo's forms.
 SOURCE_HELPERS = {"type": type, "dict": dict, "list": list}

@@ -199,6 +199,16 @@ def right():
 
     @situation
     def _():
+        """code that asks its config's class, the same class"""
+        return values(M.compiled_by_kind(x, M.Settings()))
+
+    @situation
+    def _():
+        """code that asks its config's class, a subclass"""
+        return values(M.compiled_by_kind(x, M.StrictSettings()))
+
+    @situation
+    def _():
         """another dtype"""
         return trained(M.make().double(), x.double())
 
