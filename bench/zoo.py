@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """The zoo: library models nobody here wrote, served untraced or not, from process start against eager.
 
-    python3 bench/zoo.py [--python PY] [--cases gpt2_function,...] [--repeats 3] [--out bench-out/zoo]
+    python3 bench/zoo.py [--python PY] [--cases gpt2_function,...] [--repeats 3] [--out bench-out/zoo] [--together]
 
 Builds bench/projects/zoo (transformers' GPT-2 and BERT, each compiled as a function that takes the
 model and as a module, a Llama-architecture causal LM, T5, ViT; torchvision's ResNet-18 and timm's
 ConvNeXt where they load) with PY's torch and hatch-precompile (``python -m build --no-isolation``;
 PY needs ``build``, ``hatchling``, ``transformers``, and ``torchvision``/``timm`` for those two),
-unpacks the wheel, then for each case whose library loads runs fresh processes with an empty
-``TORCHINDUCTOR_CACHE_DIR`` each: once compiled cold (``PRECOMPILE=0``), for the outputs; then,
+one package per case (``--together``: one package compiling every case, its workload making each
+model in turn in one process), unpacks each wheel, then for each case whose library loads runs
+fresh processes with an empty ``TORCHINDUCTOR_CACHE_DIR`` each: once compiled cold (``PRECOMPILE=0``), for the outputs; then,
 ``--repeats`` times in turn (the order reversed every other repeat), the eager program
 (``torch.compile`` as the identity) and the served one. Each process makes the case's first
 training step (AdamW's included) and first inference, as ``zoo.bench.first_steps`` does.
@@ -102,6 +103,8 @@ def main() -> None:
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("bench-out/zoo"))
+    parser.add_argument("--together", action="store_true",
+                        help="one package compiling every case (default: one package per case)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     probe = subprocess.run([args.python, "-c", PROBE, args.cases], env={**os.environ, "PYTHONPATH": str(PROJECT)},
@@ -112,10 +115,18 @@ def main() -> None:
                                "transformers.__version__)"], capture_output=True, text=True).stdout.split()
     print(f"torch {versions[0]}, transformers {versions[1]}; cases {', '.join(cases)}"
           + (f"; not loadable here: {', '.join(skipped)}" if skipped else ""), flush=True)
-    site, said = build(args.python, args.out, cases)
-    print("\n".join(said), flush=True)
+    if args.together:  # one package compiling every model: the models' registries fill in the build's order
+        site, said = build(args.python, args.out, cases)
+        sites, built = dict.fromkeys(cases, site), {"together": said}
+        print("\n".join(said), flush=True)
+    else:  # one package per model, as users' packages are
+        sites, built = {}, {}
+        for case in cases:
+            sites[case], built[case] = build(args.python, args.out / case, [case])
+            print(f"{case}: " + "; ".join(line.removeprefix("precompile: ") for line in built[case]), flush=True)
     results: dict[str, dict] = {}
     for case in cases:
+        site = sites[case]
         runs: dict[str, list[dict]] = {"eager": [], "served": []}
         cold = run_case(args.python, site, case, {"PRECOMPILE": "0"})
         for repeat in range(args.repeats):
@@ -145,7 +156,7 @@ def main() -> None:
     (args.out / "zoo.json").write_text(json.dumps({
         "machine": {"python": platform.python_version(), "cpu": platform.processor() or platform.machine(),
                     "cores": os.cpu_count()},
-        "torch": versions[0], "transformers": versions[1], "repeats": args.repeats, "build": said,
+        "torch": versions[0], "transformers": versions[1], "repeats": args.repeats, "together": args.together, "build": built,
         "skipped": skipped, "results": results, "table": rows}, indent=1))
 
 
