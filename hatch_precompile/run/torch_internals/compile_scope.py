@@ -51,10 +51,11 @@ def at_first_call(compiled: Any, run: Callable[[], None]) -> bool:
     lock = threading.Lock()
 
     def enter() -> Callable[[], object]:
-        with lock:
-            if not done:
-                done.append(True)
-                run()
+        if not done:  # the lock only until it has run: the hook stays on every later call's path
+            with lock:
+                if not done:
+                    done.append(True)
+                    run()
         return _nothing
 
     hooks.append(enter)
