@@ -44,11 +44,12 @@ _SECOND_PASS_ONLY = ("TORCH_CACHING_PRECOMPILE",)
 
 def prove(python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str], limits: tuple[float, float | None],
           reporter: Reporter, result: dict[str, Any], cache_dir: Path, out_dir: Path,
-          users_torch: bool, unshipped: dict[str, str]) -> dict[str, Any] | None:
+          users_torch: bool, unshipped: dict[str, str], verdict: Reporter | None = None) -> dict[str, Any] | None:
     """Run the package served from ``out_dir``'s entries over ``cache_dir``'s graphs; take out of
-    ``out_dir`` what would not be served, and say so. The manifest's ``served`` record (with
-    ``unshipped``: the functions the second pass did not ship, and why), or None where the second
-    pass shipped nothing and said why."""
+    ``out_dir`` what would not be served, and say so (to ``verdict``, where given; the child's lines
+    go to ``reporter``). The manifest's ``served`` record (with ``unshipped``: the functions the
+    second pass did not ship, and why), or None where the second pass shipped nothing and said why."""
+    verdict = verdict or reporter
     index_file = out_dir / SERVED_FILE
     if not index_file.is_file():
         return {"functions": len(unshipped), "served": 0, "not_served": unshipped, "proof": None} if unshipped else None
@@ -84,7 +85,7 @@ def prove(python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str],
             failure = proven.failure
             why = proven.detail or (failure.traceback.strip().splitlines()[-1] if failure else proven.status)
         _drop(out_dir, index, set(index.functions))
-        reporter.warning(f"no compiled function is served untraced: served from the set in a fresh process, the "
+        verdict.warning(f"no compiled function is served untraced: served from the set in a fresh process, the "
                          f"workloads did not run ({why})")
         failed = {f"{f.module}.{f.qualname}": f"not proven: {why}" for f in index.functions.values()}
         return {"functions": len(index.functions) + len(unshipped), "served": 0,
@@ -100,10 +101,10 @@ def prove(python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str],
             not_served[name] = outcome.removeprefix("traced: ")
     _drop(out_dir, index, {key for key, f in index.functions.items() if f"{f.module}.{f.qualname}" in not_served})
     for name, why in sorted(not_served.items()):
-        reporter.warning(f"not served untraced: {name}: {why}")
+        verdict.warning(f"not served untraced: {name}: {why}")
     record = {"functions": len(index.functions) + len(unshipped), "served": len(index.functions) - len(not_served),
               "not_served": {**unshipped, **not_served}, "proof": "ok"}
-    reporter.info(f"{record_line(record, named=False)}, proven in a fresh process "
+    verdict.info(f"{record_line(record, named=False)}, proven in a fresh process "
                   f"({time.perf_counter() - started:.1f} s)")
     return record
 

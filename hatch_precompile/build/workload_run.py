@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.build import artifact_layout, dynamo_pass, served_proof, torch_trace
+from hatch_precompile.build import artifact_layout, dynamo_pass, lean_headers, served_proof, torch_trace
 from hatch_precompile.build.reporter import PREFIX, Reporter
 from hatch_precompile.child import supervisor
 from hatch_precompile.errors import CannotCompile, ChildError, Unusable, WorkloadFailed
-from hatch_precompile.protocol import CACHE_DIR_VAR, DIRNAME, DYNAMO_DIR, ChildResult, Manifest
+from hatch_precompile.protocol import CACHE_DIR_VAR, DIRNAME, DYNAMO_DIR, SERVED_FILE, ChildResult, Manifest
 from hatch_precompile.run import variables
 
 
@@ -125,12 +125,46 @@ def _run_set(
     result = {**child.data, "workloads": child.workloads}
     if options.get("dynamo_cache", True) and child.data.get("dynamo_pass") and not variables.no_dynamo_cache(env):
         unshipped = _served_compiles(python, run_dir, spec, env, limits, reporter, out_dir, users_torch)
-        proven = served_proof.prove(python, run_dir, spec, env, limits, reporter, result, cache_dir, out_dir,
-                                    users_torch, unshipped)
+        proven = _proven(python, run_dir, spec, env, limits, reporter, result, cache_dir, out_dir, users_torch,
+                         unshipped)
         if proven is not None:
             result["served"] = proven
     return artifact_layout.lay_out(target, package, result, cache_dir=cache_dir, out_dir=out_dir,
                                    started=started, reporter=reporter)
+
+
+def _proven(python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str], limits: tuple[float, float | None],
+            reporter: Reporter, result: dict[str, Any], cache_dir: Path, out_dir: Path, users_torch: bool,
+            unshipped: dict[str, str]) -> dict[str, Any] | None:
+    """The served proof (build/served_proof.py), run on generated modules with lean headers
+    (build/lean_headers.py): where that proof serves less than every function the second pass
+    shipped, the modules as torch wrote them are put back and proven instead."""
+    leaned = lean_headers.apply(cache_dir, result.get("extern_kernels")) if (out_dir / SERVED_FILE).is_file() else {}
+    if not leaned:
+        return served_proof.prove(python, run_dir, spec, env, limits, reporter, result, cache_dir, out_dir,
+                                  users_torch, unshipped)
+    shipped = run_dir / "entries-before-proof"  # what the proof takes out of out_dir, for a second proof
+    shutil.copytree(out_dir / DYNAMO_DIR, shipped)
+    said: list[tuple[bool, str]] = []  # the proof's verdict, said once it is the one kept
+    held = Reporter(lambda text: said.append((False, text)), lambda text: said.append((True, text)))
+    proven = served_proof.prove(python, run_dir, spec, env, limits, reporter, result, cache_dir, out_dir,
+                                users_torch, unshipped, verdict=held)
+    if proven is not None and proven["proof"] == "ok" and set(proven["not_served"]) <= set(unshipped):
+        for warning, text in said:
+            (reporter.show_warning if warning else reporter.show)(text)
+        reporter.info(f"{len(leaned)} generated module(s) import only what their code calls: "
+                      "served, they load without Inductor's lowerings")
+        return proven
+    lean_headers.restore(leaned)
+    shutil.rmtree(out_dir / DYNAMO_DIR, ignore_errors=True)
+    shutil.move(shipped, out_dir / DYNAMO_DIR)
+    shutil.rmtree(run_dir / "served-proof", ignore_errors=True)
+    less = sorted(set(proven["not_served"]) - set(unshipped)) if proven is not None else []
+    why = proven["proof"] if proven is not None and proven["proof"] != "ok" else f"not served: {', '.join(less)}"
+    reporter.info(f"generated modules as torch wrote them: with lean headers the package served less ({why}); "
+                  "proving it again")
+    return served_proof.prove(python, run_dir, spec, env, limits, reporter, result, cache_dir, out_dir,
+                              users_torch, unshipped)
 
 
 def _served_compiles(python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str],
@@ -141,8 +175,9 @@ def _served_compiles(python: str, run_dir: Path, spec: dict[str, Any], env: dict
     set nothing but those entries, said in one line."""
     started = time.perf_counter()
     work = run_dir / "dynamo-pass"
+    first = Path(env[CACHE_DIR_VAR])
     copy = work / "inductor-cache"  # the first pass's graphs, hit; its entries left as users' traced calls find them
-    shutil.copytree(env[CACHE_DIR_VAR], copy, symlinks=True)
+    shutil.copytree(first, copy, symlinks=True)
     timeout, heartbeat = limits
     job = supervisor.Job("hatch_precompile.build.dynamo_pass", spec, f"{PREFIX} (second pass)", reporter.line,
                          relay=lambda line: reporter.line(f"  | {line}"),
@@ -162,6 +197,7 @@ def _served_compiles(python: str, run_dir: Path, spec: dict[str, Any], env: dict
     made = work / "out" / DYNAMO_DIR
     if made.is_dir():
         shutil.move(str(made), str(out_dir / DYNAMO_DIR))
+        _ship_generated_modules(copy, first)
     data = result.data
     traced = (f"; {data['traced']} of their guarded codes are traced (a guard on an object no new process can tell "
               "from another, on an object's state, or reached by a path not evaluated)") if data.get("traced") else ""
@@ -173,6 +209,18 @@ def _served_compiles(python: str, run_dir: Path, spec: dict[str, Any], env: dict
         name, _, why = note.partition(": ")
         unshipped[name] = why
     return unshipped
+
+
+def _ship_generated_modules(second: Path, first: Path) -> None:
+    """The modules Inductor generated for the second pass's graphs that the first pass's cache lacks
+    (torch numbers each compile in its module, so a graph compiled again is another file), shipped
+    with the first's: a served process then finds each entry's module as shipped, lean header and
+    all (build/lean_headers.py), where torch would write it from the entry as it generated it."""
+    for module in second.glob("??/*.py"):
+        shipped = first / module.relative_to(second)
+        if not shipped.exists():
+            shipped.parent.mkdir(exist_ok=True)
+            shutil.copy2(module, shipped)
 
 
 def _run_child(

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hatch_precompile.build import dynamo_pass, empty_graphs, isa, step_capture
-from hatch_precompile.child import observe, progress, workload_loop
+from hatch_precompile.child import kernel_bindings, observe, progress, workload_loop
 from hatch_precompile.protocol import (
     BUILDING_VAR,
     C_MODULES_DIR,
@@ -104,6 +104,7 @@ def main(argv: list[str]) -> int:
         "kernel_commands": kernel_commands,
         "never_saved": step_capture.never_saved(spec.get("package")),
         "dynamo_pass": dynamo_pass.possible(torch),
+        "extern_kernels": kernel_bindings.proven(),
     }))
     return EXIT_OK
 

@@ -176,7 +176,13 @@ def _install(package: str, model: Any, function: served_compiles.Function, compi
     """Install ``function``'s entry on ``model``'s code, once per process. Where torch cannot rebuild
     its guards yet (a source they read is not there at ``torch.compile``: a registry a library fills
     as its models are made), it is tried again once, at the first call of ``compiled``."""
-    from hatch_precompile.run.torch_internals import compile_scope, compiler_settings, dynamo_cache, guard_text
+    from hatch_precompile.run.torch_internals import (
+        compile_scope,
+        compiler_settings,
+        dynamo_cache,
+        graph_stand_in,
+        guard_text,
+    )
 
     name = f"{function.module}.{function.qualname}"
     with this_process.lock:
@@ -198,6 +204,7 @@ def _install(package: str, model: Any, function: served_compiles.Function, compi
                                            guard_text.unpacked(found.read(function.guards)), index.settings,
                                            compile_scope.serving(served_compiles.source_key(function.qualname,
                                                                                            function.firstlineno)))
+            graph_stand_in.install()  # before the entry's graphs load
             counts, reasons = dynamo_cache.install(served_compiles.innermost(model), shipped, env_checked=True,
                                                    any_threads=bool(found.manifest.settings.get("cpp.dynamic_threads")),
                                                    not_loaded=functools.partial(_not_loaded, function),

@@ -11,6 +11,7 @@ identity: a monkeypatched function), which hatch-precompile holds itself.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -269,7 +270,17 @@ def test_a_process_that_only_infers_loads_the_one_graph_it_runs(compile_build, t
 
 
 FIRST_CALL = r"""
-import json
+import json, sys, traceback
+ON_LOAD = set()  # each of LOWERINGS imported while torch loaded a graph from its cache
+
+
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name in LOWERINGS and any(f.name == "cache_hit_post_compile" for f in traceback.extract_stack()):
+            ON_LOAD.add(name)
+
+
+sys.meta_path.insert(0, Watch())
 import compile_pkg
 from compile_pkg import model as M
 from torch._dynamo.utils import get_compilation_metrics
@@ -282,8 +293,32 @@ want = M.loss_fn(eager, x, y)
 want.backward()
 grads = max((a.grad - b.grad).abs().max().item() for a, b in zip(net.parameters(), eager.parameters()))
 print(json.dumps({"served": served_compile.served(), "traced": sum(1 for m in get_compilation_metrics() if m.co_name),
-                  "diff": abs(loss.item() - want.item()), "grads": grads}))
+                  "diff": abs(loss.item() - want.item()), "grads": grads,
+                  "lowerings": sorted(ON_LOAD)}))
 """
+# What loading a graph from Inductor's cache imports as torch has it (its lowerings, its kernel
+# templates and their registry), and a served process does without.
+LOWERINGS = {"torch._inductor.lowering", "torch._inductor.select_algorithm", "torch._inductor.graph",
+             "torch._inductor.codegen.memory_planning", "torch._inductor.kernel.mm"}
+FIRST_CALL = FIRST_CALL.replace("import json, sys, traceback", f"import json, sys, traceback\nLOWERINGS = {LOWERINGS!r}")
+
+
+def test_a_served_process_loads_its_graphs_without_inductors_lowerings(compile_build, tmp_path):
+    """The shipped generated modules import only the extern kernels their code calls, bound as
+    Inductor binds them (proven by identity at build), and torch's cache hit finds a stand-in for
+    the module it imports to read a test hook: loading the served graphs imports none of the
+    lowerings (the package's unserved function imports them at its torch.compile, after the
+    functions above it loaded theirs), and their first call and backward compute what eager does."""
+    log = (compile_build / "build.log").read_text()
+    assert re.search(r"precompile: \d+ generated module\(s\) import only what their code calls", log), log
+    blobs = (compile_build / "site" / "compile_pkg" / "_precompiled" / "blobs").iterdir()
+    shipped = [b for b in (p.read_bytes() for p in blobs) if b.startswith(b"# AOT ID")]  # the generated modules
+    assert not [b for b in shipped if b"from torch._inductor.select_algorithm import extern_kernels" in b]
+    assert [b for b in shipped if b"extern_kernels = __import__('types').SimpleNamespace(" in b]
+    found = run_cases(compile_build / "site", tmp_path, "lean", script=FIRST_CALL)
+    assert found["served"]["compile_pkg.model.loss_fn"].startswith("served"), found["served"]
+    assert found["traced"] == 0 and found["diff"] < 1e-6 and found["grads"] < 1e-6, found
+    assert found["lowerings"] == [], found["lowerings"]
 
 
 @pytest.mark.parametrize("broken, outcome", [
@@ -293,6 +328,7 @@ print(json.dumps({"served": served_compile.served(), "traced": sum(1 for m in ge
     ("guard-load", "traced: torch could not install the shipped Dynamo cache entry: RuntimeError('1 guarded code(s)"),
     ("unique-id", "traced: torch could not install the shipped Dynamo cache entry"),
     ("graph-load", "traced: torch could not install the shipped Dynamo cache entry: RuntimeError('misbehaving on purpose')"),
+    ("post-compile-graph", "served: 1 guarded code(s)"),  # it asks more of GraphLowering: the lowerings load
     ("precompile-entry", None),  # a torch without precompile entries: nothing wrapped, every call torch's
 ])
 def test_a_served_compile_whose_torch_internals_misbehave_is_traced_never_wrong(compile_build, tmp_path, broken, outcome):
@@ -304,3 +340,5 @@ def test_a_served_compile_whose_torch_internals_misbehave_is_traced_never_wrong(
         return
     assert found["served"]["compile_pkg.model.loss_fn"].startswith(outcome), found["served"]
     assert (found["traced"] == 0) == outcome.startswith("served")
+    if broken == "post-compile-graph":
+        assert "torch._inductor.lowering" in found["lowerings"], found

@@ -1,4 +1,4 @@
-"""Wrapping torch's functions and methods: before, instead and after hooks, each run so that it
+"""Wrapping torch's functions and methods: before, around, instead and after hooks, each run so that it
 can neither break a call nor leave torch's compile bookkeeping (Dynamo's open events, its metrics
 context) other than it found it."""
 
@@ -23,11 +23,13 @@ PASS = object()  # what an ``instead`` hook returns to let torch answer
 
 Hook = Callable[[dict[str, Any]], Any]
 After = Callable[[dict[str, Any], Any], None]
+Around = Callable[[dict[str, Any]], "Callable[[], None] | None"]  # returns what undoes it, once the call ends
 
 
 class _Hooks:
     def __init__(self) -> None:
         self.before: list[Hook] = []
+        self.around: list[Around] = []
         self.instead: list[Hook] = []
         self.after: list[After] = []
 
@@ -39,14 +41,15 @@ def enabled() -> bool:
     return not variables.no_patches()
 
 
-def wrap(name: str, *, before: Hook | None = None, instead: Hook | None = None,
+def wrap(name: str, *, before: Hook | None = None, around: Around | None = None, instead: Hook | None = None,
          after: After | None = None) -> None:
-    """Hook into the touchpoint ``name`` (a function or method of torch's) once its module is imported."""
+    """Hook into the touchpoint ``name`` (a function or method of torch's) once its module is imported.
+    ``around`` runs before torch's function and returns what undoes it, called however the call ends."""
     point = lookup(name, "wrap")
     if not enabled():
         return
     hooks = _hooks.setdefault((point.module, point.qualname), _Hooks())
-    for kind, hook in (("before", before), ("instead", instead), ("after", after)):
+    for kind, hook in (("before", before), ("around", around), ("instead", instead), ("after", after)):
         if hook is not None and hook not in getattr(hooks, kind) and hook not in _dropped:
             getattr(hooks, kind).append(hook)
     after_import(point.module, lambda loaded: _install(loaded, point.qualname, hooks, name), name)
@@ -85,11 +88,17 @@ def _install(module: ModuleType, qualname: str, hooks: _Hooks, name: str) -> Non
                 arguments.update(changes)
         if bound is not None:
             args, kwargs = bound.args, bound.kwargs
-        for hook in list(hooks.instead):
-            answer = run_hook(hooks.instead, hook, name, "an instead hook", PASS, arguments)
-            if answer is not PASS:
-                return answer
-        result = original(*args, **kwargs)
+        undo = [run_hook(hooks.around, hook, name, "an around hook", None, arguments) for hook in list(hooks.around)]
+        try:
+            for hook in list(hooks.instead):
+                answer = run_hook(hooks.instead, hook, name, "an instead hook", PASS, arguments)
+                if answer is not PASS:
+                    return answer
+            result = original(*args, **kwargs)
+        finally:
+            for end in reversed(undo):
+                if callable(end):
+                    run_hook(None, end, name, "an around hook's end", None)
         for observer in list(hooks.after):  # an observer or a shortcut must never break a compile
             run_hook(hooks.after, observer, name, "an after hook", None, arguments, result)
         return result

@@ -47,6 +47,10 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
     Touchpoint("write", CODECACHE, "write", "wrap", "build: each kernel's command line (child/observe.py); load: "
                "which kernels are built (run/warm_shortcuts.py)",
                broken="hooks read the arguments by name (none when the signature cannot be read): no relocation (the build says how many kernels are not relocatable), no shortcut"),
+    Touchpoint("post-compile-graph", CODECACHE, "FxGraphCache.cache_hit_post_compile", "wrap",
+               "load, served: a cached graph loads without importing the lowerings; its import of "
+               "`torch._inductor.graph`, made to read a test hook, finds a stand-in (run/torch_internals/graph_stand_in.py)",
+               broken="the real module is imported: the lowerings load with the graph"),
     Touchpoint("precompile-header", CODECACHE, "_precompile_header", "wrap",
                "load: skip the header for a kernel already built (run/warm_shortcuts.py)",
                broken="passed through: the header is built"),
