@@ -91,6 +91,7 @@ def prove(python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str],
         return {"functions": len(index.functions) + len(unshipped), "served": 0,
                 "not_served": {**unshipped, **failed}, "proof": f"failed: {why}"}
     outcomes = proven.data.get("served") or {}
+    index = _first_calls(out_dir, index, set(proven.data.get("first_call") or ()))
     not_served = {}
     for function in index.functions.values():
         name = f"{function.module}.{function.qualname}"
@@ -119,6 +120,18 @@ def _without_steps(staged: Path, manifest: Manifest) -> Manifest:
     bare = dataclasses.replace(manifest, steps={}, files=files)
     (staged / SETS_DIR / set_name(manifest.env) / MANIFEST_FILE).write_text(bare.dumps())
     return bare
+
+
+def _first_calls(out_dir: Path, index: served_compiles.Index, names: set[str]) -> served_compiles.Index:
+    """The index with each function whose entry the proof installed at its first call marked so: a
+    user's process does not try it at ``torch.compile``, where torch cannot rebuild its guards yet."""
+    marked = {key: dataclasses.replace(f, install_at="first-call") if f"{f.module}.{f.qualname}" in names else f
+              for key, f in index.functions.items()}
+    if marked == index.functions:
+        return index
+    index = dataclasses.replace(index, functions=marked)
+    (out_dir / SERVED_FILE).write_text(served_compiles.dumps(index))
+    return index
 
 
 def _silent(line: str) -> None:

@@ -69,8 +69,14 @@ def main(argv: list[str]) -> int:
         "steps": step_verify.this_process.verified,
         # what became of each compiled function shipped as a Dynamo cache entry (run/served_compile.py)
         "served": _served(),
+        "first_call": _installed_at_first_call(),
     }))
     return EXIT_OK
+
+
+def _installed_at_first_call() -> list[str]:
+    served_compile = sys.modules.get("hatch_precompile.run.served_compile")
+    return served_compile.installed_at_first_call() if served_compile is not None else []
 
 
 def _served() -> dict[str, str]:

@@ -56,6 +56,12 @@ class Function:
     guards: str  # its guarded codes' guards in words (guard_text.packed), the file's logical path
     options: tuple[dict[str, Any], ...]  # the keywords of the torch.compile call that compiled it, as given
     guarded: dict[str, Any]  # sha256 of a guarded code's guards -> {"held", "reads", "settings"}, or a reason
+    # When its entry is installed: at torch.compile, or at the compiled object's first call, where the
+    # build's proof found torch could not rebuild its guards before (a registry filled as models are made).
+    install_at: str = "compile"
+
+
+INSTALL_AT = ("compile", "first-call")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,13 +204,20 @@ def parse(text: str | bytes) -> Index:
             function = Function(module=_str(raw["module"]), qualname=_str(raw["qualname"]),
                                 firstlineno=int(raw["firstlineno"]), entry=_str(raw["entry"]), guards=_str(raw["guards"]),
                                 options=tuple(_keywords(o) for o in raw["options"]),
-                                guarded=_guarded(raw["guarded"], settings))
+                                guarded=_guarded(raw["guarded"], settings),
+                                install_at=_one_of(raw.get("install_at", "compile"), INSTALL_AT))
         except (KeyError, TypeError, ValueError, SyntaxError) as exc:
             raise ServedError(f"served.json: function {key!r}: {exc!r}") from None
         if source_key(function.qualname, function.firstlineno) != key:
             raise ServedError(f"served.json: function {key!r} is not keyed by its name and line")
         functions[key] = function
     return Index(data["optimize"], settings, functions)
+
+
+def _one_of(value: Any, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ValueError(f"{value!r} is none of {', '.join(allowed)}")
+    return str(value)
 
 
 def _str(value: Any) -> str:

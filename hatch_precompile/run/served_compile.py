@@ -48,6 +48,7 @@ class ProcessState:
     packages: dict[str, _Package] = dataclasses.field(default_factory=dict)
     outcomes: dict[str, str] = dataclasses.field(default_factory=dict)
     tried: set[str] = dataclasses.field(default_factory=set)  # installed or refused: asked once per function
+    first_call: set[str] = dataclasses.field(default_factory=set)  # installed at the first call, not before
     original: Callable[..., Any] | None = None
     lock: threading.RLock = dataclasses.field(default_factory=threading.RLock)
 
@@ -83,6 +84,13 @@ def served() -> dict[str, str]:
     """Each compiled function this process asked for, ``module.qualname`` -> what became of its entry."""
     with this_process.lock:
         return dict(this_process.outcomes)
+
+
+def installed_at_first_call() -> list[str]:
+    """Each function whose entry torch could not install at ``torch.compile`` and did at its first call
+    (the build's proof records them: a user's process then does not try before)."""
+    with this_process.lock:
+        return sorted(this_process.first_call)
 
 
 def compile_for(package: str, fn: Any, **options: Any) -> Any:
@@ -152,6 +160,11 @@ def _served(package: str, model: Any, options: dict[str, Any], original: Callabl
             _said(function, "traced: a module compiled before CUDA was initialised is not served")
             return compiled
         return _installed_at_first_call(package, model, function, compiled)
+    name = f"{function.module}.{function.qualname}"
+    if function.install_at == "first-call" and compile_scope.at_first_call(compiled, functools.partial(
+            _again, package, model, function, name)):
+        _said(function, "installed at its first call, where the build's proof installed it")
+        return compiled
     _install(package, model, function, compiled)
     return compiled
 
@@ -235,6 +248,9 @@ def _again(package: str, model: Any, function: served_compiles.Function, name: s
     with this_process.lock:
         this_process.tried.discard(name)
     _install(package, model, function)
+    with this_process.lock:
+        if this_process.outcomes.get(name, "").startswith("served"):
+            this_process.first_call.add(name)
 
 
 def _settings_differ(function: served_compiles.Function, index: served_compiles.Index,

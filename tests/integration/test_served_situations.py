@@ -153,6 +153,13 @@ def test_the_build_serves_every_compiled_function(situations_site):
     log = (situations_site / "build.log").read_text()
     assert BUILT in log and "precompile: served 23 of 23 compiled function(s) untraced, proven in a fresh process" in log
     assert "not served untraced" not in log, log
+    # The proof installed the entry that reads a registry by position at its first call (not there at
+    # import): the index says so, and a user's process does not try it at torch.compile.
+    precompiled = situations_site / "site" / "situations_pkg" / "_precompiled"
+    manifest = json.loads(next((precompiled / "sets").glob("*/manifest.json")).read_text())
+    index = json.loads((precompiled / "blobs" / manifest["files"]["dynamo/served.json"]["sha256"]).read_bytes())
+    at = {f["qualname"]: f.get("install_at", "compile") for f in index["functions"].values()}
+    assert at.pop("registered_scale") == "first-call" and set(at.values()) == {"compile"}, at
 
 
 BUILT = "precompile: 23 compiled function(s) served without Dynamo tracing them (23 guarded code(s))"

@@ -210,6 +210,16 @@ def test_the_index_reads_back_and_refuses_what_it_cannot_serve():
     evil["functions"][key]["guarded"]["a" * 64]["settings"] = "d2"
     with pytest.raises(ServedError, match="settings the index does not hold"):
         served_compiles.parse(json.dumps(evil))
+    # Installed at torch.compile unless the build's proof installed it at its first call.
+    assert json.loads(text)["functions"][key]["install_at"] == "compile"
+    later = json.loads(text)
+    later["functions"][key]["install_at"] = "first-call"
+    assert served_compiles.parse(json.dumps(later)).functions[key].install_at == "first-call"
+    del later["functions"][key]["install_at"]  # an index from before the field: at torch.compile
+    assert served_compiles.parse(json.dumps(later)) == index
+    later["functions"][key]["install_at"] = "import"
+    with pytest.raises(ServedError, match="'import' is none of compile, first-call"):
+        served_compiles.parse(json.dumps(later))
     # What no new process can check is a reason, recorded in place of the read.
     assert "no new process can name" in served_compiles.absent("G['d']", object())
     assert "does not evaluate" in served_compiles.empty("G['f'](1)._forward_hooks")
