@@ -164,6 +164,7 @@ def _served(package: str, model: Any, options: dict[str, Any], original: Callabl
     if function.install_at == "first-call" and compile_scope.at_first_call(compiled, functools.partial(
             _again, package, model, function, name)):
         _said(function, "installed at its first call, where the build's proof installed it")
+        _graphs_ahead(package, function)
         return compiled
     _install(package, model, function, compiled)
     return compiled
@@ -241,6 +242,17 @@ def _install(package: str, model: Any, function: served_compiles.Function, compi
         held = f", {counts['held']} object(s) held to the build's" if counts["held"] else ""
         traced = f"; {counts['traced']} other(s) traced: {reasons[0]}" if counts["traced"] else ""
         _said(function, f"served: {counts['served']} guarded code(s){held}{traced}")
+
+
+def _graphs_ahead(package: str, function: served_compiles.Function) -> None:
+    """The graphs of a function installed at its first call, loaded now: that call then only installs."""
+    from hatch_precompile.run.torch_internals import dynamo_cache, graph_stand_in
+
+    try:
+        graph_stand_in.install()
+        dynamo_cache.ahead(this_process.packages[package].found.read(function.entry))
+    except Exception:  # loaded at the install instead
+        log.debug("hatch-precompile: %s.%s: graphs not loaded ahead", function.module, function.qualname, exc_info=True)
 
 
 def _again(package: str, model: Any, function: served_compiles.Function, name: str) -> None:

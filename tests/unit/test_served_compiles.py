@@ -566,12 +566,17 @@ def test_a_guarded_codes_graphs_load_when_its_guards_first_hold_and_a_failure_tr
     assert artifacts["__compiled_fn_2"].loads == 1
     with pytest.raises(RuntimeError, match="does not load"):
         entry_graphs.Graphs(artifacts, said.append).last_guard(_OlderRoot(), {"__compiled_fn_3"}, _same, said.append)
-    # One compile's entry: torch's install gets the artifacts themselves and loads them, so that its
-    # first call runs at once, with no stand-in between; its last guard loads nothing.
+    # One compile's entry: torch's install loads each graph itself, so that its first call runs at
+    # once, with no stand-in between; its last guard loads nothing. What loaded is kept for an install
+    # tried again (torch could not rebuild the guards yet), which loads nothing again.
     one = {"__compiled_fn_1": _Artifact("only")}
     root, at_install = _Root(), entry_graphs.Graphs(one, said.append, at_install=True)
     at_install.last_guard(root, {"__compiled_fn_1"}, _same, said.append)
-    assert at_install.deferred() is one and root.last[0]({}) and one["__compiled_fn_1"].loads == 0
+    assert root.last[0]({}) and one["__compiled_fn_1"].loads == 0
+    graph = at_install.deferred()["__compiled_fn_1"].after_deserialization()
+    assert graph("x") == "only(x)" and one["__compiled_fn_1"].loads == 1
+    again = entry_graphs.Graphs(one, said.append, at_install=True, loaded=at_install.ahead())
+    assert again.deferred()["__compiled_fn_1"].after_deserialization() is graph and one["__compiled_fn_1"].loads == 1
 
 
 def test_what_a_trace_read_is_checked_once_at_its_first_run_and_the_answer_kept():

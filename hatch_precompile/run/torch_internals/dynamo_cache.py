@@ -64,6 +64,29 @@ class Shipped:
     serving: Callable[[], bool]  # whether a call runs under the package's own compile of the function
 
 
+_ahead: dict[str, dict[str, Any]] = {}  # by the entry's digest: its graphs, loaded before its install
+
+
+def ahead(data: bytes) -> None:
+    """The graphs of the entry ``data`` (torch's pickled entry) loaded now, for its install at the
+    function's first call: one compile's entry (an entry of several loads each graph when first run).
+    Loading reads no guard's source, so it does not wait for what the guards do (a registry filled as
+    models are made). Where it fails, the install loads them, as without."""
+    lookup("graph-load", "call")
+    digest = hashlib.sha256(data).hexdigest()
+    with _lock:
+        if digest in _ahead:
+            return
+        try:
+            entry = pickle.loads(data)
+            codes = [c for c in entry.dynamo.codes if not getattr(c, "bypassed", False)]
+            if any(len(c.guarded_codes) > 1 for c in codes):
+                return
+            _ahead[digest] = {name: artifact.after_deserialization() for name, artifact in entry.backends.items()}
+        except Exception:
+            log.debug("hatch-precompile: an entry's graphs not loaded ahead of its install", exc_info=True)
+
+
 def install(fn: Any, shipped: Shipped, env_checked: bool, any_threads: bool = False,
             not_loaded: Callable[[str], None] = lambda why: None,
             refused: Callable[[str], None] = lambda why: None) -> tuple[dict[str, int], list[str]]:
@@ -94,7 +117,10 @@ def install(fn: Any, shipped: Shipped, env_checked: bool, any_threads: bool = Fa
             dynamo.check_versions = lambda: None
         elsewhere = _codes_of_other_globals(fn, dynamo)
         one_compile = all(len(c.guarded_codes) <= 1 for c in dynamo.codes if not getattr(c, "bypassed", False))
-        graphs = entry_graphs.Graphs(backends, not_loaded, at_install=one_compile)
+        digest = hashlib.sha256(shipped.data).hexdigest()
+        with _lock:
+            loaded = _ahead.pop(digest, None)
+        graphs = entry_graphs.Graphs(backends, not_loaded, at_install=one_compile, loaded=loaded)
         calls = graphs.called_by(dynamo, package.SerializedCode.to_code_object)
         compile_package = package.CompilePackage(fn, dynamo)
     except Exception as exc:  # another torch's entry, the package's source changed, torch moved
@@ -159,6 +185,8 @@ def install(fn: Any, shipped: Shipped, env_checked: bool, any_threads: bool = Fa
             for scope, before in zip(scopes, names_before):  # what uninstall() leaves: the builtins dict, say
                 for name in set(scope) - before:
                     scope.pop(name, None)
+            if rebuilding and one_compile:  # tried again at the first call: what loaded is kept for it
+                _ahead[digest] = graphs.ahead()
             error = DynamoEntryNotYet if rebuilding else DynamoEntryRefused
             raise error(f"torch could not install the shipped Dynamo cache entry: {exc!r}") from None
         finally:

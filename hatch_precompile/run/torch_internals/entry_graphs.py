@@ -7,7 +7,9 @@ calls the process makes; an entry of several compiles holds every compile the wo
 function (model sizes, train() and eval()). Such an entry gets stand-ins (``deferred``), and each
 graph is loaded by the first guarded code that calls it, when it first runs: a process that only
 infers loads the inference graph. One compile's entry (each code one guarded code: its first call
-runs every graph anyway) is loaded at install, as torch loads it, so that its first call runs at once.
+runs every graph anyway) is loaded at install, as torch loads it, so that its first call runs at once;
+where its install waits for the function's first call, its graphs are loaded before, at
+``torch.compile`` (``dynamo_cache.ahead``), and so are those an install that torch refused loaded.
 """
 
 from __future__ import annotations
@@ -27,10 +29,11 @@ class Graphs:
     guard of the first guarded code that calls it, so that where loading fails the call is traced,
     never broken."""
 
-    def __init__(self, artifacts: dict[str, Any], not_loaded: Callable[[str], None], at_install: bool = False) -> None:
+    def __init__(self, artifacts: dict[str, Any], not_loaded: Callable[[str], None], at_install: bool = False,
+                 loaded: dict[str, Any] | None = None) -> None:
         self._artifacts = artifacts
         self.at_install = at_install
-        self._loaded: dict[str, Any] = {}
+        self._loaded: dict[str, Any] = dict(loaded or {})  # ``loaded``: graphs loaded before (``ahead``)
         self._lock = threading.RLock()  # two threads' first calls load a graph once
         self._not_loaded = not_loaded
 
@@ -45,11 +48,15 @@ class Graphs:
         return calls
 
     def deferred(self) -> dict[str, Any]:
-        """What torch's install takes: one compile's artifacts themselves (torch loads them, and its
-        graphs are called with nothing between), else stand-ins."""
+        """What torch's install takes: for one compile's entry, each graph loaded as torch's install
+        asks (its graphs are called with nothing between), and kept here; else stand-ins."""
         if self.at_install:
-            return self._artifacts
+            return {name: _Now(self, name) for name in self._artifacts}
         return {name: _Deferred(self, name) for name in self._artifacts}
+
+    def ahead(self) -> dict[str, Any]:
+        """The graphs loaded so far, for an install tried again later."""
+        return dict(self._loaded)
 
     def loaded(self, name: str) -> Any:
         graph = self._loaded.get(name)
@@ -98,6 +105,17 @@ class Graphs:
             return decided[0]
 
         add_last(ready, ["hatch-precompile: what its trace read is as at build; its compiled graphs loaded"], None)
+
+
+class _Now:
+    """What torch's install takes for one compile's artifact: its ``after_deserialization`` gives the
+    loaded graph itself (loaded now, or before: an install tried again)."""
+
+    def __init__(self, graphs: Graphs, name: str) -> None:
+        self._graphs, self._name = graphs, name
+
+    def after_deserialization(self) -> Callable[..., Any]:
+        return self._graphs.loaded(self._name)
 
 
 class _Deferred:
