@@ -9,7 +9,8 @@ graph is loaded by the first guarded code that calls it, when it first runs: a p
 infers loads the inference graph. One compile's entry (each code one guarded code: its first call
 runs every graph anyway) is loaded at install, as torch loads it, so that its first call runs at once;
 where its install waits for the function's first call, its graphs are loaded before, at
-``torch.compile`` (``dynamo_cache.ahead``), and so are those an install that torch refused loaded.
+``torch.compile`` (``dynamo_cache.ahead``); graphs loaded by an install torch then refused are kept
+for the retry.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A served graph loaded without Inductor's lowerings. On a cache hit, torch's
 ``FxGraphCache.cache_hit_post_compile`` imports ``torch._inductor.graph`` only to read a test hook,
 ``GraphLowering.save_output_code``; that import brings in the lowerings and every kernel template
-(about 100 modules, half a second on a laptop core). The hook is None in any process that has not
+(about 100 modules: half a second on this project's 2-core test machine). The hook is None in any process that has not
 imported the module: no one can have set it. So while a graph loads in such a process, a stand-in
 module answers that one read, and anything else asked of it imports the real module and answers
 from it. Loaded code reads ``torch._inductor.debug`` as an attribute at each call (the lowerings'
