@@ -120,10 +120,11 @@ def _compile_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
 def _compiled(original: Callable[..., Any], model: Any, options: dict[str, Any]) -> Any:
     """``original(model, **options)``, without its compiler config, which imports Inductor's whole
     compiler (~1 s; nothing a served call runs needs it): the compiled object's public
-    ``get_compiler_config()`` makes it when asked."""
-    from hatch_precompile.run.torch_internals import compiler_config
+    ``get_compiler_config()`` makes it when asked; and without the minifier's imports (its wrapper
+    of the backend made by a stand-in, torch's made when Dynamo first compiles a graph)."""
+    from hatch_precompile.run.torch_internals import compiler_config, debug_wrapper
 
-    with compiler_config.deferred() as backends:
+    with compiler_config.deferred() as backends, debug_wrapper.deferred():
         compiled = original(model, **options)
     if backends:
         compiler_config.answer_later(compiled, backends[0])

@@ -271,12 +271,18 @@ def test_a_process_that_only_infers_loads_the_one_graph_it_runs(compile_build, t
 
 FIRST_CALL = r"""
 import json, sys, traceback
-ON_LOAD = set()  # each of LOWERINGS imported while torch loaded a graph from its cache
+ON_LOAD = set()  # each of LOWERINGS imported while torch loaded a graph from its cache, or an entry installed
 
 
 class Watch:
     def find_spec(self, name, path=None, target=None):
-        if name in LOWERINGS and any(f.name == "cache_hit_post_compile" for f in traceback.extract_stack()):
+        if name not in LOWERINGS:
+            return
+        frames = traceback.extract_stack()
+        if any(f.name == "find_spec" and "importlib" in f.filename and "util" in f.filename for f in frames):
+            return  # importlib.util.find_spec: read, not imported
+        if any(f.name in ("cache_hit_post_compile", "_compiled") or f.filename.endswith("dynamo_cache.py")
+               for f in frames):
             ON_LOAD.add(name)
 
 
@@ -296,19 +302,23 @@ print(json.dumps({"served": served_compile.served(), "traced": sum(1 for m in ge
                   "diff": abs(loss.item() - want.item()), "grads": grads,
                   "lowerings": sorted(ON_LOAD)}))
 """
-# What loading a graph from Inductor's cache imports as torch has it (its lowerings, its kernel
-# templates and their registry), and a served process does without.
+# What torch.compile and loading a graph from Inductor's cache import as torch has them (the lowerings,
+# the kernel templates and their registry, the decomposition tables the entry names, Inductor's debug
+# module the loaded code reads, the minifier that wraps the backend), and a served process does without.
 LOWERINGS = {"torch._inductor.lowering", "torch._inductor.select_algorithm", "torch._inductor.graph",
-             "torch._inductor.codegen.memory_planning", "torch._inductor.kernel.mm"}
+             "torch._inductor.codegen.memory_planning", "torch._inductor.kernel.mm", "torch._inductor.decomposition",
+             "torch._inductor.debug", "torch._dynamo.repro.after_dynamo", "networkx"}
 FIRST_CALL = FIRST_CALL.replace("import json, sys, traceback", f"import json, sys, traceback\nLOWERINGS = {LOWERINGS!r}")
 
 
 def test_a_served_process_loads_its_graphs_without_inductors_lowerings(compile_build, tmp_path):
     """The shipped generated modules import only the extern kernels their code calls, bound as
     Inductor binds them (proven by identity at build), and torch's cache hit finds a stand-in for
-    the module it imports to read a test hook: loading the served graphs imports none of the
-    lowerings (the package's unserved function imports them at its torch.compile, after the
-    functions above it loaded theirs), and their first call and backward compute what eager does."""
+    the module it imports to read a test hook, and the entry's pickle a stand-in for the
+    decomposition tables only a compile reads: installing the entry and loading the served graphs
+    imports none of the lowerings (the package's unserved function imports them at its
+    torch.compile, after the functions above it loaded theirs), and their first call and backward
+    compute what eager does."""
     log = (compile_build / "build.log").read_text()
     assert re.search(r"precompile: \d+ generated module\(s\) import only what their code calls", log), log
     blobs = (compile_build / "site" / "compile_pkg" / "_precompiled" / "blobs").iterdir()
@@ -329,6 +339,8 @@ def test_a_served_process_loads_its_graphs_without_inductors_lowerings(compile_b
     ("unique-id", "traced: torch could not install the shipped Dynamo cache entry"),
     ("graph-load", "traced: torch could not install the shipped Dynamo cache entry: RuntimeError('misbehaving on purpose')"),
     ("post-compile-graph", "served: 1 guarded code(s)"),  # it asks more of GraphLowering: the lowerings load
+    ("decomp-table", "served: 1 guarded code(s)"),  # it calls the compile-only function: the tables load
+    ("backend-debug", "served: 1 guarded code(s)"),  # a minifier wrapper not read here: torch's module is imported
     ("precompile-entry", None),  # a torch without precompile entries: nothing wrapped, every call torch's
 ])
 def test_a_served_compile_whose_torch_internals_misbehave_is_traced_never_wrong(compile_build, tmp_path, broken, outcome):
@@ -341,4 +353,8 @@ def test_a_served_compile_whose_torch_internals_misbehave_is_traced_never_wrong(
     assert found["served"]["compile_pkg.model.loss_fn"].startswith(outcome), found["served"]
     assert (found["traced"] == 0) == outcome.startswith("served")
     if broken == "post-compile-graph":
-        assert "torch._inductor.lowering" in found["lowerings"], found
+        assert {"torch._inductor.lowering", "torch._inductor.debug"} <= set(found["lowerings"]), found
+    if broken == "backend-debug":
+        assert "torch._dynamo.repro.after_dynamo" in found["lowerings"], found
+    if broken == "decomp-table":
+        assert "torch._inductor.decomposition" in found["lowerings"], found

@@ -59,9 +59,21 @@ def _codecache(module):
             from torch._inductor.graph import GraphLowering
 
             GraphLowering.can_inline_constant  # noqa: B018  (an attribute the stand-in does not answer itself)
+            import torch
+
+            torch._inductor.debug.DebugContext  # noqa: B018  (not one of the debug module's constants)
             return original_hit(graph, *args, **kwargs)
 
         module.FxGraphCache.cache_hit_post_compile = staticmethod(cache_hit_post_compile)
+    if "decomp-table" in BROKEN:  # a cache hit that calls the compile-only function its graph was compiled with
+        original_post = module.FxGraphCache.cache_hit_post_compile
+
+        def post_compile_calling_decompositions(graph, *args, **kwargs):
+            table = graph.fx_kwargs["get_decomp_fn"]()
+            assert isinstance(table, dict) and table, table
+            return original_post(graph, *args, **kwargs)
+
+        module.FxGraphCache.cache_hit_post_compile = staticmethod(post_compile_calling_decompositions)
     if "torch-key" in BROKEN:
         module.torch_key.prefetch = _raise
     if "triton-key" in BROKEN and hasattr(module, "triton_key"):
@@ -528,6 +540,7 @@ BREAKERS = frozenset({
     "global-state", "compiler-settings", "code-source", "guard-pickler", "module-global", "dynamo-entries",
     "graph-load", "eager-backward", "graph-cache-log", "package-bypass", "bypass-log", "guard-text",
     "compile-context", "folded-calls", "dict-absent-key", "folded-call", "guard-create-log", "post-compile-graph",
+    "decomp-table", "backend-debug",
 })
 
 
@@ -551,5 +564,34 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
+class _AnotherMinifier(importlib.abc.MetaPathFinder):
+    """torch's minifier module read from a copy whose backend wrapper's constructor sets one more
+    attribute: a wrapper class hatch-precompile has not read."""
+
+    NAME = "torch._dynamo.repro.after_dynamo"
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.NAME:
+            return None
+        import tempfile
+
+        where = sys.meta_path.index(self)  # put back where it was: a finder put before it stays first
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            sys.meta_path.insert(where, self)
+        with open(spec.origin, encoding="utf-8") as source:
+            text = source.read()
+        line = "        self._compiler_name = compiler_name\n"
+        assert line in text
+        copy = os.path.join(tempfile.mkdtemp(prefix="misbehave-"), "after_dynamo.py")
+        with open(copy, "w", encoding="utf-8") as out:
+            out.write(text.replace(line, line + "        self._misbehaving = True\n", 1))
+        return importlib.util.spec_from_file_location(fullname, copy)
+
+
 if BROKEN:
     sys.meta_path.insert(0, _AfterImport())
+if "backend-debug" in BROKEN:
+    sys.meta_path.insert(0, _AnotherMinifier())

@@ -29,7 +29,6 @@ import dataclasses
 import hashlib
 import itertools
 import logging
-import pickle
 import re
 import sys
 import threading
@@ -37,7 +36,7 @@ from typing import Any, Callable, Iterator
 
 from hatch_precompile.errors import DynamoEntryNotYet, DynamoEntryRefused
 from hatch_precompile.run import held_objects, unguarded_reads
-from hatch_precompile.run.torch_internals import entry_graphs, guard_text
+from hatch_precompile.run.torch_internals import entry_graphs, entry_pickle, guard_text
 from hatch_precompile.run.torch_internals.registry import lookup
 
 log = logging.getLogger("hatch_precompile")
@@ -78,7 +77,7 @@ def ahead(data: bytes) -> None:
         if digest in _ahead:
             return
         try:
-            entry = pickle.loads(data)
+            entry = entry_pickle.loads(data)
             codes = [c for c in entry.dynamo.codes if not getattr(c, "bypassed", False)]
             if any(len(c.guarded_codes) > 1 for c in codes):
                 return
@@ -111,7 +110,7 @@ def install(fn: Any, shipped: Shipped, env_checked: bool, any_threads: bool = Fa
     from torch._dynamo import package  # noqa: TID251  (the touchpoint's owner)
 
     try:
-        entry = pickle.loads(shipped.data)
+        entry = entry_pickle.loads(shipped.data)
         dynamo, backends = entry.dynamo, entry.backends
         if env_checked:  # asking CUDA here would initialise it in the parent of fork-started workers
             dynamo.check_versions = lambda: None

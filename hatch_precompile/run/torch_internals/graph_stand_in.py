@@ -5,11 +5,17 @@
 imported the module: no one can have set it. So while a graph loads in such a process, a stand-in
 module answers that one read, and anything else asked of it imports the real module and answers
 from it. Loaded code reads ``torch._inductor.debug`` as an attribute at each call (the lowerings'
-imports bring it in otherwise), so it is imported first."""
+imports bring it in otherwise): where it is not imported, the package's attribute is a stand-in
+that answers each of the module's constants with its value as the module sets it at import (read
+from its source), and imports the real module for anything else; importing it puts the real
+module in its place."""
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
+import importlib.util
 import sys
 import types
 from typing import Any, Callable
@@ -18,6 +24,7 @@ from hatch_precompile.run.torch_internals.patching import wrap
 from hatch_precompile.run.torch_internals.registry import lookup
 
 GRAPH = "torch._inductor.graph"
+DEBUG = "torch._inductor.debug"
 
 
 def install() -> None:
@@ -30,7 +37,7 @@ def _stand_in(arguments: dict[str, Any]) -> Callable[[], None] | None:
     if GRAPH in sys.modules:
         return None
     point = lookup("post-compile-graph", "wrap")
-    importlib.import_module("torch._inductor.debug")
+    _debug_constants()
     reader = sys.modules[point.module].FxGraphCache.cache_hit_post_compile
     code = getattr(getattr(reader, "__wrapped__", None), "__code__", None)
     if code is None:  # not torch's function under this package's wrapper: the real module is imported
@@ -73,3 +80,73 @@ class _UnsetTestHook(metaclass=_RealClass):
     hook its tests set is None; any other attribute is the real class's."""
 
     save_output_code = None
+
+
+def _debug_constants() -> None:
+    """``torch._inductor.debug``, as the package's attribute the loaded code reads: the real module
+    where it is imported or its constants cannot be read, else a stand-in answering them."""
+    package = sys.modules.get(DEBUG.rpartition(".")[0])
+    if DEBUG in sys.modules or package is None or hasattr(package, DEBUG.rpartition(".")[2]):
+        return
+    try:
+        constants = module_constants(DEBUG)
+    except Exception:  # no source to read: the real module
+        constants = None
+    if constants:
+        setattr(package, DEBUG.rpartition(".")[2], _Constants(DEBUG, constants))
+    else:
+        importlib.import_module(DEBUG)
+
+
+@functools.cache
+def module_constants(name: str) -> dict[str, Any]:
+    """Each name the module ``name`` binds once as it is imported, to a literal, with that literal: a
+    top-level assignment no other top-level statement rebinds, nor a function its top level calls."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.origin:
+        return {}
+    with open(spec.origin, encoding="utf-8") as source:
+        tree = ast.parse(source.read())
+    functions = {node.name: node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    at_import = [node for statement in tree.body if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                                               ast.ClassDef))
+                 for node in ast.walk(statement)]
+    called = {node.func.id for node in at_import if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+    rebound = {n for f in called & set(functions) for node in ast.walk(functions[f])
+               if isinstance(node, (ast.Global, ast.Nonlocal)) for n in node.names}
+    bindings: dict[str, list[ast.AST]] = {}
+    for node in at_import:
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr, ast.For, ast.With,
+                             ast.Import, ast.ImportFrom, ast.Delete)):
+            for target in ast.walk(node):
+                if isinstance(target, ast.Name) and isinstance(target.ctx, (ast.Store, ast.Del)):
+                    bindings.setdefault(target.id, []).append(node)
+                elif isinstance(target, ast.alias):
+                    bindings.setdefault((target.asname or target.name).split(".")[0], []).append(node)
+    constants = {}
+    for bound, nodes in bindings.items():
+        only = nodes[0] if len(nodes) == 1 else None
+        if bound not in rebound and isinstance(only, (ast.Assign, ast.AnnAssign)) and only in tree.body \
+                and isinstance(only.value, ast.Constant):
+            constants[bound] = only.value.value
+    return constants
+
+
+class _Constants(types.ModuleType):
+    """A module not imported, as its package's attribute: its constants as it sets them at import;
+    for anything else, or any change, the real module (imported, in its package's attribute)."""
+
+    def __init__(self, name: str, constants: dict[str, Any]) -> None:
+        super().__init__(name)
+        self.__dict__.update(constants)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "__path__":
+            raise AttributeError(name)
+        return getattr(importlib.import_module(self.__name__), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name.startswith("__") and name.endswith("__"):  # set by ModuleType's constructor
+            super().__setattr__(name, value)
+            return
+        setattr(importlib.import_module(self.__name__), name, value)

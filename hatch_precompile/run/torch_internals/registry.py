@@ -51,6 +51,17 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "load, served: a cached graph loads without importing the lowerings; its import of "
                "`torch._inductor.graph`, made to read a test hook, finds a stand-in (run/torch_internals/graph_stand_in.py)",
                broken="the real module is imported: the lowerings load with the graph"),
+    Touchpoint("decomp-table", "torch._inductor.decomposition", "select_decomp_table", "answer",
+               "load, served: an entry's compiled graphs name it among the arguments Inductor compiled them with; "
+               "read from the entry's pickle, where its module (every decomposition table) is not imported, as a "
+               "stand-in that imports it when called (run/torch_internals/entry_pickle.py)",
+               broken="called, or asked for anything: the module is imported and the real function answers"),
+    Touchpoint("backend-debug", "torch._dynamo.repro.after_dynamo", "WrapBackendDebug", "answer",
+               "load, served: the package's served torch.compile calls wrap the backend without importing the "
+               "minifier (its debug tools, AOTAutograd, networkx): a stand-in made as torch's constructor makes it, "
+               "the class's source read and known (run/torch_internals/debug_wrapper.py); torch's own wrapper made "
+               "when Dynamo first compiles a graph",
+               broken="another class than those read: torch's module is imported, and its wrapper made"),
     Touchpoint("precompile-header", CODECACHE, "_precompile_header", "wrap",
                "load: skip the header for a kernel already built (run/warm_shortcuts.py)",
                broken="passed through: the header is built"),
