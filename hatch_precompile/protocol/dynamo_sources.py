@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import enum
+import functools
 import hashlib
 import inspect
 import re
@@ -123,6 +124,7 @@ def code_digest(code: types.CodeType) -> str:
     return digest.hexdigest()
 
 
+@functools.lru_cache(maxsize=4096)  # an install asks again for the sources its guarded codes share
 def evaluator(source: str) -> tuple[types.CodeType, bool] | None:
     """``source`` compiled for evaluation with ``G`` (the code's globals), ``L`` (the call's locals)
     and SOURCE_HELPERS, and whether it reads the call's locals; None where it is not a path of
@@ -132,30 +134,32 @@ def evaluator(source: str) -> tuple[types.CodeType, bool] | None:
         tree = ast.parse(source, mode="eval")
     except (SyntaxError, ValueError):
         return None
-    if not _is_path(tree.body):
+    roots = _path_roots(tree.body)
+    if not roots:
         return None
-    local = any(isinstance(node, ast.Name) and node.id == "L" for node in ast.walk(tree))
-    return compile(tree, "<dynamo source>", "eval"), local
+    return compile(tree, "<dynamo source>", "eval"), "L" in roots
 
 
-def _is_path(node: ast.expr) -> bool:
+def _path_roots(node: ast.expr) -> set[str]:
+    """The roots (``G``, ``L``) a path of Dynamo's starts from; empty where ``node`` is not such a path."""
     match node:
-        case ast.Name(id="G" | "L"):
-            return True
+        case ast.Name(id="G" | "L" as root):
+            return {root}
         case ast.Attribute(value=inner):
-            return _is_path(inner)
+            return _path_roots(inner)
         case ast.Subscript(value=inner, slice=ast.Constant(value=key)):
-            return type(key) in (str, int) and _is_path(inner)
+            return _path_roots(inner) if type(key) in (str, int) else set()
         case ast.Call(func=ast.Name(id="type"), args=[inner], keywords=[]):
-            return _is_path(inner)
+            return _path_roots(inner)
         case ast.Call(func=ast.Name(id="dict"), args=[ast.Attribute(attr="__dict__") as inner], keywords=[]):
-            return _is_path(inner)
+            return _path_roots(inner)
         case ast.Call(func=ast.Attribute(value=ast.Name(id="dict"), attr="__getitem__"), args=[mapping, key], keywords=[]):
-            return _is_path(mapping) and _is_path(key)
+            mapping_roots, key_roots = _path_roots(mapping), _path_roots(key)
+            return mapping_roots | key_roots if mapping_roots and key_roots else set()
         case ast.Call(func=ast.Name(id="list"), keywords=[],
                       args=[ast.Call(func=ast.Attribute(value=ast.Name(id="dict"), attr="keys"), args=[inner], keywords=[])]):
-            return _is_path(inner)
-    return False
+            return _path_roots(inner)
+    return set()
 
 
 def dropped_guard(source: str, guard_type: str, derived: tuple[str, ...], value: Any,

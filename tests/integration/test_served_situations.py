@@ -141,6 +141,8 @@ def assert_served_as_cold(python: Path, script: Path, work: Path, group: str, co
         assert served["served"]["situations_pkg.model.loss_fn"].startswith("served: 1 guarded code(s)")
         # its guards read the registry by position: not there at import, so installed at its first call
         assert served["served"]["situations_pkg.model.registered_scale"].startswith("served: 1 guarded code(s)")
+        # ... from the entry read at torch.compile to load its graphs: no entry's pickle is read twice
+        assert served["entry_reads"] == 1, served["entry_reads"]
         assert served["results"]["the same function compiled again by the user, with another backend"][1][1] == 1
 
 

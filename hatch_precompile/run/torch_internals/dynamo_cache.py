@@ -64,6 +64,7 @@ class Shipped:
 
 
 _ahead: dict[str, dict[str, Any]] = {}  # by the entry's digest: its graphs, loaded before its install
+_read_ahead: dict[str, Any] = {}  # by the entry's digest: the entry those graphs came from, for its first install
 
 
 def ahead(data: bytes) -> None:
@@ -82,6 +83,7 @@ def ahead(data: bytes) -> None:
             if any(len(c.guarded_codes) > 1 for c in codes):
                 return
             _ahead[digest] = {name: artifact.after_deserialization() for name, artifact in entry.backends.items()}
+            _read_ahead[digest] = entry  # its Dynamo part untouched: the install need not read it again
         except Exception:
             log.debug("hatch-precompile: an entry's graphs not loaded ahead of its install", exc_info=True)
 
@@ -109,14 +111,16 @@ def install(fn: Any, shipped: Shipped, env_checked: bool, any_threads: bool = Fa
     lookup("compile-package", "call")
     from torch._dynamo import package  # noqa: TID251  (the touchpoint's owner)
 
+    digest = hashlib.sha256(shipped.data).hexdigest()
     try:
-        entry = entry_pickle.loads(shipped.data)
+        with _lock:
+            entry = _read_ahead.pop(digest, None)  # once: an install tried again reads its own
+        entry = entry if entry is not None else entry_pickle.loads(shipped.data)
         dynamo, backends = entry.dynamo, entry.backends
         if env_checked:  # asking CUDA here would initialise it in the parent of fork-started workers
             dynamo.check_versions = lambda: None
         elsewhere = _codes_of_other_globals(fn, dynamo)
         one_compile = all(len(c.guarded_codes) <= 1 for c in dynamo.codes if not getattr(c, "bypassed", False))
-        digest = hashlib.sha256(shipped.data).hexdigest()
         with _lock:
             loaded = _ahead.pop(digest, None)
         graphs = entry_graphs.Graphs(backends, not_loaded, at_install=one_compile, loaded=loaded)
