@@ -12,13 +12,15 @@ wheel, then runs, alternating, in fresh processes with an empty ``TORCHINDUCTOR_
   from before ``import torch`` to the end of the first training step (the project's
   ``<package>.bench.train_step()``), split at ``import pkg``; the served/eager ratio and the
   difference, pair by pair (bench/pairs.py);
-- the marginal cost of the module groups a served start imports that the eager program does not,
-  each imported after the last, on top of what the eager program imports by its first optimizer
-  step (``torch``, ``torch._dynamo``, ``torch.optim``): ``torch.compile``'s own imports (its
-  backend wrapper imports AOTAutograd, whose partitioner imports networkx); loading a graph
-  (AOTAutograd's result, Inductor's code cache); and the loaded code's imports: its header's
-  ``select_algorithm`` and ``memory_planning``, and ``graph`` (Inductor's cache-hit path imports
-  ``GraphLowering`` to read a test hook), which bring in the lowerings and the kernel registry.
+- the marginal cost of the module groups torch's own path from ``torch.compile`` to a loaded
+  graph's first call imports, each imported after the last, on top of what the eager program
+  imports by its first optimizer step (``torch``, ``torch._dynamo``, ``torch.optim``), and whether
+  the served start imported each: ``torch.compile``'s backend wrapper (the minifier, which imports
+  AOTAutograd, whose partitioner imports networkx); loading a graph (AOTAutograd's result,
+  Inductor's code cache); the decomposition tables the entry names; the kernels' compile commands
+  (``cpp_extension``, setuptools); Inductor's debug module, which the loaded code reads; and the
+  header and cache hit as torch writes them (``select_algorithm``, ``memory_planning``, ``graph``:
+  the lowerings and the kernel registry).
 
 Writes ``<out>/served-start.json``. Standard library only (and the project's build requirements).
 """
@@ -55,16 +57,21 @@ out = importlib.import_module(package + ".bench").train_step()
 float(out)
 t3 = time.perf_counter()
 print(json.dumps({"torch": t1 - t0, "pkg": t2 - t1, "first_step": t3 - t2, "total": t3 - t0, "output": float(out),
-                  "inductor_modules": sum(m.startswith("torch._inductor") for m in sys.modules)}))
+                  "inductor_modules": sum(m.startswith("torch._inductor") for m in sys.modules),
+                  "modules": sorted(sys.modules)}))
 """
 
-GROUPS = [
-    ("torch.compile's own imports (AOTAutograd, its partitioner, networkx)",
+GROUPS = [  # what torch's own path from torch.compile to a loaded graph's first call imports
+    ("torch.compile's backend wrapper, the minifier (AOTAutograd, its partitioner, networkx)",
      ["torch._dynamo.repro.after_dynamo", "torch._functorch.aot_autograd"]),
     ("loading a graph (AOTAutograd's result, Inductor's code cache)",
      ["torch._functorch._aot_autograd.aot_autograd_result", "torch._inductor.codecache", "torch._inductor.output_code",
       "torch._inductor.async_compile"]),
-    ("the loaded code's imports (select_algorithm, memory_planning, graph: the lowerings, the kernel registry)",
+    ("the entry's compile arguments (the decomposition tables)", ["torch._inductor.decomposition"]),
+    ("the loaded code's kernel commands (cpp_extension, setuptools)", ["torch.utils.cpp_extension"]),
+    ("the loaded code's reads (Inductor's debug module: the scheduler, the IR)", ["torch._inductor.debug"]),
+    ("the loaded code's header and cache hit as torch writes them (select_algorithm, memory_planning, graph: "
+     "the lowerings, the kernel registry)",
      ["torch._inductor.codegen.memory_planning", "torch._inductor.select_algorithm", "torch._inductor.graph"]),
 ]
 
@@ -123,10 +130,15 @@ def main() -> int:
     total = [x["total"] for x in runs["served"]], [x["total"] for x in runs["eager"]]
     print("  served / eager from start: " + pairs.describe(pairs.ratios(*total)))
     print("  served - eager from start: " + pairs.describe(pairs.differences(*total), unit=" s"))
-    print("  what the served start imports beyond the eager program's, each group on top of the last:")
+    print("  what torch's own path imports beyond the eager program's, each group on top of the last, and "
+          "whether a served start imports it:")
+    served_imports = set(runs["served"][0]["modules"]) - set(runs["eager"][0]["modules"])
+    imported = {name: any(m in served_imports for m in modules) for name, modules in GROUPS}
     for name in runs["marginal"][0]:
+        said = "" if name not in imported else ("; served: imported" if imported[name] else "; served: not imported")
         print(f"    {name}: {statistics.median(m[name][0] for m in runs['marginal']):.3f} s, "
-              f"{runs['marginal'][0][name][1]} modules")
+              f"{runs['marginal'][0][name][1]} modules{said}")
+    print(f"  a served start imports {len(served_imports)} modules the eager program does not")
     print("  outputs equal:", len({round(x["output"], 6) for x in runs["eager"] + runs["served"]}) == 1)
     return 0
 

@@ -80,7 +80,9 @@ def test_the_debug_stand_in_answers_its_constants_and_imports_the_module_for_any
         assert stand_in.helper() == "real" and "made_up_inductor.debug" in sys.modules
         assert parent.debug is sys.modules["made_up_inductor.debug"]  # imported: the real module in its place
         stand_in.RECORD = True  # set on the stand-in someone kept: set on the real module
-        assert sys.modules["made_up_inductor.debug"].RECORD is True
+        assert sys.modules["made_up_inductor.debug"].RECORD is True and stand_in.RECORD is True
+        sys.modules["made_up_inductor.debug"].ORDER = []  # changed by the real module's own code: seen by both
+        assert stand_in.ORDER == []
     finally:
         for name in ("made_up_inductor.debug", "made_up_inductor"):
             sys.modules.pop(name, None)

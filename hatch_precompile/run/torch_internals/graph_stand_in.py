@@ -134,16 +134,19 @@ def module_constants(name: str) -> dict[str, Any]:
 
 class _Constants(types.ModuleType):
     """A module not imported, as its package's attribute: its constants as it sets them at import;
-    for anything else, or any change, the real module (imported, in its package's attribute)."""
+    for anything else, any change, and everything once it is imported, the real module."""
 
     def __init__(self, name: str, constants: dict[str, Any]) -> None:
         super().__init__(name)
-        self.__dict__.update(constants)
+        object.__setattr__(self, "_constants", constants)
 
     def __getattr__(self, name: str) -> Any:
-        if name == "__path__":
+        if name in ("__path__", "_constants"):
             raise AttributeError(name)
-        return getattr(importlib.import_module(self.__name__), name)
+        real = sys.modules.get(self.__name__)
+        if real is None and name in self._constants:
+            return self._constants[name]
+        return getattr(real if real is not None else importlib.import_module(self.__name__), name)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name.startswith("__") and name.endswith("__"):  # set by ModuleType's constructor
