@@ -304,10 +304,11 @@ print(json.dumps({"served": served_compile.served(), "traced": sum(1 for m in ge
 """
 # What torch.compile and loading a graph from Inductor's cache import as torch has them (the lowerings,
 # the kernel templates and their registry, the decomposition tables the entry names, Inductor's debug
-# module the loaded code reads, the minifier that wraps the backend), and a served process does without.
+# module the loaded code reads, the minifier that wraps the backend, the extension builder whose paths
+# the kernels' compile commands name), and a served process does without.
 LOWERINGS = {"torch._inductor.lowering", "torch._inductor.select_algorithm", "torch._inductor.graph",
              "torch._inductor.codegen.memory_planning", "torch._inductor.kernel.mm", "torch._inductor.decomposition",
-             "torch._inductor.debug", "torch._dynamo.repro.after_dynamo", "networkx"}
+             "torch._inductor.debug", "torch._dynamo.repro.after_dynamo", "networkx", "torch.utils.cpp_extension"}
 FIRST_CALL = FIRST_CALL.replace("import json, sys, traceback", f"import json, sys, traceback\nLOWERINGS = {LOWERINGS!r}")
 
 
@@ -341,6 +342,7 @@ def test_a_served_process_loads_its_graphs_without_inductors_lowerings(compile_b
     ("post-compile-graph", "served: 1 guarded code(s)"),  # it asks more of GraphLowering: the lowerings load
     ("decomp-table", "served: 1 guarded code(s)"),  # it calls the compile-only function: the tables load
     ("backend-debug", "served: 1 guarded code(s)"),  # a minifier wrapper not read here: torch's module is imported
+    ("extension-paths", "served: 1 guarded code(s)"),  # include paths computed otherwise: torch's module is imported
     ("precompile-entry", None),  # a torch without precompile entries: nothing wrapped, every call torch's
 ])
 def test_a_served_compile_whose_torch_internals_misbehave_is_traced_never_wrong(compile_build, tmp_path, broken, outcome):
@@ -356,5 +358,7 @@ def test_a_served_compile_whose_torch_internals_misbehave_is_traced_never_wrong(
         assert {"torch._inductor.lowering", "torch._inductor.debug"} <= set(found["lowerings"]), found
     if broken == "backend-debug":
         assert "torch._dynamo.repro.after_dynamo" in found["lowerings"], found
+    if broken == "extension-paths":
+        assert "torch.utils.cpp_extension" in found["lowerings"], found
     if broken == "decomp-table":
         assert "torch._inductor.decomposition" in found["lowerings"], found

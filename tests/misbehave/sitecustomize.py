@@ -540,7 +540,7 @@ BREAKERS = frozenset({
     "global-state", "compiler-settings", "code-source", "guard-pickler", "module-global", "dynamo-entries",
     "graph-load", "eager-backward", "graph-cache-log", "package-bypass", "bypass-log", "guard-text",
     "compile-context", "folded-calls", "dict-absent-key", "folded-call", "guard-create-log", "post-compile-graph",
-    "decomp-table", "backend-debug",
+    "decomp-table", "backend-debug", "extension-paths",
 })
 
 
@@ -564,14 +564,16 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-class _AnotherMinifier(importlib.abc.MetaPathFinder):
-    """torch's minifier module read from a copy whose backend wrapper's constructor sets one more
-    attribute: a wrapper class hatch-precompile has not read."""
+class _FromACopy(importlib.abc.MetaPathFinder):
+    """A torch module read from a copy with one line added after ``line`` (source hatch-precompile has
+    not read), and each of ``kept`` ({old: new}, ``{origin}`` the original file) replaced so that it
+    computes what the original computes."""
 
-    NAME = "torch._dynamo.repro.after_dynamo"
+    def __init__(self, name, line, added, kept=None):
+        self.name, self.line, self.added, self.kept = name, line, added, kept or {}
 
     def find_spec(self, fullname, path, target=None):
-        if fullname != self.NAME:
+        if fullname != self.name:
             return None
         import tempfile
 
@@ -583,15 +585,22 @@ class _AnotherMinifier(importlib.abc.MetaPathFinder):
             sys.meta_path.insert(where, self)
         with open(spec.origin, encoding="utf-8") as source:
             text = source.read()
-        line = "        self._compiler_name = compiler_name\n"
-        assert line in text
-        copy = os.path.join(tempfile.mkdtemp(prefix="misbehave-"), "after_dynamo.py")
+        assert self.line in text  # each of kept replaced where this torch has it
+        text = text.replace(self.line, self.line + self.added, 1)
+        for old, new in self.kept.items():
+            text = text.replace(old, new.format(origin=repr(spec.origin)), 1)
+        copy = os.path.join(tempfile.mkdtemp(prefix="misbehave-"), os.path.basename(spec.origin))
         with open(copy, "w", encoding="utf-8") as out:
-            out.write(text.replace(line, line + "        self._misbehaving = True\n", 1))
+            out.write(text)
         return importlib.util.spec_from_file_location(fullname, copy)
 
 
 if BROKEN:
     sys.meta_path.insert(0, _AfterImport())
-if "backend-debug" in BROKEN:
-    sys.meta_path.insert(0, _AnotherMinifier())
+if "backend-debug" in BROKEN:  # a backend wrapper whose constructor sets one more attribute
+    sys.meta_path.insert(0, _FromACopy("torch._dynamo.repro.after_dynamo", "        self._compiler_name = compiler_name\n",
+                                       "        self._misbehaving = True\n"))
+if "extension-paths" in BROKEN:  # include paths computed by source not read (the same paths)
+    sys.meta_path.insert(0, _FromACopy("torch.utils.cpp_extension", "    lib_include = os.path.join(_TORCH_PATH, 'include')\n",
+                                       "    lib_include = os.path.join(os.path.dirname(lib_include), 'include')\n",
+                                       {"_HERE = os.path.abspath(__file__)": "_HERE = {origin}"}))

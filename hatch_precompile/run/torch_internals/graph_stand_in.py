@@ -20,6 +20,7 @@ import sys
 import types
 from typing import Any, Callable
 
+from hatch_precompile.run.torch_internals import extension_paths
 from hatch_precompile.run.torch_internals.patching import wrap
 from hatch_precompile.run.torch_internals.registry import lookup
 
@@ -31,6 +32,7 @@ def install() -> None:
     """From now on, each graph torch loads from its cache in this process, where the lowerings are
     not imported yet, loads without them."""
     wrap("post-compile-graph", around=_stand_in)
+    extension_paths.install()  # and the kernels' compile commands, without torch's extension builder
 
 
 def _stand_in(arguments: dict[str, Any]) -> Callable[[], None] | None:

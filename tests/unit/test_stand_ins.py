@@ -1,7 +1,8 @@
 """The stand-ins for what a served torch.compile and a loaded graph would import only to read: the
 minifier's backend wrapper (run/torch_internals/debug_wrapper.py), made as this torch's constructor
-makes it, and Inductor's debug module's constants (run/torch_internals/graph_stand_in.py), read
-from its source as its import sets them."""
+makes it; Inductor's debug module's constants (run/torch_internals/graph_stand_in.py), read from its
+source as its import sets them; and the extension builder's paths (extension_paths.py), computed as
+this torch's module computes them."""
 
 from __future__ import annotations
 
@@ -86,3 +87,31 @@ def test_the_debug_stand_in_answers_its_constants_and_imports_the_module_for_any
     finally:
         for name in ("made_up_inductor.debug", "made_up_inductor"):
             sys.modules.pop(name, None)
+
+
+def test_the_extension_paths_stand_in_answers_as_this_torchs_module():
+    from hatch_precompile.run.torch_internals import extension_paths
+
+    torch_path = extension_paths.computed_torch_path("torch.utils.cpp_extension")
+    assert torch_path, "this torch's cpp_extension paths are not read here: add them to extension_paths.KNOWN"
+    cpp_extension = importlib.import_module("torch.utils.cpp_extension")
+    stand_in = extension_paths._Unimported("torch.utils.cpp_extension", torch_path)
+    assert stand_in.include_paths() == cpp_extension.include_paths()
+    assert stand_in.include_paths("cpu", torch_include_dirs=False) == cpp_extension.include_paths("cpu", torch_include_dirs=False)
+    assert stand_in.TORCH_LIB_PATH == cpp_extension.TORCH_LIB_PATH
+    for include in (True, False, None):
+        assert stand_in.library_paths("cpu", torch_include_dirs=include) == cpp_extension.library_paths(
+            "cpu", torch_include_dirs=include)
+    assert stand_in.library_paths() == cpp_extension.library_paths()
+    assert stand_in.CUDA_HOME == cpp_extension.CUDA_HOME  # anything else: the real module's
+
+
+def test_extension_paths_from_source_not_read_are_not_stood_in_for(tmp_path, monkeypatch):
+    from hatch_precompile.run.torch_internals import extension_paths
+
+    (tmp_path / "other_extension.py").write_text(
+        "import os\n_HERE = os.path.abspath(__file__)\n_TORCH_PATH = os.path.dirname(_HERE)\n"
+        "TORCH_LIB_PATH = os.path.join(_TORCH_PATH, 'lib')\n\ndef include_paths(device_type='cpu'):\n"
+        "    return [os.path.join(_TORCH_PATH, 'include')]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert extension_paths.computed_torch_path("other_extension") is None

@@ -1,0 +1,127 @@
+"""The paths a loaded kernel's compile command names, without importing ``torch.utils.cpp_extension``.
+
+To find a kernel's ``.so``, Inductor builds the command that would compile it (the command is part
+of the kernel's key), and the first such build imports ``torch.utils.cpp_extension`` for torch's
+include and library dirs; that module imports setuptools (0.06 s on this project's 2-core test
+machine). While a served graph loads in a process that has not imported it, a stand-in answers the
+names Inductor's CPU path takes from it, ``include_paths`` and ``library_paths`` (for the CPU)
+and ``TORCH_LIB_PATH``, computed as torch's module computes them: its source for them, and for the
+torch path they derive from, must be one read here (``KNOWN``, by digest), else torch's module is
+imported. Anything else asked of the stand-in imports the real module and answers from it."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import importlib.util
+import os
+import re
+import sys
+import types
+from typing import Any, Callable
+
+from hatch_precompile.run.torch_internals.patching import enabled, wrap
+from hatch_precompile.run.torch_internals.registry import lookup
+
+FUNCTIONS = ("include_paths", "library_paths")
+NAMES = ("_HERE", "_TORCH_PATH", "TORCH_LIB_PATH", "get_file_path", *FUNCTIONS)
+# sha256 of torch's top-level lines naming one of NAMES, and of its FUNCTIONS, -> how its torch path is made.
+KNOWN = {
+    "02b8094c98be7eb80e8092f952384626890f479eb952e6d808aeb4cf2a8a86b1": "from this file",  # 2.7.1
+    "5f4f8a7ad4c28cc892b08f76cdfd231887d130868bdee01341877995ee4e608c": "from this file",  # 2.13.0
+    "d7566fedaeeb74c2e9d8580731f88736d1df3fab4bcd5001c844e3ccdc9cc98f": "get_file_path",  # 2.14.1
+}
+
+
+def install() -> None:
+    """From now on, while a graph torch loads from its cache builds its kernels' commands in this
+    process, where ``torch.utils.cpp_extension`` is not imported, the stand-in answers for it."""
+    wrap("post-compile-graph", around=_around)
+
+
+def _around(arguments: dict[str, Any]) -> Callable[[], None] | None:
+    stand_in = _stand_in()
+    if stand_in is None:
+        return None
+    sys.modules[stand_in.__name__] = stand_in
+
+    def end() -> None:
+        if sys.modules.get(stand_in.__name__) is stand_in:
+            del sys.modules[stand_in.__name__]
+
+    return end
+
+
+def _stand_in() -> types.ModuleType | None:
+    point = lookup("extension-paths", "answer")
+    if not enabled() or point.module in sys.modules:
+        return None
+    try:
+        torch_path = computed_torch_path(point.module)
+    except Exception:  # no source to read, or torch's helper moved: torch's module is imported
+        return None
+    return _Unimported(point.module, torch_path) if torch_path else None
+
+
+@functools.cache
+def computed_torch_path(module: str) -> str | None:
+    """The torch path ``module`` computes its paths from, where its source for them is one read here."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin:
+        return None
+    with open(spec.origin, encoding="utf-8") as source:
+        text = source.read()
+    names = "|".join(NAMES)
+    if re.search(rf"^\s*(global|nonlocal)\s.*\b({names})\b", text, re.MULTILINE):
+        return None  # rebound by a function: not computed once, at import
+    lines = re.findall(rf"^(?=\S).*?\b(?:{names})\b.*$", text, re.MULTILINE)  # every top-level line naming one
+    functions = []
+    for function in FUNCTIONS:
+        start = text.find(f"\ndef {function}(") + 1
+        if not start:
+            return None
+        after = re.compile(r"\n(?=\S)").search(text, start)
+        functions.append(text[start:after.start() if after else len(text)])
+    digest = hashlib.sha256("\n".join([*lines, *functions]).encode()).hexdigest()
+    how = KNOWN.get(digest)
+    if how == "from this file":
+        return os.path.dirname(os.path.dirname(os.path.abspath(spec.origin)))
+    if how == "get_file_path":
+        return str(importlib.import_module("torch._utils_internal").get_file_path("torch"))
+    return None
+
+
+class _Unimported(types.ModuleType):
+    """``torch.utils.cpp_extension`` not imported: its CPU include paths and torch's library dir;
+    anything else asked of it imports the real module and answers from it."""
+
+    def __init__(self, name: str, torch_path: str) -> None:
+        super().__init__(name)
+        self._real_name, self._torch_path = name, torch_path
+        self.TORCH_LIB_PATH = os.path.join(torch_path, "lib")
+
+    def include_paths(self, device_type: str = "cpu", *args: Any, **kwargs: Any) -> list[str]:
+        torch_include_dirs = kwargs.pop("torch_include_dirs", args[0] if args else True)
+        if device_type != "cpu" or kwargs or len(args) > 1:
+            return self._real().include_paths(device_type, *args, **kwargs)
+        lib_include = os.path.join(self._torch_path, "include")
+        # Remove this once torch/torch.h is officially no longer supported for C++ extensions. (torch's)
+        return [lib_include, os.path.join(lib_include, "torch", "csrc", "api", "include")] if torch_include_dirs else []
+
+    def library_paths(self, device_type: str = "cpu", *args: Any, **kwargs: Any) -> list[str]:
+        torch_include_dirs = kwargs.pop("torch_include_dirs", args[0] if args else True)
+        kwargs.pop("cross_target_platform", None)  # read by torch's for CUDA only
+        if device_type != "cpu" or kwargs or len(args) > 2:
+            return self._real().library_paths(device_type, *args, **kwargs)
+        return [self.TORCH_LIB_PATH] if torch_include_dirs else []
+
+    def _real(self) -> types.ModuleType:
+        if sys.modules.get(self._real_name) is self:
+            del sys.modules[self._real_name]
+        return importlib.import_module(self._real_name)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "__path__":
+            raise AttributeError(name)
+        return getattr(self._real(), name)
