@@ -104,6 +104,12 @@ def test_the_extension_paths_stand_in_answers_as_this_torchs_module():
             "cpu", torch_include_dirs=include)
     assert stand_in.library_paths() == cpp_extension.library_paths()
     assert stand_in.CUDA_HOME == cpp_extension.CUDA_HOME  # anything else: the real module's
+    kept = cpp_extension.CUDA_HOME
+    try:
+        stand_in.CUDA_HOME = "/made/up/cuda"  # set, as torch 2.14 sets it: on the real module
+        assert cpp_extension.CUDA_HOME == "/made/up/cuda" and "CUDA_HOME" not in vars(stand_in)
+    finally:
+        cpp_extension.CUDA_HOME = kept
 
 
 def test_extension_paths_from_source_not_read_are_not_stood_in_for(tmp_path, monkeypatch):

@@ -80,16 +80,25 @@ class _Unimported(types.ModuleType):
 
     def __init__(self, name: str, qualname: str, attribute: str) -> None:
         super().__init__(name)
-        self._real_name, self._qualname, self._attribute = name, qualname, attribute
+        self.__dict__.update(_real_name=name, _qualname=qualname, _attribute=attribute)
 
     def __getattr__(self, name: str) -> Any:
         if name == "__path__":  # asked by every `from ... import`: a module, not a package
             raise AttributeError(name)
         if name == "wrap_backend_debug":
             return functools.partial(DebugWrapper, kept_in=(self._real_name, self._qualname, self._attribute))
+        return getattr(self._real(), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name.startswith("__") and name.endswith("__"):  # set by ModuleType's constructor
+            super().__setattr__(name, value)
+            return
+        setattr(self._real(), name, value)
+
+    def _real(self) -> types.ModuleType:
         if sys.modules.get(self._real_name) is self:
             del sys.modules[self._real_name]
-        return getattr(importlib.import_module(self._real_name), name)
+        return importlib.import_module(self._real_name)
 
 
 class DebugWrapper:

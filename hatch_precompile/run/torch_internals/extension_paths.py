@@ -98,8 +98,7 @@ class _Unimported(types.ModuleType):
 
     def __init__(self, name: str, torch_path: str) -> None:
         super().__init__(name)
-        self._real_name, self._torch_path = name, torch_path
-        self.TORCH_LIB_PATH = os.path.join(torch_path, "lib")
+        self.__dict__.update(_real_name=name, _torch_path=torch_path, TORCH_LIB_PATH=os.path.join(torch_path, "lib"))
 
     def include_paths(self, device_type: str = "cpu", *args: Any, **kwargs: Any) -> list[str]:
         torch_include_dirs = kwargs.pop("torch_include_dirs", args[0] if args else True)
@@ -125,3 +124,9 @@ class _Unimported(types.ModuleType):
         if name == "__path__":
             raise AttributeError(name)
         return getattr(self._real(), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name.startswith("__") and name.endswith("__"):  # set by ModuleType's constructor
+            super().__setattr__(name, value)
+            return
+        setattr(self._real(), name, value)  # torch 2.14 sets CUDA_HOME on the module it imported
