@@ -59,10 +59,10 @@ def test_a_modules_constants_are_those_its_import_sets_and_nothing_it_may_change
         "import os\nFLAG: bool = False\nORDER = None\nCOUNT = 0\nCOUNT += 1\nTWICE = 1\nTWICE = 2\n"
         "RESET = 'a'\nNAME = os.sep\nLATER = None\n\ndef reset():\n    global RESET\n    RESET = 'b'\n\n"
         "def record():\n    global LATER\n    LATER = []\n\nreset()\n"
-        "if os.sep:\n    BRANCHED = 1\n")
+        "if os.sep:\n    BRANCHED = 1\nSHADOWED = 1\nclass Holder:\n    SHADOWED = 2\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     constants = graph_stand_in.module_constants("made_up_debug")
-    assert constants == {"FLAG": False, "ORDER": None, "LATER": None}, constants
+    assert constants == {"FLAG": False, "ORDER": None, "LATER": None}, constants  # a class body binding a name: not one
     assert "made_up_debug" not in sys.modules
 
 

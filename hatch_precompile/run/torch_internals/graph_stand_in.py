@@ -110,8 +110,9 @@ def module_constants(name: str) -> dict[str, Any]:
     with open(spec.origin, encoding="utf-8") as source:
         tree = ast.parse(source.read())
     functions = {node.name: node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    at_import = [node for statement in tree.body if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef,
-                                                                               ast.ClassDef))
+    # what runs at import: every top-level statement but a function's body (class bodies run, and any
+    # name they bind counts against a constant of that name: conservative)
+    at_import = [node for statement in tree.body if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef))
                  for node in ast.walk(statement)]
     called = {node.func.id for node in at_import if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
     rebound = {n for f in called & set(functions) for node in ast.walk(functions[f])
