@@ -19,9 +19,9 @@ import hashlib
 import importlib
 import importlib.util
 import sys
-import types
 from typing import Any, Iterator
 
+from hatch_precompile.run.torch_internals.module_stand_in import Unimported, placed
 from hatch_precompile.run.torch_internals.patching import enabled
 from hatch_precompile.run.torch_internals.registry import lookup
 
@@ -39,16 +39,15 @@ def deferred() -> Iterator[None]:
     """Within: where torch's minifier module is not imported and its wrapper is one read here, the
     wrapper ``torch.compile`` makes is the stand-in."""
     stand_in = _stand_in()
-    if stand_in is not None:
-        sys.modules[stand_in.__name__] = stand_in
+    end = placed(stand_in) if stand_in is not None else None
     try:
         yield
     finally:
-        if stand_in is not None and sys.modules.get(stand_in.__name__) is stand_in:
-            del sys.modules[stand_in.__name__]
+        if end is not None:
+            end()
 
 
-def _stand_in() -> types.ModuleType | None:
+def _stand_in() -> Unimported | None:
     point = lookup("backend-debug", "answer")
     if not enabled() or point.module in sys.modules:
         return None
@@ -74,31 +73,12 @@ def constructor_kept_in(module: str, qualname: str) -> str | None:
     return KNOWN.get(hashlib.sha256(ast.unparse(found[0]).encode()).hexdigest())
 
 
-class _Unimported(types.ModuleType):
+class _Unimported(Unimported):
     """torch's minifier module not imported: its ``wrap_backend_debug`` makes the stand-in; anything
     else asked of it imports the real module and answers from it."""
 
     def __init__(self, name: str, qualname: str, attribute: str) -> None:
-        super().__init__(name)
-        self.__dict__.update(_real_name=name, _qualname=qualname, _attribute=attribute)
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "__path__":  # asked by every `from ... import`: a module, not a package
-            raise AttributeError(name)
-        if name == "wrap_backend_debug":
-            return functools.partial(DebugWrapper, kept_in=(self._real_name, self._qualname, self._attribute))
-        return getattr(self._real(), name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name.startswith("__") and name.endswith("__"):  # set by ModuleType's constructor
-            super().__setattr__(name, value)
-            return
-        setattr(self._real(), name, value)
-
-    def _real(self) -> types.ModuleType:
-        if sys.modules.get(self._real_name) is self:
-            del sys.modules[self._real_name]
-        return importlib.import_module(self._real_name)
+        super().__init__(name, wrap_backend_debug=functools.partial(DebugWrapper, kept_in=(name, qualname, attribute)))
 
 
 class DebugWrapper:

@@ -18,9 +18,9 @@ import importlib.util
 import os
 import re
 import sys
-import types
 from typing import Any, Callable
 
+from hatch_precompile.run.torch_internals.module_stand_in import Unimported, placed
 from hatch_precompile.run.torch_internals.patching import enabled, wrap
 from hatch_precompile.run.torch_internals.registry import lookup
 
@@ -42,18 +42,10 @@ def install() -> None:
 
 def _around(arguments: dict[str, Any]) -> Callable[[], None] | None:
     stand_in = _stand_in()
-    if stand_in is None:
-        return None
-    sys.modules[stand_in.__name__] = stand_in
-
-    def end() -> None:
-        if sys.modules.get(stand_in.__name__) is stand_in:
-            del sys.modules[stand_in.__name__]
-
-    return end
+    return None if stand_in is None else placed(stand_in)
 
 
-def _stand_in() -> types.ModuleType | None:
+def _stand_in() -> Unimported | None:
     point = lookup("extension-paths", "answer")
     if not enabled() or point.module in sys.modules:
         return None
@@ -92,18 +84,17 @@ def computed_torch_path(module: str) -> str | None:
     return None
 
 
-class _Unimported(types.ModuleType):
+class _Unimported(Unimported):
     """``torch.utils.cpp_extension`` not imported: its CPU include paths and torch's library dir;
     anything else asked of it imports the real module and answers from it."""
 
     def __init__(self, name: str, torch_path: str) -> None:
-        super().__init__(name)
-        self.__dict__.update(_real_name=name, _torch_path=torch_path, TORCH_LIB_PATH=os.path.join(torch_path, "lib"))
+        super().__init__(name, _torch_path=torch_path, TORCH_LIB_PATH=os.path.join(torch_path, "lib"))
 
     def include_paths(self, device_type: str = "cpu", *args: Any, **kwargs: Any) -> list[str]:
         torch_include_dirs = kwargs.pop("torch_include_dirs", args[0] if args else True)
         if device_type != "cpu" or kwargs or len(args) > 1:
-            return self._real().include_paths(device_type, *args, **kwargs)
+            return self.real().include_paths(device_type, *args, **kwargs)
         lib_include = os.path.join(self._torch_path, "include")
         # Remove this once torch/torch.h is officially no longer supported for C++ extensions. (torch's)
         return [lib_include, os.path.join(lib_include, "torch", "csrc", "api", "include")] if torch_include_dirs else []
@@ -112,21 +103,5 @@ class _Unimported(types.ModuleType):
         torch_include_dirs = kwargs.pop("torch_include_dirs", args[0] if args else True)
         kwargs.pop("cross_target_platform", None)  # read by torch's for CUDA only
         if device_type != "cpu" or kwargs or len(args) > 2:
-            return self._real().library_paths(device_type, *args, **kwargs)
+            return self.real().library_paths(device_type, *args, **kwargs)
         return [self.TORCH_LIB_PATH] if torch_include_dirs else []
-
-    def _real(self) -> types.ModuleType:
-        if sys.modules.get(self._real_name) is self:
-            del sys.modules[self._real_name]
-        return importlib.import_module(self._real_name)
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "__path__":
-            raise AttributeError(name)
-        return getattr(self._real(), name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name.startswith("__") and name.endswith("__"):  # set by ModuleType's constructor
-            super().__setattr__(name, value)
-            return
-        setattr(self._real(), name, value)  # torch 2.14 sets CUDA_HOME on the module it imported

@@ -17,10 +17,10 @@ import functools
 import importlib
 import importlib.util
 import sys
-import types
 from typing import Any, Callable
 
 from hatch_precompile.run.torch_internals import extension_paths
+from hatch_precompile.run.torch_internals.module_stand_in import Unimported, placed
 from hatch_precompile.run.torch_internals.patching import wrap
 from hatch_precompile.run.torch_internals.registry import lookup
 
@@ -44,32 +44,17 @@ def _stand_in(arguments: dict[str, Any]) -> Callable[[], None] | None:
     code = getattr(getattr(reader, "__wrapped__", None), "__code__", None)
     if code is None:  # not torch's function under this package's wrapper: the real module is imported
         return None
-    stand_in = _Unimported(GRAPH, code)
-    sys.modules[GRAPH] = stand_in
-
-    def end() -> None:
-        if sys.modules.get(GRAPH) is stand_in:
-            del sys.modules[GRAPH]
-
-    return end
+    return placed(_Unimported(GRAPH, _reader=code))
 
 
-class _Unimported(types.ModuleType):
+class _Unimported(Unimported):
     """``torch._inductor.graph`` not imported: to torch's cache-hit function, a ``GraphLowering``
     whose test hook is unset; to anyone else, and for anything else, the real module."""
 
-    def __init__(self, name: str, reader: types.CodeType) -> None:
-        super().__init__(name)
-        self._reader = reader
-
     def __getattr__(self, name: str) -> Any:
-        if name == "__path__":  # asked by every `from ... import`: a module, not a package
-            raise AttributeError(name)
         if name == "GraphLowering" and sys._getframe(1).f_code is self._reader:
             return _UnsetTestHook
-        if sys.modules.get(GRAPH) is self:
-            del sys.modules[GRAPH]
-        return getattr(importlib.import_module(GRAPH), name)
+        return super().__getattr__(name)
 
 
 class _RealClass(type):
@@ -95,7 +80,7 @@ def _debug_constants() -> None:
     except Exception:  # no source to read: the real module
         constants = None
     if constants:
-        setattr(package, DEBUG.rpartition(".")[2], _Constants(DEBUG, constants))
+        setattr(package, DEBUG.rpartition(".")[2], _Constants(DEBUG, _constants=constants))
     else:
         importlib.import_module(DEBUG)
 
@@ -135,24 +120,11 @@ def module_constants(name: str) -> dict[str, Any]:
     return constants
 
 
-class _Constants(types.ModuleType):
+class _Constants(Unimported):
     """A module not imported, as its package's attribute: its constants as it sets them at import;
     for anything else, any change, and everything once it is imported, the real module."""
 
-    def __init__(self, name: str, constants: dict[str, Any]) -> None:
-        super().__init__(name)
-        object.__setattr__(self, "_constants", constants)
-
     def __getattr__(self, name: str) -> Any:
-        if name in ("__path__", "_constants"):
-            raise AttributeError(name)
-        real = sys.modules.get(self.__name__)
-        if real is None and name in self._constants:
-            return self._constants[name]
-        return getattr(real if real is not None else importlib.import_module(self.__name__), name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name.startswith("__") and name.endswith("__"):  # set by ModuleType's constructor
-            super().__setattr__(name, value)
-            return
-        setattr(importlib.import_module(self.__name__), name, value)
+        if name not in self._constants or self.__name__ in sys.modules:
+            return super().__getattr__(name)
+        return self._constants[name]
