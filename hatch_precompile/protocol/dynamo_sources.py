@@ -163,17 +163,19 @@ def _path_roots(node: ast.expr) -> set[str]:
 
 
 def dropped_guard(source: str, guard_type: str, derived: tuple[str, ...], value: Any,
-                  has_value: bool) -> dict[str, Any] | str:
-    """One dropped guard as the index records it, or why a call guarded so cannot be served."""
+                  has_value: bool, made_at: str | None = None) -> dict[str, Any] | str:
+    """One dropped guard as the index records it, or why a call guarded so cannot be served (with
+    where the trace made the guard, ``made_at``, where known: what an author would change)."""
     kinds = {guard_type, *derived}
+    where = f"; made by {made_at}" if made_at else ""
     if kinds & {"WEAKREF_ALIVE", "DICT_VERSION"}:
-        return f"{guard_type} guard on {source} (an object's state, which no new process can check)"
+        return f"{guard_type} guard on {source} (an object's state, which no new process can check{where})"
     if evaluator(source) is None:
-        return f"{guard_type} guard on {source} (reached by a path this version does not evaluate)"
+        return f"{guard_type} guard on {source} (reached by a path this version does not evaluate{where})"
     code = "CLOSURE_MATCH" in kinds and isinstance(value, types.FunctionType)  # Dynamo holds its code only
     found = ({"kind": "code", "code": code_digest(value.__code__)} if code else describe(value)) if has_value else None
     if found is None:
-        return f"{guard_type} guard on {source} (an object no new process can tell apart from another)"
+        return f"{guard_type} guard on {source} (an object no new process can tell apart from another{where})"
     return {"source": source, "type": guard_type, "code": code, "described": found}
 
 

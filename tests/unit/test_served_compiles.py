@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import enum
 import functools
@@ -11,12 +12,13 @@ import json
 import logging
 import pickle
 import types
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from hatch_precompile.build import graph_saving
+from hatch_precompile.build import dynamo_pass, graph_saving
 from hatch_precompile.errors import ServedError
 from hatch_precompile.protocol import dynamo_sources, served_compiles
 from hatch_precompile.run import held_objects, served_compile
@@ -125,6 +127,42 @@ def test_a_dropped_guard_is_held_or_the_guarded_code_is_traced():
     assert "no new process can tell" in dynamo_sources.dropped_guard("G['obj']", "ID_MATCH", (), Model(), True)
     assert "a path this version does not evaluate" in dynamo_sources.dropped_guard("G['f'](1)", "ID_MATCH", (),
                                                                                     plain, True)
+
+
+class _Config:
+    def __init__(self):
+        self.size = 3
+
+
+_CONFIG = _Config()
+
+
+def _copies_the_config(x):
+    made = copy.deepcopy(_CONFIG)
+    return x * made.size
+
+
+def test_an_identity_guard_that_cannot_be_served_says_where_the_trace_made_it():
+    seen = []
+
+    def keep(entries):
+        seen.extend(entries)
+        return [True] * len(entries)
+
+    torch._dynamo.reset()
+    torch.compile(_copies_the_config, backend="eager", options={"guard_filter_fn": keep})(torch.ones(2))
+    made = next(e for e in seen if e.guard_type == "ID_MATCH" and e.orig_guard.name == "G['_CONFIG']")
+    where = dynamo_pass.made_at(made.orig_guard.user_stack)
+    # deepcopy's id(x), and the line of the package's own code that called deepcopy
+    assert where.startswith("`d = id(x)` in deepcopy at copy.py:")
+    assert where.endswith(f"called from `made = copy.deepcopy(_CONFIG)` in _copies_the_config at "
+                          f"{Path(__file__).name}:{_copies_the_config.__code__.co_firstlineno + 1}")
+    said = dynamo_sources.dropped_guard("G['_CONFIG']", "ID_MATCH", (), _CONFIG, True, where)
+    assert said.startswith("ID_MATCH guard on G['_CONFIG'] (an object no new process can tell apart from "
+                           "another; made by `d = id(x)` in deepcopy")
+    # no stack kept, or one of another shape: said without it
+    assert dynamo_pass.made_at(None) is None and dynamo_pass.made_at([object()]) is None
+    assert dynamo_sources.dropped_guard("G['_CONFIG']", "ID_MATCH", (), _CONFIG, True, None).endswith("from another)")
 
 
 @pytest.mark.parametrize("source, local", [
