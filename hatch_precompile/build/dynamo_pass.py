@@ -26,13 +26,12 @@ import logging
 import os
 import pickle
 import sys
-import sysconfig
 import time
 import types
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.build import dynamo_packaging, dynamo_reads, empty_graphs, graph_saving
+from hatch_precompile.build import dynamo_packaging, dynamo_reads, empty_graphs, graph_saving, guard_sites
 from hatch_precompile.child import observe, progress, workload_loop
 from hatch_precompile.protocol import (
     BUILDING_VAR,
@@ -63,7 +62,7 @@ class _Recorder:
     def __init__(self, package: str) -> None:
         self.package = package
         self.entries: list[tuple[str, str, tuple[str, ...], Any, bool]] = []  # the last guard filter's
-        self.stacks: dict[tuple[str, str], Any] = {}  # (guard type, source) -> the user's stack where it was made
+        self.stacks: list[Any] = []  # each one's user stack: where it was made (a guard made twice is two)
         self.filtered = False  # whether the guard filter saw the last compile's guards
         self.logged: set[tuple[str, str]] = set()  # the guards torch said it dropped, since that filter
         self.guarded: dict[str, dict[str, Any] | str] = {}  # sha256 of a guarded code's guards -> index value
@@ -137,10 +136,7 @@ class _Recorder:
             self.filtered = True
             self.entries = [(e.orig_guard.name, e.guard_type, tuple(e.derived_guard_types or ()),
                              e.value if e.has_value else None, bool(e.has_value)) for e in entries]
-            self.stacks = {}
-            for e in entries:  # a guard made twice (deepcopy's two id() calls): where it was made first
-                if {e.guard_type, *(e.derived_guard_types or ())} & DROPPED:
-                    self.stacks.setdefault((e.guard_type, e.orig_guard.name), getattr(e.orig_guard, "user_stack", None))
+            self.stacks = [getattr(e.orig_guard, "user_stack", None) for e in entries]
             kept = list(inner(entries)) if inner is not None else [True] * len(entries)
             # held as torch's own drops are (_guarded_code): kept, torch would fail to save the guards
             return [keep and not {e.guard_type, *(e.derived_guard_types or ())} & set(dynamo_sources.HELD_TOO)
@@ -186,16 +182,19 @@ class _Recorder:
         kept: list[dict[str, Any]] = []
         reason = None if self.filtered else "its guards were not seen while it compiled"
         named: set[tuple[str, str]] = set()
-        for source, guard_type, derived, value, has_value in self.entries:
+        memo: dict[str, Any] = {}  # source -> its object, for the guards deepcopy's memo made
+        for (source, guard_type, derived, value, has_value), stack in zip(self.entries, self.stacks):
             if not {guard_type, *derived} & DROPPED:
                 continue
             named.add((guard_type, source))
-            found = dynamo_sources.dropped_guard(source, guard_type, derived, value, has_value,
-                                                 made_at(self.stacks.get((guard_type, source))))
-            if isinstance(found, str):
-                reason = reason or found
+            found = dynamo_sources.dropped_guard(source, guard_type, derived, value, has_value, guard_sites.made_at(stack))
+            if isinstance(found, str) and has_value and guard_sites.made_by_memo(source, guard_type, derived, stack):
+                memo.setdefault(source, value)
+            elif isinstance(found, str):
+                reason = reason or found  # one the memo made that is also made elsewhere: said here
             else:
                 kept.append(found)
+        kept += guard_sites.grouped(memo)
         unknown = sorted(self.logged - named)
         if unknown and reason is None:  # torch dropped a guard this version does not know it drops
             reason = f"{unknown[0][0]} guard on {unknown[0][1]} (dropped by torch, unknown to this hatch-precompile)"
@@ -208,32 +207,6 @@ class _Recorder:
         self.guarded[sha] = {"held": kept, **record} if reason is None and isinstance(record, dict) else str(reason)
         self.lines[sha] = lines
         return None
-
-
-def made_at(stack: Any) -> str | None:
-    """Where the trace made a guard, in the traced code (a guard's ``user_stack``): its innermost
-    frame, and the innermost outside Python's standard library where that is another one (the
-    library line that called ``copy.deepcopy``, whose ``id(x)`` made an identity guard). None where
-    torch kept no stack."""
-    try:
-        frames = list(stack or ())
-        if not frames:
-            return None
-        stdlib = sysconfig.get_paths()["stdlib"]
-        said = [_frame(frames[-1])]
-        outside = next((f for f in reversed(frames) if not f.filename.startswith(stdlib)), None)
-        if outside is not None and outside is not frames[-1]:
-            said.append(f"called from {_frame(outside)}")
-        return ", ".join(said)
-    except Exception:  # torch's stack changed shape: the reason is said without it
-        return None
-
-
-def _frame(frame: Any) -> str:
-    path = str(frame.filename)
-    path = path.rpartition("site-packages/")[2] if "site-packages/" in path else os.path.basename(path)
-    line = (frame.line or "").strip()
-    return (f"`{line}` in " if line else "") + f"{frame.name} at {path}:{frame.lineno}"
 
 
 def merged_entry(entries: list[Any]) -> Any:

@@ -9,7 +9,8 @@ name and first line (``source_key``). For each guarded code (by the sha256 of it
 the index holds either why it can never be served, or:
 
 - ``held``: the identity guards torch dropped, each held to an object told by what it is
-  (protocol/dynamo_sources.py), checked at each call;
+  (protocol/dynamo_sources.py), or, for those ``copy.deepcopy``'s memo made, by how the objects
+  alias one another (build/guard_sites.py), checked at each call;
 - ``reads``: what the trace read that no guard of torch's holds, checked once, when the code is
   first about to run (run/unguarded_reads.py): a dict key it found absent (``os.environ``'s, say),
   a hook dict it found empty, a process fact torch folded into the code (``torch.distributed.

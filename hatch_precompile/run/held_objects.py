@@ -23,8 +23,13 @@ def held(dropped: list[dict[str, Any]], scope: dict[str, Any]) -> tuple[Callable
     as the build's was. A source in the call's locals (``L['self'].__class__``) has no object until
     a call: the first call whose object there is described as the build's pins it, and every later
     call must bring that very object. Until one does, the guard fails and the call is traced."""
+    memo = [guard for guard in dropped if guard["described"].get("kind") == MEMO]
+    dropped = [guard for guard in dropped if guard["described"].get("kind") != MEMO]
+    aliasing = _aliasing(memo, scope)
+    if isinstance(aliasing, str):
+        return None, aliasing
     if not dropped:
-        return _always, 0
+        return aliasing, len(memo)
     pins: list[Any] = []
     tests, lazy = [], []
     for index, guard in enumerate(dropped):
@@ -68,11 +73,41 @@ def held(dropped: list[dict[str, Any]], scope: dict[str, Any]) -> tuple[Callable
 
     def check(frame_locals: Any) -> bool:
         try:
-            return bool(test(frame_locals)) or (bool(lazy) and pin(frame_locals) and bool(test(frame_locals)))
+            return aliasing(frame_locals) and (bool(test(frame_locals)) or (
+                bool(lazy) and pin(frame_locals) and bool(test(frame_locals))))
         except Exception:  # a name deleted, an attribute gone: not the object the entry was made for
             return False
 
-    return check, len(tests)
+    return check, len(tests) + len(memo)
+
+
+MEMO = "deepcopy-memo"  # an identity deepcopy's memo keyed (build/guard_sites.py)
+
+
+def _aliasing(memo: list[dict[str, Any]], scope: dict[str, Any]) -> Callable[[Any], bool] | str:
+    """A guard that the objects at the sources of ``memo`` (the identity guards deepcopy's memo made)
+    are one and the same exactly where the build's were: each source's group is the first source
+    holding the very same object. Any object will do, so none is pinned; what the trace read of
+    each is held by torch's own guards."""
+    if not memo:
+        return _always
+    codes = []
+    for guard in memo:
+        compiled = dynamo_sources.evaluator(guard["source"])
+        if compiled is None or guard["source"].startswith("dict(") or not isinstance(guard["described"].get("group"), int):
+            return f"{guard['source']} is not a source this version evaluates"
+        codes.append(compiled[0])
+    groups = [guard["described"]["group"] for guard in memo]
+
+    def aliased(frame_locals: Any) -> bool:
+        try:
+            found = [_evaluate(code, scope, frame_locals) for code in codes]  # all alive while their ids are read
+            first: dict[int, int] = {}
+            return [first.setdefault(id(each), index) for index, each in enumerate(found)] == groups
+        except Exception:  # a name deleted, an attribute gone
+            return False
+
+    return aliased
 
 
 _UNPINNED = object()  # a local source's object before a call brings the build's

@@ -377,6 +377,15 @@ def _guards_module(module):
         import logging
 
         module.log = logging.getLogger("torch._guards.elsewhere")
+    if "guard-sites" in BROKEN:  # a guard made at two places kept once, where it was made first
+        add = module.GuardsSet.add
+
+        def add_once(self, guard, *args, **kwargs):
+            if any(g.name == guard.name and g.create_fn == guard.create_fn for g in self.inner):
+                return None
+            return add(self, guard, *args, **kwargs)
+
+        module.GuardsSet.add = add_once
 
 
 def _aot_autograd_result(module):
@@ -540,7 +549,7 @@ BREAKERS = frozenset({
     "global-state", "compiler-settings", "code-source", "guard-pickler", "module-global", "dynamo-entries",
     "graph-load", "eager-backward", "graph-cache-log", "package-bypass", "bypass-log", "guard-text",
     "compile-context", "folded-calls", "dict-absent-key", "folded-call", "guard-create-log", "post-compile-graph",
-    "decomp-table", "backend-debug", "extension-paths",
+    "decomp-table", "backend-debug", "extension-paths", "guard-sites",
 })
 
 

@@ -225,6 +225,17 @@ def right():
 
     @situation
     def _():
+        """options deep-copied in the compiled region, another instance"""
+        return values(M.compiled_copied(x, M.Options()))
+
+    @situation
+    def _():
+        """options deep-copied in the compiled region, two of their lists one and the same"""
+        same = [1.0, 2.0]
+        return values(M.compiled_copied(x, M.Options(weights=same, shifts=same)))
+
+    @situation
+    def _():
         """another dtype"""
         return trained(M.make().double(), x.double())
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hatch_precompile.build import dynamo_pass, graph_saving
+from hatch_precompile.build import dynamo_pass, graph_saving, guard_sites
 from hatch_precompile.errors import ServedError
 from hatch_precompile.protocol import dynamo_sources, served_compiles
 from hatch_precompile.run import held_objects, served_compile
@@ -152,7 +152,7 @@ def test_an_identity_guard_that_cannot_be_served_says_where_the_trace_made_it():
     torch._dynamo.reset()
     torch.compile(_copies_the_config, backend="eager", options={"guard_filter_fn": keep})(torch.ones(2))
     made = next(e for e in seen if e.guard_type == "ID_MATCH" and e.orig_guard.name == "G['_CONFIG']")
-    where = dynamo_pass.made_at(made.orig_guard.user_stack)
+    where = guard_sites.made_at(made.orig_guard.user_stack)
     # deepcopy's id(x), and the line of the package's own code that called deepcopy
     assert where.startswith("`d = id(x)` in deepcopy at copy.py:")
     assert where.endswith(f"called from `made = copy.deepcopy(_CONFIG)` in _copies_the_config at "
@@ -161,7 +161,7 @@ def test_an_identity_guard_that_cannot_be_served_says_where_the_trace_made_it():
     assert said.startswith("ID_MATCH guard on G['_CONFIG'] (an object no new process can tell apart from "
                            "another; made by `d = id(x)` in deepcopy")
     # no stack kept, or one of another shape: said without it
-    assert dynamo_pass.made_at(None) is None and dynamo_pass.made_at([object()]) is None
+    assert guard_sites.made_at(None) is None and guard_sites.made_at([object()]) is None
     assert dynamo_sources.dropped_guard("G['_CONFIG']", "ID_MATCH", (), _CONFIG, True, None).endswith("from another)")
 
 
@@ -319,7 +319,6 @@ def test_an_entry_no_call_could_run_is_not_shipped_and_the_build_says_why(tmp_pa
     import hashlib
     import pickle
 
-    from hatch_precompile.build import dynamo_pass
 
     recorder = dynamo_pass._Recorder("unit")
     entries = {}
@@ -352,7 +351,6 @@ def test_a_compile_whose_guards_torch_cannot_save_finishes_unserved_and_the_buil
     """Torch marks the entry bypassed, leaves the guards' state None and then fails the compile on that
     (and with it the pass): the second pass lets it finish with an empty state (which a bypassed entry
     never takes), names the function and quotes torch. Anything else keeps torch's own check."""
-    from hatch_precompile.build import dynamo_pass
 
     recorder = dynamo_pass._Recorder("unit")
     code = scaled_twice.__code__
@@ -507,7 +505,6 @@ class _Entry:
 def test_every_compile_of_a_function_is_kept_in_its_one_entry():
     from torch._dynamo.precompile_context import PrecompileContext
 
-    from hatch_precompile.build import dynamo_pass
 
     eval_mode = _Entry([_Code("forward", ["g1"], ["fn1"], {"__import_a": "a"})], _Sources({"s1"}))
     train_mode = _Entry([_Code("forward", ["g2"], ["fn2", "fn1"]), _Code("resume", ["g3"], ["fn3"], install_to_global=True)],

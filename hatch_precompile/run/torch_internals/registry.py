@@ -240,6 +240,12 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "them, when the function is compiled and when each guarded code first runs "
                "(run/torch_internals/compiler_settings.py): no guard checks them",
                broken="unreadable at build: that guarded code is not served; at load: the compiled functions are traced"),
+    Touchpoint("guard-sites", "torch._guards", "GuardsSet.add, Guard.user_stack", "read",
+               "build's second pass: where the trace made each dropped identity guard, said in the reason a "
+               "function is traced; a guard made by `copy.deepcopy`'s memo is held by how its objects alias, "
+               "where torch keeps a guard made at two places as two (build/guard_sites.py)",
+               broken="no guard is taken for the memo's: a function that deep-copies an object in its compiled "
+               "region is traced"),
     Touchpoint("guard-text", "torch._dynamo.guards", "GuardManagerWrapper.__str__", "read",
                "build's second pass: each guarded code's guards as torch rebuilds them, in words, at its trace; load: "
                "those torch rebuilt at install, compared line by line, so that a value torch read again here (a "

@@ -4,6 +4,7 @@ ran it first."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 
@@ -133,6 +134,23 @@ def by_kind(x: torch.Tensor, settings: Settings) -> torch.Tensor:
 
 
 compiled_by_kind = torch.compile(by_kind)
+
+
+@dataclasses.dataclass
+class Options:
+    """Options a compiled function deep-copies, as transformers' T5 copies its config in ``forward``."""
+
+    weights: list = dataclasses.field(default_factory=lambda: [1.0, 2.0])
+    shifts: list = dataclasses.field(default_factory=lambda: [1.0, 2.0])
+
+
+def copied_options(x: torch.Tensor, options: Options) -> torch.Tensor:
+    made = copy.deepcopy(options)  # its memo takes id() of each object: Dynamo guards their identities
+    made.weights[0] = 3.0  # where the two lists are one, the copy's are one too
+    return x * made.weights[0] + made.shifts[0]
+
+
+compiled_copied = torch.compile(copied_options)
 
 
 def registered_scale(x: torch.Tensor) -> torch.Tensor:

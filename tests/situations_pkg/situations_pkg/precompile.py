@@ -23,6 +23,7 @@ def workload() -> None:
     M.squares(x)
     M.compiled_configured(x, M.Settings())
     M.compiled_by_kind(x, M.Settings())
+    M.compiled_copied(x, M.Options())
     M.applied(M.make(), x).sum().backward()
     M.applied_all(M.make(), x).sum().backward()
     for compiled in (M.activated, M.environ_scaled, M.environ_late, M.world, M.debugged, M.resampled):
