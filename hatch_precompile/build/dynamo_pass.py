@@ -51,7 +51,6 @@ from hatch_precompile.protocol import (
 from hatch_precompile.run.torch_internals import guard_text, patching
 from hatch_precompile.run.torch_internals.registry import lookup
 
-DROPPED = {*dynamo_sources.DROPPED, *dynamo_sources.HELD_TOO}  # the guards the index records
 CACHING_PRECOMPILE_VAR = "TORCH_CACHING_PRECOMPILE"  # torch's: read when torch._dynamo.config is imported
 _BYPASS = "Detected a package bypass:"  # torch's warning where it cannot package a compile
 
@@ -184,7 +183,7 @@ class _Recorder:
         named: set[tuple[str, str]] = set()
         memo: dict[str, Any] = {}  # source -> its object, for the guards deepcopy's memo made
         for (source, guard_type, derived, value, has_value), stack in zip(self.entries, self.stacks):
-            if not {guard_type, *derived} & DROPPED:
+            if not {guard_type, *derived} & {*dynamo_sources.DROPPED, *dynamo_sources.HELD_TOO}:
                 continue
             named.add((guard_type, source))
             found = dynamo_sources.dropped_guard(source, guard_type, derived, value, has_value, guard_sites.made_at(stack))
@@ -194,6 +193,7 @@ class _Recorder:
                 reason = reason or found  # one the memo made that is also made elsewhere: said here
             else:
                 kept.append(found)
+        reason = reason or guard_sites.ids_kept(memo, arguments.get("dynamo_code"))
         kept += guard_sites.grouped(memo)
         unknown = sorted(self.logged - named)
         if unknown and reason is None:  # torch dropped a guard this version does not know it drops

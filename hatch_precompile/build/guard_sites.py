@@ -25,12 +25,12 @@ import functools
 import hashlib
 import os
 import sysconfig
-from typing import Any
+import types
+from typing import Any, Iterator
 
 from hatch_precompile.protocol import dynamo_sources
 from hatch_precompile.run.torch_internals.registry import lookup
 
-KIND = "deepcopy-memo"
 # sha256 of the copy module's source, parsed and written back (ast.unparse): each takes id() only as a memo key
 KNOWN = {
     "14f643937e9342a50a41be71662cdd4ceb7ce37ae1c69ae6d4a4fb977fcb5c3f",  # Python 3.10
@@ -49,11 +49,50 @@ def made_by_memo(source: str, guard_type: str, derived: tuple[str, ...], stack: 
         return False
     try:
         frames = list(stack or ())
-        inner = frames[-1] if frames else None
-        return (inner is not None and inner.filename == copy.__file__ and _copy_module_read()
-                and each_site_kept())
+        copying = [index for index, frame in enumerate(frames) if frame.filename == copy.__file__]
+        # from the call of deepcopy to the id(), only the copy module's own code (no __deepcopy__ of
+        # the package's, which may keep the memo or read its keys), called without a memo of the caller's
+        if not copying or copying != list(range(copying[0], len(frames))) or copying[0] == 0:
+            return False
+        return _memo_of_its_own(frames[copying[0] - 1].line) and _copy_module_read() and each_site_kept()
     except Exception:  # a stack of another shape: not known to be the memo's
         return False
+
+
+def _memo_of_its_own(line: str | None) -> bool:
+    """Whether the caller's line calls deepcopy once, with the object alone (its memo made inside
+    the copy, and dropped when it returns); a line that is not a whole statement does not say."""
+    try:
+        tree = ast.parse((line or "").strip())
+    except SyntaxError:
+        return False
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+             and (getattr(node.func, "attr", None) or getattr(node.func, "id", None)) == "deepcopy"]
+    return len(calls) == 1 and len(calls[0].args) == 1 and not calls[0].keywords
+
+
+def ids_kept(memo: dict[str, Any], code: Any) -> str | None:
+    """Why the guards the memo made cannot be held so, where the compiled code ``code`` (a guarded
+    code's bytecode) holds the id of an object the memo keyed as a constant (the memo or its keys
+    left the compiled region, and would carry the build's ids into the user's process); or None."""
+    said = f"ID_MATCH guard on {next(iter(memo), '')} (deepcopy's memo, whose ids its compiled code keeps)"
+    if not memo:
+        return None
+    if not isinstance(code, types.CodeType):
+        return said  # not read: kept, for all this can tell
+
+    def constants(value: Any) -> Iterator[Any]:
+        if isinstance(value, types.CodeType):
+            for each in value.co_consts:
+                yield from constants(each)
+        elif isinstance(value, (tuple, frozenset)):
+            for each in value:
+                yield from constants(each)
+        else:
+            yield value
+
+    ids = {id(found) for found in memo.values()}
+    return said if any(type(value) is int and value in ids for value in constants(code)) else None
 
 
 def grouped(memo: dict[str, Any]) -> list[dict[str, Any]]:
@@ -61,7 +100,7 @@ def grouped(memo: dict[str, Any]) -> list[dict[str, Any]]:
     group, the first source's index among those holding the very same object."""
     first: dict[int, int] = {}
     return [{"source": source, "type": "ID_MATCH", "code": False,
-             "described": {"kind": KIND, "group": first.setdefault(id(found), index)}}
+             "described": {"kind": dynamo_sources.DEEPCOPY_MEMO, "group": first.setdefault(id(found), index)}}
             for index, (source, found) in enumerate(memo.items())]
 
 

@@ -33,6 +33,7 @@ DROPPED = ("ID_MATCH", "CLOSURE_MATCH", "WEAKREF_ALIVE", "DICT_VERSION")
 # ``type(L['self']._modules['decoder'].config)``). The second pass drops them as torch drops the others,
 # and holds them as it holds those.
 HELD_TOO = ("CLASS_MATCH", "FUNCTION_MATCH", "MODULE_MATCH")
+DEEPCOPY_MEMO = "deepcopy-memo"  # a held identity guard copy.deepcopy's memo made, held by aliasing
 BY_NAME = ("ID_MATCH", "CLOSURE_MATCH", "FUNCTION_MATCH", "CLASS_MATCH", "MODULE_MATCH", "BUILTIN_MATCH")
 # What a source may use besides the code's globals (G) and the call's locals (L): Dynamo's forms.
 SOURCE_HELPERS = {"type": type, "dict": dict, "list": list}

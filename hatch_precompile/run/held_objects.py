@@ -23,8 +23,8 @@ def held(dropped: list[dict[str, Any]], scope: dict[str, Any]) -> tuple[Callable
     as the build's was. A source in the call's locals (``L['self'].__class__``) has no object until
     a call: the first call whose object there is described as the build's pins it, and every later
     call must bring that very object. Until one does, the guard fails and the call is traced."""
-    memo = [guard for guard in dropped if guard["described"].get("kind") == MEMO]
-    dropped = [guard for guard in dropped if guard["described"].get("kind") != MEMO]
+    memo = [guard for guard in dropped if guard["described"].get("kind") == dynamo_sources.DEEPCOPY_MEMO]
+    dropped = [guard for guard in dropped if guard["described"].get("kind") != dynamo_sources.DEEPCOPY_MEMO]
     aliasing = _aliasing(memo, scope)
     if isinstance(aliasing, str):
         return None, aliasing
@@ -79,9 +79,6 @@ def held(dropped: list[dict[str, Any]], scope: dict[str, Any]) -> tuple[Callable
             return False
 
     return check, len(tests) + len(memo)
-
-
-MEMO = "deepcopy-memo"  # an identity deepcopy's memo keyed (build/guard_sites.py)
 
 
 def _aliasing(memo: list[dict[str, Any]], scope: dict[str, Any]) -> Callable[[Any], bool] | str:

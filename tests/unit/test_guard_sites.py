@@ -57,12 +57,37 @@ def test_the_memos_identity_guards_are_told_from_the_packages_own():
     assert all(by_memo for _, by_memo in made)
     assert identity_guards(identified, torch.ones(2), Options()) == [("L['options']", False)]
     # only a plain ID_MATCH made in the copy module, on a source that finds the object itself
-    memo = traceback.StackSummary.from_list([(copy.__file__, 137, "deepcopy", "d = id(x)")])
+    memo = stack(("model.py", 7, "f", "made = copy.deepcopy(o)"), (copy.__file__, 137, "deepcopy", "d = id(x)"))
     assert guard_sites.made_by_memo("L['o']", "ID_MATCH", (), memo)
     assert not guard_sites.made_by_memo("L['o']", "CLOSURE_MATCH", (), memo)
     assert not guard_sites.made_by_memo("dict(L['o'].__dict__)", "ID_MATCH", (), memo)
     assert not guard_sites.made_by_memo("L['o']", "ID_MATCH", (), None)
     assert not guard_sites.made_by_memo("L['o']", "ID_MATCH", (), [object()])
+    # the caller's own memo, which outlives the copy and holds its ids; a call the line does not show whole
+    for line in ("made = copy.deepcopy(o, memo)", "made = copy.deepcopy(o, memo=seen)", "made = copy.deepcopy(",
+                 "a, b = copy.deepcopy(o), copy.deepcopy(p)"):
+        called = stack(("model.py", 7, "f", line), (copy.__file__, 137, "deepcopy", "d = id(x)"))
+        assert not guard_sites.made_by_memo("L['o']", "ID_MATCH", (), called), line
+    # a __deepcopy__ of the package's between the copy's frames (it may keep the memo), or no caller
+    through = stack(("model.py", 7, "f", "made = copy.deepcopy(o)"), (copy.__file__, 151, "deepcopy", "y = copier(memo)"),
+                    ("model.py", 30, "__deepcopy__", "return copy.deepcopy(self.a, memo)"),
+                    (copy.__file__, 137, "deepcopy", "d = id(x)"))
+    assert not guard_sites.made_by_memo("L['o']", "ID_MATCH", (), through)
+    assert not guard_sites.made_by_memo("L['o']", "ID_MATCH", (), stack((copy.__file__, 137, "deepcopy", "d = id(x)")))
+
+
+def stack(*frames):
+    return traceback.StackSummary.from_list(list(frames))
+
+
+def test_the_memos_ids_in_the_compiled_code_keep_it_traced():
+    kept = Options()
+    memo = {"L['options']": kept, "L['options'].weights": kept.weights}
+    leaking = compile(f"def f():\n    return {{{id(kept.weights)}: 1}}", "<leak>", "exec")
+    assert "whose ids its compiled code keeps" in guard_sites.ids_kept(memo, leaking)
+    assert guard_sites.ids_kept(memo, compile("def f():\n    return {1: 2}", "<no leak>", "exec")) is None
+    assert guard_sites.ids_kept(memo, None) is not None  # a code not read: kept, for all this can tell
+    assert guard_sites.ids_kept({}, None) is None  # no guard of the memo's
     assert not guard_sites.made_by_memo("L['o'](1)", "ID_MATCH", (), memo)  # not a path evaluated here
 
 
@@ -70,7 +95,7 @@ def test_held_by_how_the_objects_alias_not_by_which_they_are():
     sources = ["L['options']", "L['options'].weights", "L['options'].shifts"]
     built = Options()
     records = guard_sites.grouped(dict(zip(sources, [built, built.weights, built.shifts])))
-    assert [r["described"] for r in records] == [{"kind": "deepcopy-memo", "group": g} for g in (0, 1, 2)]
+    assert [r["described"] for r in records] == [{"kind": dynamo_sources.DEEPCOPY_MEMO, "group": g} for g in (0, 1, 2)]
     check, held = held_objects.held(records, {})
     assert held == 3
     assert check({"options": Options()}) and check({"options": built})  # any instance that aliases as built
