@@ -215,10 +215,12 @@ def copy_project(dest: Path, source: Path = SAMPLE) -> Path:
     return dest
 
 
-def build_wheel(project: Path, out: Path, *, python=sys.executable, env=None, check=True):
-    """Build ``project``'s wheel without isolation; return (process, wheel path or None)."""
+def build_wheel(project: Path, out: Path, *, python=sys.executable, env=None, check=True, umask: str | None = None):
+    """Build ``project``'s wheel without isolation (under ``umask``, where given); return (process,
+    wheel path or None)."""
     out.mkdir(parents=True, exist_ok=True)
-    proc = run([python, "-m", "build", "--wheel", "--no-isolation", "-o", out, project], env=env, check=check)
+    under = ["sh", "-c", f'umask {umask} && exec "$@"', "sh"] if umask else []
+    proc = run([*under, python, "-m", "build", "--wheel", "--no-isolation", "-o", out, project], env=env, check=check)
     wheels = sorted(out.glob("*.whl"))
     return proc, (wheels[-1] if wheels else None)
 

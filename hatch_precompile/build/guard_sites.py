@@ -12,9 +12,12 @@ recorded as that object's place among the others the memo keyed (``group``), and
 only where its objects alias one another as the build's did (run/held_objects.py); what the trace
 read of each object is held by torch's own guards, kept.
 
-Only a guard made inside the copy module counts: torch keeps a guard made at two places as two
-(``each_site_kept``), so an identity also needed elsewhere (a user's ``is``) is its own guard,
-made there, and keeps the guarded code traced.
+Only a guard made by the copy module's own code counts, from a caller's ``deepcopy(x)`` (no memo
+of the caller's, which outlives the copy; no ``__deepcopy__`` of the package's in between, which
+might keep the memo or read its keys), where the compiled code keeps none of the memo's ids
+(``ids_kept``); and torch keeps a guard made at two places as two (``each_site_kept``), so an
+identity also needed elsewhere (a user's ``is``) is its own guard, made there, and keeps the
+guarded code traced.
 """
 
 from __future__ import annotations

@@ -56,6 +56,7 @@ def prove(python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str],
     index = served_compiles.parse(index_file.read_text())
     started = time.perf_counter()
     work = run_dir / "served-proof"
+    work.mkdir(mode=0o700)  # as run_dir: under umask 002 too, the cache dir's parents are private
     store = work / "user-cache"
     staged = work / "staged"
     quiet = Reporter(_silent, _silent)
@@ -91,13 +92,15 @@ def prove(python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str],
         return {"functions": len(index.functions) + len(unshipped), "served": 0,
                 "not_served": {**unshipped, **failed}, "proof": f"failed: {why}"}
     outcomes = proven.data.get("served") or {}
+    load = proven.data.get("load") or {}
+    not_loaded = None if load.get("loaded", True) else f"load() did not install the set: {load.get('reason')}"
     index = _first_calls(out_dir, index, set(proven.data.get("first_call") or ()))
     not_served = {}
     for function in index.functions.values():
         name = f"{function.module}.{function.qualname}"
         outcome = outcomes.get(name)
         if outcome is None:
-            not_served[name] = "the workloads, served, did not compile it"
+            not_served[name] = not_loaded or "the workloads, served, did not compile it"
         elif not outcome.startswith("served"):
             not_served[name] = outcome.removeprefix("traced: ")
     _drop(out_dir, index, {key for key, f in index.functions.items() if f"{f.module}.{f.qualname}" in not_served})

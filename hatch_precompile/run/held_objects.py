@@ -4,7 +4,9 @@ Torch serializes a guard manager without the guards it cannot pickle (an object'
 CLOSURE_MATCH). The build's index names each such guard's source (a path in Dynamo's grammar from
 the globals ``G`` or the call's locals ``L``) and describes the object that was there
 (protocol/dynamo_sources.py). Here each source is evaluated, its object described the same way,
-and a guard made that holds the source to that very object, as Dynamo's own would have.
+and a guard made that holds the source to that very object, as Dynamo's own would have. The
+identities ``copy.deepcopy``'s memo took are held otherwise: by which of their objects are one and
+the same, as at build (build/guard_sites.py).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ def held(dropped: list[dict[str, Any]], scope: dict[str, Any]) -> tuple[Callable
     A source in the code's globals is held to the object there now, once that object is described
     as the build's was. A source in the call's locals (``L['self'].__class__``) has no object until
     a call: the first call whose object there is described as the build's pins it, and every later
-    call must bring that very object. Until one does, the guard fails and the call is traced."""
+    call must bring that very object. Until one does, the guard fails and the call is traced. The
+    sources deepcopy's memo keyed are held by how their objects alias instead (``_aliasing``)."""
     memo = [guard for guard in dropped if guard["described"].get("kind") == dynamo_sources.DEEPCOPY_MEMO]
     dropped = [guard for guard in dropped if guard["described"].get("kind") != dynamo_sources.DEEPCOPY_MEMO]
     aliasing = _aliasing(memo, scope)

@@ -26,12 +26,13 @@ pytestmark = pytest.mark.slow  # builds a wheel, runs torch in fresh processes
 COMPILE_PKG = ROOT / "tests" / "compile_pkg"
 
 
-def built_with_both_passes(tmp_path_factory, project: Path, *also: Path) -> Path:
-    """``project`` built once (both passes: its compiled functions' Dynamo cache entries) and unpacked
-    under ``site/``; its output in ``build.log``, and each of ``also`` copied beside them."""
+def built_with_both_passes(tmp_path_factory, project: Path, *also: Path, umask: str | None = None) -> Path:
+    """``project`` built once (both passes: its compiled functions' Dynamo cache entries; under
+    ``umask``, where given) and unpacked under ``site/``; its output in ``build.log``, and each of
+    ``also`` copied beside them."""
     def build(out: Path) -> None:
         proc, wheel = build_wheel(copy_project(out / "src" / project.name, project), out / "dist",
-                                  env={"HATCH_PRECOMPILE_NO_DYNAMO_CACHE": "0"})
+                                  env={"HATCH_PRECOMPILE_NO_DYNAMO_CACHE": "0"}, umask=umask)
         (out / "build.log").write_text(proc.stdout)
         unpack(wheel, out / "site")
         for path in also:

@@ -104,8 +104,10 @@ SAID = {
 @pytest.fixture(scope="session")
 def situations_site(tmp_path_factory) -> Path:
     """tests/situations_pkg built (both passes) and unpacked under ``site/``, its output in ``build.log``,
-    and situations.py beside them (run from outside the source tree, whose package has no set)."""
-    return built_with_both_passes(tmp_path_factory, SITUATIONS, SITUATIONS / "situations.py")
+    and situations.py beside them (run from outside the source tree, whose package has no set).
+    Built under umask 002, a login default where each user has a group: the build's proof still
+    serves every function (its run dirs are private, as load() asks of a cache dir's parents)."""
+    return built_with_both_passes(tmp_path_factory, SITUATIONS, SITUATIONS / "situations.py", umask="002")
 
 
 def run_group(python: Path, script: Path, work: Path, group: str, env: dict[str, str] | None = None,
