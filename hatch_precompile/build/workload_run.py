@@ -97,7 +97,8 @@ def _run_set(
     started = time.perf_counter()
     capability = options["capability"]
     cache_dir, out_dir = run_dir / "inductor-cache", run_dir / "out"
-    run_dir.mkdir(mode=0o700)  # under umask 002 too: load() in the served proof trusts no group-writable parent
+    for missing in reversed([d for d in (run_dir, *run_dir.parents) if not d.exists()]):
+        missing.mkdir(mode=0o700)  # under umask 002 too: load() in the served proof trusts no group-writable parent
     cache_dir.mkdir()
     paths = [] if root is None else [str(root)] + ([str(root / "src")] if (root / "src").is_dir() else [])
     spec = {"workloads": workloads, "paths": paths, "package": package, **options}
