@@ -32,6 +32,7 @@ from hatch_precompile.protocol import (
     SERVED_FILE,
     SETS_DIR,
     STEPS_DIR,
+    TRY_AT_IMPORT_VAR,
     Manifest,
     canonical_name,
     env_id,
@@ -70,7 +71,7 @@ def prove(python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str],
     shutil.copytree(staged, entry)
     _private(store)
     proof_env = {k: v for k, v in env.items() if k not in (BUILDING_VAR, *_SECOND_PASS_ONLY)}
-    proof_env.update({"XDG_CACHE_HOME": str(store), CACHE_DIR_VAR: str(work / "inductor-cache")})
+    proof_env.update({"XDG_CACHE_HOME": str(store), CACHE_DIR_VAR: str(work / "inductor-cache"), TRY_AT_IMPORT_VAR: "1"})
     timeout, heartbeat = limits
     job = supervisor.Job("hatch_precompile.child.verify_child", spec,
                          f"{PREFIX} (served, proven)", reporter.line,
@@ -94,7 +95,8 @@ def prove(python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str],
     outcomes = proven.data.get("served") or {}
     load = proven.data.get("load") or {}
     not_loaded = None if load.get("loaded", True) else f"load() did not install the set: {load.get('reason')}"
-    index = _first_calls(out_dir, index, set(proven.data.get("first_call") or ()))
+    index = _install_points(out_dir, index, set(proven.data.get("first_call") or ()),
+                            set(proven.data.get("at_import") or ()))
     not_served = {}
     for function in index.functions.values():
         name = f"{function.module}.{function.qualname}"
@@ -125,10 +127,17 @@ def _without_steps(staged: Path, manifest: Manifest) -> Manifest:
     return bare
 
 
-def _first_calls(out_dir: Path, index: served_compiles.Index, names: set[str]) -> served_compiles.Index:
-    """The index with each function whose entry the proof installed at its first call marked so: a
-    user's process does not try it at ``torch.compile``, where torch cannot rebuild its guards yet."""
-    marked = {key: dataclasses.replace(f, install_at="first-call") if f"{f.module}.{f.qualname}" in names else f
+def _install_points(out_dir: Path, index: served_compiles.Index, first_call: set[str],
+                    at_import: set[str]) -> served_compiles.Index:
+    """The index with each function marked where the proof installed its entry: at its first call (a
+    user's process does not try it at ``torch.compile``, where torch cannot rebuild its guards yet),
+    or at its module's import (a user's process installs it there, before the package compiles it:
+    the proof's child tried each entry so, and these took)."""
+
+    def marked_at(name: str) -> str | None:
+        return "first-call" if name in first_call else "import" if name in at_import else None
+
+    marked = {key: dataclasses.replace(f, install_at=marked_at(f"{f.module}.{f.qualname}") or f.install_at)
               for key, f in index.functions.items()}
     if marked == index.functions:
         return index

@@ -70,6 +70,7 @@ def main(argv: list[str]) -> int:
         # what became of each compiled function shipped as a Dynamo cache entry (run/served_compile.py)
         "served": _served(),
         "first_call": _installed_at_first_call(),
+        "at_import": _installed_at_import(),
     }))
     return EXIT_OK
 
@@ -77,6 +78,11 @@ def main(argv: list[str]) -> int:
 def _installed_at_first_call() -> list[str]:
     served_compile = sys.modules.get("hatch_precompile.run.served_compile")
     return served_compile.installed_at_first_call() if served_compile is not None else []
+
+
+def _installed_at_import() -> list[str]:
+    served_compile = sys.modules.get("hatch_precompile.run.served_compile")
+    return served_compile.installed_at_import() if served_compile is not None else []
 
 
 def _served() -> dict[str, str]:

@@ -52,6 +52,7 @@ __all__ = [
     "STEPS_VERIFY_VAR",
     "NO_STEPS_VAR",
     "NO_DYNAMO_CACHE_VAR",
+    "TRY_AT_IMPORT_VAR",
     "PROOF_TIMEOUT_VAR",
     "TORCH_TRACE_VAR",
     "PACKAGE_VAR",
@@ -114,6 +115,7 @@ STEPS_DIR_VAR = "HATCH_PRECOMPILE_STEPS_DIR"  # where save_step() writes
 STEPS_VERIFY_VAR = "HATCH_PRECOMPILE_VERIFY_STEPS"  # set in verify's child: save_step() checks the shipped step
 NO_STEPS_VAR = "HATCH_PRECOMPILE_NO_STEPS"  # a build ships no step: save_step() does nothing (faster builds)
 NO_DYNAMO_CACHE_VAR = "HATCH_PRECOMPILE_NO_DYNAMO_CACHE"  # no second pass: compiled functions traced (faster builds)
+TRY_AT_IMPORT_VAR = "HATCH_PRECOMPILE_TRY_AT_IMPORT"  # set in the served proof's child: each entry tried at its module's import
 PROOF_TIMEOUT_VAR = "HATCH_PRECOMPILE_PROOF_TIMEOUT"  # seconds a step's package may take to open and run in its proof
 TORCH_TRACE_VAR = "HATCH_PRECOMPILE_TORCH_TRACE"  # a dir: torch's structured trace of a build's workloads (tlparse)
 PACKAGE_VAR = "HATCH_PRECOMPILE_PACKAGE"  # in a child: the package whose artifacts it builds or checks

@@ -57,12 +57,14 @@ class Function:
     guards: str  # its guarded codes' guards in words (guard_text.packed), the file's logical path
     options: tuple[dict[str, Any], ...]  # the keywords of the torch.compile call that compiled it, as given
     guarded: dict[str, Any]  # sha256 of a guarded code's guards -> {"held", "reads", "settings"}, or a reason
-    # When its entry is installed: at torch.compile, or at the compiled object's first call, where the
-    # build's proof found torch could not rebuild its guards before (a registry filled as models are made).
+    # When its entry is installed: at torch.compile; at the compiled object's first call, where the
+    # build's proof found torch could not rebuild its guards before (a registry filled as models are
+    # made); or as soon as its module is imported (the package loaded), where the proof installed it
+    # then: a module the package compiles at its first use then starts its first step installed.
     install_at: str = "compile"
 
 
-INSTALL_AT = ("compile", "first-call")
+INSTALL_AT = ("compile", "first-call", "import")
 
 
 @dataclasses.dataclass(frozen=True)

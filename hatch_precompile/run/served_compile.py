@@ -10,6 +10,9 @@ package's, a function the build did not compile, other options; torch's ``cachin
 flag is never set. Where an entry cannot be installed, the function is compiled as without it
 (traced, its graphs warm from the shipped caches), and ``served()`` says why.
 
+Where the build's proof installed an entry as soon as its function's module was imported (a
+module the package compiles at its first use: torchvision's, timm's), a user's process does so too,
+so that the first step runs installed; the entry serves only once the package compiles the function.
 Where the set is for a GPU and CUDA is not yet initialised, a function's entry is installed at its
 first call instead (installing loads its kernels, which would initialise CUDA in a process that
 may fork workers); a module compiled so is traced.
@@ -49,6 +52,7 @@ class ProcessState:
     outcomes: dict[str, str] = dataclasses.field(default_factory=dict)
     tried: set[str] = dataclasses.field(default_factory=set)  # installed or refused: asked once per function
     first_call: set[str] = dataclasses.field(default_factory=set)  # installed at the first call, not before
+    at_import: dict[str, str] = dataclasses.field(default_factory=dict)  # installed at its module's import: how
     original: Callable[..., Any] | None = None
     lock: threading.RLock = dataclasses.field(default_factory=threading.RLock)
 
@@ -77,7 +81,24 @@ def intercept(package: str, found: ArtifactSet, torch: Any) -> str | None:
         if this_process.original is None:
             this_process.original = torch.compile
             torch.compile = _compile_wrapper(torch.compile)
+    if not found.manifest.env.get("gpu"):  # a GPU set's install would initialise CUDA at import
+        _at_imports(package, index)
     return None
+
+
+def _at_imports(package: str, index: served_compiles.Index) -> None:
+    """Each entry the build's proof installed at its module's import, installed so here (in the proof's
+    own child, each entry is tried so)."""
+    from hatch_precompile.run import variables
+    from hatch_precompile.run.torch_internals import import_hook
+
+    trying = variables.try_at_import()
+    by_module: dict[str, list[served_compiles.Function]] = {}
+    for function in index.functions.values():
+        if function.install_at == "import" or (trying and function.install_at == "compile"):
+            by_module.setdefault(function.module, []).append(function)
+    for module, functions in by_module.items():  # one import hook a module
+        import_hook.after_import(module, functools.partial(_install_at_import, package, functions))
 
 
 def served() -> dict[str, str]:
@@ -91,6 +112,13 @@ def installed_at_first_call() -> list[str]:
     (the build's proof records them: a user's process then does not try before)."""
     with this_process.lock:
         return sorted(this_process.first_call)
+
+
+def installed_at_import() -> list[str]:
+    """Each function whose entry was installed as soon as its module was imported, before the package
+    compiled it."""
+    with this_process.lock:
+        return sorted(this_process.at_import)
 
 
 def compile_for(package: str, fn: Any, **options: Any) -> Any:
@@ -162,6 +190,10 @@ def _served(package: str, model: Any, options: dict[str, Any], original: Callabl
             return compiled
         return _installed_at_first_call(package, model, function, compiled)
     name = f"{function.module}.{function.qualname}"
+    with this_process.lock:
+        if name in this_process.at_import:  # installed at its module's import: asked for now
+            _said(function, this_process.at_import[name])
+            return compiled
     if function.install_at == "first-call" and compile_scope.at_first_call(compiled, functools.partial(
             _again, package, model, function, name)):
         _said(function, "installed at its first call, where the build's proof installed it")
@@ -187,8 +219,9 @@ def _shipped(package: str, model: Any, options: dict[str, Any]) -> served_compil
     return function
 
 
-def _install(package: str, model: Any, function: served_compiles.Function, compiled: Any = None) -> None:
-    """Install ``function``'s entry on ``model``'s code, once per process. Where torch cannot rebuild
+def _install(package: str, model: Any, function: served_compiles.Function, compiled: Any = None) -> bool:
+    """Install ``function``'s entry on ``model``'s code, once per process; whether torch installed it
+    there now (its guarded codes served, or some never run and said why). Where torch cannot rebuild
     its guards yet (a source they read is not there at ``torch.compile``: a registry a library fills
     as its models are made), it is tried again once, at the first call of ``compiled``."""
     from hatch_precompile.run.torch_internals import (
@@ -202,17 +235,17 @@ def _install(package: str, model: Any, function: served_compiles.Function, compi
     name = f"{function.module}.{function.qualname}"
     with this_process.lock:
         if name in this_process.tried:
-            return  # installed on its code already (every wrapper of it is served), or refused
+            return False  # installed on its code already (every wrapper of it is served), or refused
         this_process.tried.add(name)
         unservable = [why for why in function.guarded.values() if isinstance(why, str)]
         if len(unservable) == len(function.guarded):  # a set built before such entries were left out
             _said(function, f"traced: {unservable[0] if unservable else 'its entry holds no guarded code'}")
-            return
+            return False
         index = this_process.packages[package].index
         differs = _settings_differ(function, index, compiler_settings.snapshot())
         if differs:  # checked again when each guarded code first runs; here, nothing is loaded for nothing
             _said(function, f"traced: {differs}")
-            return
+            return False
         try:
             found = this_process.packages[package].found
             shipped = dynamo_cache.Shipped(found.read(function.entry), function.guarded,
@@ -230,19 +263,61 @@ def _install(package: str, model: Any, function: served_compiles.Function, compi
                 _said(function, f"installed at its first call: at torch.compile, {exc}")
             else:
                 _said(function, f"traced: {exc}")
-            return
+            return False
         except (Skip, DynamoEntryRefused) as exc:
             _said(function, f"traced: {exc}")
-            return
+            return False
         except Exception as exc:  # torch moved: the function is traced, as without hatch-precompile
             _said(function, f"traced: installing its entry failed: {exc!r}")
-            return
+            return False
         if not counts["served"]:
             _said(function, f"traced: {reasons[0] if reasons else 'its entry holds no guarded code'}")
-            return
+            return True
         held = f", {counts['held']} object(s) held to the build's" if counts["held"] else ""
         traced = f"; {counts['traced']} other(s) traced: {reasons[0]}" if counts["traced"] else ""
         _said(function, f"served: {counts['served']} guarded code(s){held}{traced}")
+        return True
+
+
+def _install_at_import(package: str, functions: list[served_compiles.Function], module: Any) -> None:
+    """Each of ``functions`` installed right after their module is imported (``_installed_at_import``)."""
+    for function in functions:
+        try:
+            _installed_at_import(package, function, module)
+        except Exception:  # never break the user's import: torch.compile installs it, as it would have
+            log.debug("hatch-precompile: %s.%s: not installed at import", function.module, function.qualname,
+                      exc_info=True)
+
+
+def _installed_at_import(package: str, function: served_compiles.Function, module: Any) -> None:
+    """``function``'s entry installed right after its module is imported, on the function found there
+    by name. What it became (served, or its guarded codes never run: a guard torch rebuilt here with
+    another value than the build's) is said when the package compiles it; where torch did not install
+    it (a source its guards read not there yet), nothing is said or kept, and ``torch.compile``
+    installs it as it would have."""
+    name = f"{function.module}.{function.qualname}"
+    found: Any = module
+    for part in function.qualname.split("."):
+        found = getattr(found, part, None)
+    key = served_compiles.function_key(found) if found is not None else None
+    if key is None or key[:3] != (served_compiles.source_key(function.qualname, function.firstlineno),
+                                  function.module, function.qualname):
+        return  # made in a call (<locals>), or the module's name now holds another function
+    with this_process.lock:
+        if name in this_process.tried:
+            return  # compiled (and so installed or refused) while its module ran
+        before = this_process.outcomes.get(name)  # a compile of it with other options, say
+        installed = False
+        try:
+            installed = _install(package, found, function)
+        finally:
+            outcome = this_process.outcomes.pop(name, "")
+            if before is not None:
+                this_process.outcomes[name] = before
+            if installed:
+                this_process.at_import[name] = outcome
+            else:
+                this_process.tried.discard(name)
 
 
 def _graphs_ahead(package: str, function: served_compiles.Function) -> None:

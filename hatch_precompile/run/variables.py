@@ -30,6 +30,7 @@ from hatch_precompile.protocol import (
     TARGET_VAR,
     TORCH_TRACE_VAR,
     TORCHSCRIPT_DIR_VAR,
+    TRY_AT_IMPORT_VAR,
     package_switch,
 )
 
@@ -155,6 +156,11 @@ def no_dynamo_cache(environ: Mapping[str, str] | None = None) -> bool:
 def steps_verify(environ: Mapping[str, str] | None = None) -> bool:
     """Set in verify's child: save_step() runs the shipped step against the workload's function."""
     return _flag(STEPS_VERIFY_VAR, environ)
+
+
+def try_at_import(environ: Mapping[str, str] | None = None) -> bool:
+    """Set in the served proof's child: each shipped entry is tried at its module's import."""
+    return _flag(TRY_AT_IMPORT_VAR, environ)
 
 
 def package(environ: Mapping[str, str] | None = None) -> str | None:

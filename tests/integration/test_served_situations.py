@@ -35,7 +35,10 @@ EXPECTED = {
         "first call": SERVED, "Dynamo's cache size limit raised before a first call": SERVED,
         "a registry filled as models are made, read by a function compiled at import": SERVED,
         "another model instance": SERVED, "a model from a checkpoint": SERVED, "a trained model": SERVED,
-        "a compiled module, another instance": SERVED, "a closure over another tensor": SERVED,
+        "a compiled module, another instance": SERVED,
+        # installed when situations_pkg.model was imported: served only to the package's own compile
+        "the package's model compiled by the user, its entry installed at the module's import": TRACED,
+        "a closure over another tensor": SERVED,
         "a global tensor mutated in place": SERVED, "a global tensor replaced": SERVED,
         "a function's __defaults__ changed": TRACED, "a library function monkeypatched": TRACED,
         "a subclass overriding a method": TRACED, "a config object passed in, the same values": SERVED,
@@ -55,6 +58,9 @@ EXPECTED = {
     },
     "environment": {
         "a config read from the environment at import (a float, and the name of an activation)": TRACED,
+        # installed at situations_pkg.model's import, as the build's proof did, its guarded code never
+        # run (a guard rebuilt there would hold 2.0): traced, and said why once the package compiles it
+        "a config read from the environment at import, by a function the package compiles at its first use": TRACED,
         "os.environ read while traced, the variable set before import": TRACED,
         "a function that reads neither": SERVED,
     },
@@ -81,12 +87,11 @@ SAID = {
         "activate": "a guard holds `EQUALS_MATCH: G['config'].SCALE == 2.0` here where the build's trace held "
                     "`EQUALS_MATCH: G['config'].SCALE == 1.0`",
         "from_environ": "os.environ['SITUATIONS_FACTOR'] is set here; the build's trace read it unset",
+        "config_scaled": "a guard holds `EQUALS_MATCH: G['config'].SCALE == 2.0` here where the build's trace held "
+                         "`EQUALS_MATCH: G['config'].SCALE == 1.0`",
     },
     "after_import": {
         "from_environ_late": "os.environ['SITUATIONS_LATE_FACTOR'] is set here; the build's trace read it unset",
-        "shift": "a guard holds `EQUALS_MATCH: G['knobs'].SHIFT == 2.0` here where the build's trace held "
-                 "`EQUALS_MATCH: G['knobs'].SHIFT == 0.0`",
-        "bias": "G['knobs'].BIAS == False` here where the build's trace held",
         "resample": "torch._inductor.config.fallback_random is True here, False when the build compiled",
     },
     "hooks": {
@@ -143,6 +148,12 @@ def assert_served_as_cold(python: Path, script: Path, work: Path, group: str, co
         assert served["served"] == {} and served["notes"] == [
             "its compiled functions are traced: this process runs Python at optimization level 1 (-O), its build's "
             "trace read bytecode of level 0"]
+    if group == "after_import":  # installed at situations_pkg.model's import, with the build's values
+        # there: the guards torch rebuilt then hold those, and trace the calls made after the change
+        assert {"situations_pkg.model.shift", "situations_pkg.model.bias"} <= set(served["at_import"]), served
+        assert served["served"]["situations_pkg.model.shift"].startswith("served: "), served["served"]
+    if group == "environment":  # installed at import, never run: a guard torch rebuilt there holds 2.0
+        assert "situations_pkg.model.config_scaled" in served["at_import"], served
     if group == "right":  # the user's compile ran under the user's backend; the package's, served
         assert served["served"]["situations_pkg.model.loss_fn"].startswith("served: 1 guarded code(s)")
         # its guards read the registry by position: not there at import, so installed at its first call
@@ -150,6 +161,10 @@ def assert_served_as_cold(python: Path, script: Path, work: Path, group: str, co
         # ... from the entry read at torch.compile to load its graphs: no entry's pickle is read twice
         assert served["entry_reads"] == 1, served["entry_reads"]
         assert served["results"]["the same function compiled again by the user, with another backend"][1][1] == 1
+        # the module the package compiles at its first use: its entry installed when situations_pkg.model
+        # was imported, as the build's proof installed it, and said to be served once the package compiled it
+        assert "situations_pkg.model.Block.forward" in served["at_import"], served["at_import"]
+        assert served["served"]["situations_pkg.model.Block.forward"].startswith("served: "), served["served"]
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +174,7 @@ def cold_cache(tmp_path_factory) -> Path:
 
 def test_the_build_serves_every_compiled_function(situations_site):
     log = (situations_site / "build.log").read_text()
-    assert BUILT in log and "precompile: served 24 of 24 compiled function(s) untraced, proven in a fresh process" in log
+    assert BUILT in log and "precompile: served 25 of 25 compiled function(s) untraced, proven in a fresh process" in log
     assert "not served untraced" not in log, log
     # The proof installed the entry that reads a registry by position at its first call (not there at
     # import): the index says so, and a user's process does not try it at torch.compile.
@@ -167,10 +182,16 @@ def test_the_build_serves_every_compiled_function(situations_site):
     manifest = json.loads(next((precompiled / "sets").glob("*/manifest.json")).read_text())
     index = json.loads((precompiled / "blobs" / manifest["files"]["dynamo/served.json"]["sha256"]).read_bytes())
     at = {f["qualname"]: f.get("install_at", "compile") for f in index["functions"].values()}
-    assert at.pop("registered_scale") == "first-call" and set(at.values()) == {"compile"}, at
+    assert at.pop("registered_scale") == "first-call", at
+    # ... and each function the package compiles at its first use (the models' forwards, on_first_use's)
+    # as soon as situations_pkg.model was imported: a user's process installs those there too.
+    at_import = {name for name, where in at.items() if where == "import"}
+    assert at_import == {"Block.forward", "Decoder.forward", "Encoder.forward", "Stem.forward", "Tuned.forward",
+                         "bias", "shift", "config_scaled"}, at
+    assert {at[name] for name in set(at) - at_import} == {"compile"}, at
 
 
-BUILT = "precompile: 24 compiled function(s) served without Dynamo tracing them (24 guarded code(s))"
+BUILT = "precompile: 25 compiled function(s) served without Dynamo tracing them (25 guarded code(s))"
 
 
 @pytest.mark.parametrize("group", list(EXPECTED))

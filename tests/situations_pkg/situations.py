@@ -166,6 +166,12 @@ def right():
 
     @situation
     def _():
+        """the package's model compiled by the user, its entry installed at the module's import"""
+        net = M.make(seed=3)
+        return through(torch.compile(net), net)
+
+    @situation
+    def _():
         """a closure over another tensor"""
         return values(M.scaled(torch.arange(16.0))(x))
 
@@ -355,6 +361,11 @@ def environment():
 
     @situation
     def _():
+        """a config read from the environment at import, by a function the package compiles at its first use"""
+        return values(M.on_first_use(M.config_scaled)(x))
+
+    @situation
+    def _():
         """os.environ read while traced, the variable set before import"""
         return values(M.environ_scaled(x))
 
@@ -481,5 +492,6 @@ def distributed():
 {"right": right, "environment": environment, "after_import": after_import, "hooks": hooks, "optimized": optimized,
  "distributed": distributed}[GROUP]()
 status = situations_pkg.precompile_status
-print(json.dumps({"results": results, "served": served_compile.served(), "reason": status.reason,
+print(json.dumps({"results": results, "served": served_compile.served(), "at_import": served_compile.installed_at_import(),
+                  "reason": status.reason,
                   "notes": list(status.notes), "entry_reads": max(ENTRY_READS.values(), default=0)}))

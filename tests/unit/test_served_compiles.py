@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import pickle
+import sys
 import types
 from pathlib import Path
 
@@ -248,15 +249,17 @@ def test_the_index_reads_back_and_refuses_what_it_cannot_serve():
     evil["functions"][key]["guarded"]["a" * 64]["settings"] = "d2"
     with pytest.raises(ServedError, match="settings the index does not hold"):
         served_compiles.parse(json.dumps(evil))
-    # Installed at torch.compile unless the build's proof installed it at its first call.
+    # Installed at torch.compile unless the build's proof installed it at its first call, or at its
+    # module's import.
     assert json.loads(text)["functions"][key]["install_at"] == "compile"
     later = json.loads(text)
-    later["functions"][key]["install_at"] = "first-call"
-    assert served_compiles.parse(json.dumps(later)).functions[key].install_at == "first-call"
+    for at in ("first-call", "import"):
+        later["functions"][key]["install_at"] = at
+        assert served_compiles.parse(json.dumps(later)).functions[key].install_at == at
     del later["functions"][key]["install_at"]  # an index from before the field: at torch.compile
     assert served_compiles.parse(json.dumps(later)) == index
-    later["functions"][key]["install_at"] = "import"
-    with pytest.raises(ServedError, match="'import' is none of compile, first-call"):
+    later["functions"][key]["install_at"] = "startup"
+    with pytest.raises(ServedError, match="'startup' is none of compile, first-call, import"):
         served_compiles.parse(json.dumps(later))
     # What no new process can check is a reason, recorded in place of the read.
     assert "no new process can name" in served_compiles.absent("G['d']", object())
@@ -295,6 +298,42 @@ def test_an_entry_whose_every_guarded_code_is_traced_is_not_installed(monkeypatc
     function = served_compiles.Function("unit.m", "apply", 3, "dynamo/k.entry", "dynamo/k.guards", ({},), {"a" * 64: why})
     served_compile._install("unit", plain, function)
     assert served_compile.served() == {"unit.m.apply": f"traced: {why}"}
+
+
+def test_an_entry_installed_at_its_modules_import_is_said_once_the_package_compiles_it(monkeypatch):
+    monkeypatch.setattr(served_compile, "this_process", served_compile.ProcessState())
+    line = Model.forward.__code__.co_firstlineno
+    forward = served_compiles.Function(__name__, "Model.forward", line, "dynamo/k.entry", "dynamo/k.guards", ({},),
+                                       {"a" * 64: {"held": {}, "reads": {}, "settings": "s"}}, install_at="import")
+    index = served_compiles.Index(0, {}, {served_compiles.source_key("Model.forward", line): forward})
+    found = types.SimpleNamespace(manifest=types.SimpleNamespace(env={}, settings={}))
+    served_compile.this_process.packages["unit"] = served_compile._Package(found, index)
+    installs = []
+
+    def install(package, fn, function, compiled=None):
+        installs.append(fn)
+        served_compile.this_process.tried.add(f"{function.module}.{function.qualname}")
+        if outcome is None:
+            raise RuntimeError("torch moved")
+        served_compile._said(function, outcome)
+        return outcome is not None and not outcome.startswith("traced: not there yet")
+
+    monkeypatch.setattr(served_compile, "_install", install)
+    module = sys.modules[__name__]
+    # Another function under the name (its first line moved): left to torch.compile.
+    served_compile._install_at_import("unit", [dataclasses.replace(forward, firstlineno=line + 1)], module)
+    # A failing install never reaches the import, and a source not there yet keeps nothing: each is
+    # left to torch.compile, which installs it as it would have.
+    for outcome in (None, "traced: not there yet"):
+        served_compile._install_at_import("unit", [forward], module)
+        assert not served_compile.this_process.tried and not served_compile.this_process.outcomes
+    outcome = "served: 1 guarded code(s)"
+    served_compile._install_at_import("unit", [forward], module)
+    assert installs == [Model.forward] * 3 and served_compile.installed_at_import() == [f"{__name__}.Model.forward"]
+    assert served_compile.served() == {}  # not asked for yet
+    compiled = served_compile._served("unit", Model(), {}, torch.compile)
+    assert isinstance(compiled, torch.nn.Module) and len(installs) == 3  # not installed again
+    assert served_compile.served() == {f"{__name__}.Model.forward": "served: 1 guarded code(s)"}
 
 
 def test_a_propertys_getter_is_named_as_torchs_install_finds_it():

@@ -28,5 +28,5 @@ def workload() -> None:
     M.applied_all(M.make(), x).sum().backward()
     for compiled in (M.activated, M.environ_scaled, M.environ_late, M.world, M.debugged, M.resampled):
         compiled(x)
-    for fn in (M.shift, M.bias):
+    for fn in (M.shift, M.bias, M.config_scaled):
         M.on_first_use(fn)(x)
