@@ -53,6 +53,7 @@ class ProcessState:
     tried: set[str] = dataclasses.field(default_factory=set)  # installed or refused: asked once per function
     first_call: set[str] = dataclasses.field(default_factory=set)  # installed at the first call, not before
     at_import: dict[str, str] = dataclasses.field(default_factory=dict)  # installed at its module's import: how
+    thread_guards: dict[str, list[Any]] = dataclasses.field(default_factory=dict)  # each entry's thread-count guards
     original: Callable[..., Any] | None = None
     lock: threading.RLock = dataclasses.field(default_factory=threading.RLock)
 
@@ -193,14 +194,29 @@ def _served(package: str, model: Any, options: dict[str, Any], original: Callabl
     with this_process.lock:
         if name in this_process.at_import:  # installed at its module's import: asked for now
             _said(function, this_process.at_import[name])
+            _threads_at_first_call(compiled, name)
             return compiled
     if function.install_at == "first-call" and compile_scope.at_first_call(compiled, functools.partial(
             _again, package, model, function, name)):
         _said(function, "installed at its first call, where the build's proof installed it")
         _graphs_ahead(package, function)
         return compiled
-    _install(package, model, function, compiled)
+    if _install(package, model, function, compiled):
+        _threads_at_first_call(compiled, name)
     return compiled
+
+
+def _threads_at_first_call(compiled: Any, name: str) -> None:
+    """The thread count its entry's guards hold (a set whose kernels read it when they run), taken
+    again at the first call of ``compiled``: installed at import, the entry is served to a process
+    that sets its thread count after (``import pkg; torch.set_num_threads(8)``), as a trace made at
+    that call would be."""
+    from hatch_precompile.run.torch_internals import compile_scope, dynamo_cache
+
+    with this_process.lock:
+        guards = this_process.thread_guards.get(name)
+    if guards:
+        compile_scope.at_first_call(compiled, functools.partial(dynamo_cache.threads_now, guards))
 
 
 def _shipped(package: str, model: Any, options: dict[str, Any]) -> served_compiles.Function | None:
@@ -253,10 +269,12 @@ def _install(package: str, model: Any, function: served_compiles.Function, compi
                                            compile_scope.serving(served_compiles.source_key(function.qualname,
                                                                                            function.firstlineno)))
             graph_stand_in.install()  # before the entry's graphs load
+            thread_guards: list[Any] = []
             counts, reasons = dynamo_cache.install(served_compiles.innermost(model), shipped, env_checked=True,
                                                    any_threads=bool(found.manifest.settings.get("cpp.dynamic_threads")),
                                                    not_loaded=functools.partial(_not_loaded, function),
-                                                   refused=functools.partial(_refused_at_first_run, function))
+                                                   refused=functools.partial(_refused_at_first_run, function),
+                                                   thread_guards=thread_guards)
         except DynamoEntryNotYet as exc:
             if compiled is not None and compile_scope.at_first_call(compiled, functools.partial(
                     _again, package, model, function, name)):
@@ -273,6 +291,7 @@ def _install(package: str, model: Any, function: served_compiles.Function, compi
         if not counts["served"]:
             _said(function, f"traced: {reasons[0] if reasons else 'its entry holds no guarded code'}")
             return True
+        this_process.thread_guards[name] = thread_guards
         held = f", {counts['held']} object(s) held to the build's" if counts["held"] else ""
         traced = f"; {counts['traced']} other(s) traced: {reasons[0]}" if counts["traced"] else ""
         _said(function, f"served: {counts['served']} guarded code(s){held}{traced}")

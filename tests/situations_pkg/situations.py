@@ -398,6 +398,17 @@ def after_import():
 
     @situation
     def _():
+        """the thread count set after the package's import, before it compiles a model"""
+        threads = torch.get_num_threads()
+        torch.set_num_threads(threads + 1)
+        try:
+            net = M.make(M.Threaded)
+            return through(M.predictor(net), net)
+        finally:
+            torch.set_num_threads(threads)
+
+    @situation
+    def _():
         """Inductor's settings changed after import"""
         torch._inductor.config.fallback_random = True
         torch.manual_seed(0)

@@ -90,7 +90,8 @@ def ahead(data: bytes) -> None:
 
 def install(fn: Any, shipped: Shipped, env_checked: bool, any_threads: bool = False,
             not_loaded: Callable[[str], None] = lambda why: None,
-            refused: Callable[[str], None] = lambda why: None) -> tuple[dict[str, int], list[str]]:
+            refused: Callable[[str], None] = lambda why: None,
+            thread_guards: list[Any] | None = None) -> tuple[dict[str, int], list[str]]:
     """Install the entry ``shipped`` on ``fn``'s code; what its guarded codes became (``{"served": n,
     "held": objects held to the build's, "traced": guarded codes never run}``) and why each traced
     one is. Raises DynamoEntryRefused, having left nothing installed (DynamoEntryNotYet where torch
@@ -106,8 +107,9 @@ def install(fn: Any, shipped: Shipped, env_checked: bool, any_threads: bool = Fa
     ``env_checked``: load() matched the set's environment key here (torch, Python, GPU by NVML), so
     torch's own check of the same, which asks CUDA, is not asked again. ``any_threads``: the set's
     kernels read the thread count when they run (``cpp.dynamic_threads``), so the entry's guards take
-    this process's count instead of the build machine's. ``not_loaded`` is told why, where a guarded
-    code's compiled graphs do not load at its first run (it is traced)."""
+    this process's count instead of the build machine's (``thread_guards`` is given each such guard:
+    ``threads_now`` sets a later count into them). ``not_loaded`` is told why, where a guarded code's
+    compiled graphs do not load at its first run (it is traced)."""
     lookup("compile-package", "call")
     from torch._dynamo import package  # noqa: TID251  (the touchpoint's owner)
 
@@ -139,7 +141,9 @@ def install(fn: Any, shipped: Shipped, env_checked: bool, any_threads: bool = Fa
             state = load_state(raw)
             digests[id(state)] = hashlib.sha256(raw).hexdigest()
             if any_threads:
-                _this_thread_count(state)
+                guard = _this_thread_count(state)
+                if guard is not None and thread_guards is not None:
+                    thread_guards.append(guard)
             return state
 
         def build_manager(state: Any, code: Any, scope: dict[str, Any]) -> Any:
@@ -329,10 +333,11 @@ def _guard_errors_unlogged() -> Iterator[None]:
         logger.removeFilter(unlogged)
 
 
-def _this_thread_count(state: Any) -> None:
+def _this_thread_count(state: Any) -> Any:
     """The guarded code's global-state guard holds the thread count its build ran with (torch's
     ``GlobalStateGuard``); where the kernels read it at run time, it holds this process's instead,
-    so an 8-core machine is served what a 2-core one built. Left as it is where it cannot be read."""
+    so an 8-core machine is served what a 2-core one built. The guard that holds it (torch's guard
+    manager keeps this very object), or None where it is left as it is (it cannot be read)."""
     lookup("global-state", "setting")
     import json
 
@@ -342,13 +347,34 @@ def _this_thread_count(state: Any) -> None:
         guard = state.output_graph.global_state_guard
         fields = json.loads(guard.__getstate__())
         if not isinstance(fields, dict) or "num_threads" not in fields:
-            return
+            return None
         fields["num_threads"] = torch.get_num_threads()
         replaced = type(guard)()
         replaced.__setstate__(json.dumps(fields))
         state.output_graph.global_state_guard = replaced
+        return replaced
     except Exception:  # served where the thread count is the build's; traced elsewhere
-        return
+        return None
+
+
+def threads_now(guards: list[Any]) -> None:
+    """Each of ``guards`` (``install``'s ``thread_guards``) holds this process's thread count now: set
+    at a compiled function's first call, it holds the count that call runs with, as the guard of a
+    trace made then would (an entry installed at import, before ``torch.set_num_threads``). Left as
+    it is where it cannot be read: served where the count is the one it holds, traced elsewhere."""
+    lookup("global-state", "setting")
+    import json
+
+    import torch
+
+    for guard in guards:
+        try:
+            fields = json.loads(guard.__getstate__())
+            if isinstance(fields, dict) and "num_threads" in fields:
+                fields["num_threads"] = torch.get_num_threads()
+                guard.__setstate__(json.dumps(fields))
+        except Exception:
+            continue
 
 
 def _never(frame_locals: Any) -> bool:

@@ -14,7 +14,7 @@ def workload() -> None:
         optimizer.zero_grad()
         M.compiled_loss(net, x, y).backward()
         optimizer.step()
-    for cls in (M.Block, M.Encoder, M.Decoder, M.Stem, M.Tuned):
+    for cls in (M.Block, M.Encoder, M.Decoder, M.Stem, M.Tuned, M.Threaded):
         M.predictor(M.make(cls))(x).sum().backward()
     M.scaled(torch.ones(M.WIDTH))(x)
     M.table_shifted(x)
