@@ -14,7 +14,8 @@ fresh processes with an empty ``TORCHINDUCTOR_CACHE_DIR`` each: once compiled co
 (``torch.compile`` as the identity) and the served one. Each process makes the case's first
 training step (AdamW's included) and first inference, as ``zoo.bench.first_steps`` does.
 
-Prints one table: per case, what ``served()`` says of its functions (served, or traced and why),
+Prints one table: per case, what ``served()`` says of its functions (served, or traced and why;
+where the entry was installed at its module's import or at the function's first call, that too),
 the frames Dynamo traced, the time from process start to the end of the first inference and the
 first training step alone, each against the eager program's pair by pair (bench/pairs.py), and the
 largest difference of its outputs from the cold compile's. Writes ``<out>/zoo.json`` with the raw
@@ -56,6 +57,8 @@ dynamo = sys.modules.get("torch._dynamo.utils")
 found["traced"] = [m.co_name for m in dynamo.get_compilation_metrics() if m.co_name] if dynamo else []
 served = sys.modules.get("hatch_precompile.run.served_compile")
 found["served"] = served.served() if served else {}
+found["at_import"] = served.installed_at_import() if served else []  # installed when its module was imported
+found["at_first_call"] = served.installed_at_first_call() if served else []
 found["inductor_modules"] = sum(name.startswith("torch._inductor") for name in sys.modules)
 print(json.dumps(found))
 """
@@ -141,7 +144,10 @@ def main() -> None:
     for case, found in results.items():
         served, eager = found["served"], found["eager"]
         outcomes = served[0]["served"]
-        verdict = "; ".join(f"{name.rsplit('.', 1)[-1]}: {outcome}" for name, outcome in sorted(outcomes.items()))
+        where = {**dict.fromkeys(served[0].get("at_import", []), " (installed at import)"),
+                 **dict.fromkeys(served[0].get("at_first_call", []), " (installed at its first call)")}
+        verdict = "; ".join(f"{name.rsplit('.', 1)[-1]}: {outcome}{where.get(name, '')}"
+                            for name, outcome in sorted(outcomes.items()))
         start = pairs.ratios([r["from_start"] for r in served], [r["from_start"] for r in eager])
         step = pairs.ratios([r["step_seconds"] for r in served], [r["step_seconds"] for r in eager])
         median = pairs.summary

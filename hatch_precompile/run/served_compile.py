@@ -52,7 +52,8 @@ class ProcessState:
     outcomes: dict[str, str] = dataclasses.field(default_factory=dict)
     tried: set[str] = dataclasses.field(default_factory=set)  # installed or refused: asked once per function
     first_call: set[str] = dataclasses.field(default_factory=set)  # installed at the first call, not before
-    at_import: dict[str, str] = dataclasses.field(default_factory=dict)  # installed at its module's import: how
+    # installed at its module's import: what it became, until said at the package's compile (then None)
+    at_import: dict[str, str | None] = dataclasses.field(default_factory=dict)
     thread_guards: dict[str, list[Any]] = dataclasses.field(default_factory=dict)  # each entry's thread-count guards
     original: Callable[..., Any] | None = None
     lock: threading.RLock = dataclasses.field(default_factory=threading.RLock)
@@ -192,8 +193,10 @@ def _served(package: str, model: Any, options: dict[str, Any], original: Callabl
         return _installed_at_first_call(package, model, function, compiled)
     name = f"{function.module}.{function.qualname}"
     with this_process.lock:
-        if name in this_process.at_import:  # installed at its module's import: asked for now
-            _said(function, this_process.at_import[name])
+        outcome = this_process.at_import.get(name)
+        if outcome is not None:  # installed at its module's import: asked for now (once: a refusal at a
+            this_process.at_import[name] = None  # first run is said over it, and stays)
+            _said(function, outcome)
             _threads_at_first_call(compiled, name)
             return compiled
     if function.install_at == "first-call" and compile_scope.at_first_call(compiled, functools.partial(

@@ -310,7 +310,9 @@ def test_an_entry_installed_at_its_modules_import_is_said_once_the_package_compi
     served_compile.this_process.packages["unit"] = served_compile._Package(found, index)
     installs = []
 
-    def install(package, fn, function, compiled=None):
+    def install(package, fn, function, compiled=None):  # as _install: once a process
+        if f"{function.module}.{function.qualname}" in served_compile.this_process.tried:
+            return False
         installs.append(fn)
         served_compile.this_process.tried.add(f"{function.module}.{function.qualname}")
         if outcome is None:
@@ -334,6 +336,11 @@ def test_an_entry_installed_at_its_modules_import_is_said_once_the_package_compi
     compiled = served_compile._served("unit", Model(), {}, torch.compile)
     assert isinstance(compiled, torch.nn.Module) and len(installs) == 3  # not installed again
     assert served_compile.served() == {f"{__name__}.Model.forward": "served: 1 guarded code(s)"}
+    # Said once: a guarded code refused at its first run stays said so through the package's later compiles.
+    served_compile._refused_at_first_run(forward, "its graphs did not load here")
+    served_compile._served("unit", Model(), {}, torch.compile)
+    assert served_compile.served()[f"{__name__}.Model.forward"].startswith("traced: its graphs did not load here")
+    assert len(installs) == 3
 
 
 def test_a_propertys_getter_is_named_as_torchs_install_finds_it():
