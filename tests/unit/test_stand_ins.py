@@ -7,7 +7,10 @@ this torch's module computes them."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import logging
 import sys
+from pathlib import Path
 
 from hatch_precompile.run.torch_internals import debug_wrapper, graph_stand_in
 
@@ -112,6 +115,46 @@ def test_the_extension_paths_stand_in_answers_as_this_torchs_module():
         cpp_extension.CUDA_HOME = kept
 
 
+def test_cuda_home_is_answered_as_torchs_import_computes_it_without_importing_it(tmp_path, monkeypatch, caplog):
+    """Torch 2.14+ reads ``cpp_extension.CUDA_HOME`` while a graph loads: the stand-in computes it as
+    torch's ``_find_cuda_home`` does (not its warning: the module is not imported), checked here against
+    that very function on a CUDA build (made up), with either variable set, an ``nvcc`` on PATH, and
+    neither; the real module answers once imported."""
+    import torch
+
+    from hatch_precompile.run.torch_internals import extension_paths
+
+    name = "torch.utils.cpp_extension"
+    cpp_extension = importlib.import_module(name)
+    extension_paths.cuda_home_read_here.cache_clear()
+    monkeypatch.delitem(sys.modules, name)  # not imported: the stand-in as a served graph's load makes it
+    stand_in = extension_paths._stand_in()
+    assert stand_in is not None and stand_in._cuda_home_read, "this torch's CUDA_HOME is not read here: CUDA_HOME_KNOWN"
+    monkeypatch.setitem(sys.modules, name, stand_in)  # in its place, as placed() puts it
+    assert stand_in.CUDA_HOME == cpp_extension.CUDA_HOME  # this torch, this machine; nothing imported
+    assert sys.modules[name] is stand_in
+    monkeypatch.setattr(torch.cuda, "_is_compiled", lambda: True)
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    nvcc = tmp_path / "cuda" / "bin" / "nvcc"
+    nvcc.parent.mkdir(parents=True)
+    nvcc.write_text("#!/bin/sh\n")
+    nvcc.chmod(0o755)
+    for variables, path in (({"CUDA_HOME": "/made/up/cuda"}, ""), ({"CUDA_PATH": "/other/cuda"}, ""),
+                            ({}, str(nvcc.parent)), ({}, str(tmp_path))):
+        for variable in ("CUDA_HOME", "CUDA_PATH"):
+            monkeypatch.delenv(variable, raising=False)
+        for variable, value in variables.items():
+            monkeypatch.setenv(variable, value)
+        monkeypatch.setenv("PATH", path)
+        extension_paths._cuda_home.cache_clear()  # computed once a process, as torch's import does
+        with caplog.at_level(logging.WARNING, logger=name):
+            assert extension_paths._cuda_home(name) == cpp_extension._find_cuda_home(), variables
+        assert not [r for r in caplog.records if "_find_cuda_home" not in r.funcName]  # nothing said but torch's
+    monkeypatch.setitem(sys.modules, name, cpp_extension)  # imported: the real module's
+    assert stand_in.CUDA_HOME == cpp_extension.CUDA_HOME
+
+
 def test_extension_paths_from_source_not_read_are_not_stood_in_for(tmp_path, monkeypatch):
     from hatch_precompile.run.torch_internals import extension_paths
 
@@ -121,3 +164,8 @@ def test_extension_paths_from_source_not_read_are_not_stood_in_for(tmp_path, mon
         "    return [os.path.join(_TORCH_PATH, 'include')]\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert extension_paths.computed_torch_path("other_extension") is None
+    # Its CUDA_HOME as torch's, but found otherwise: the real module answers.
+    torchs = Path(importlib.util.find_spec("torch.utils.cpp_extension").origin).read_text()
+    (tmp_path / "other_cuda.py").write_text(torchs.replace("cuda_home = '/usr/local/cuda'", "cuda_home = '/opt/cuda'"))
+    assert extension_paths.cuda_home_read_here("torch.utils.cpp_extension")
+    assert not extension_paths.cuda_home_read_here("other_cuda")

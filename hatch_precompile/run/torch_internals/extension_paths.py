@@ -7,7 +7,10 @@ machine). While a served graph loads in a process that has not imported it, a st
 names Inductor's CPU path takes from it, ``include_paths`` and ``library_paths`` (for the CPU)
 and ``TORCH_LIB_PATH``, computed as torch's module computes them: its source for them, and for the
 torch path they derive from, must be one read here (``KNOWN``, by digest), else torch's module is
-imported. Anything else asked of the stand-in imports the real module and answers from it."""
+imported. Torch 2.14+ also reads its ``CUDA_HOME`` there (whether it is None): answered as torch's
+module computes it at import (``_find_cuda_home`` on a CUDA build, without the warning its import logs), where that
+source is one read here (``CUDA_HOME_KNOWN``) -- on a CUDA build of torch, importing it cost 75 ms of
+every served start. Anything else asked of the stand-in imports the real module and answers from it."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import importlib
 import importlib.util
 import os
 import re
+import shutil
 import sys
 from typing import Any, Callable
 
@@ -31,6 +35,11 @@ KNOWN = {
     "02b8094c98be7eb80e8092f952384626890f479eb952e6d808aeb4cf2a8a86b1": "from this file",  # 2.7.1
     "5f4f8a7ad4c28cc892b08f76cdfd231887d130868bdee01341877995ee4e608c": "from this file",  # 2.13.0
     "d7566fedaeeb74c2e9d8580731f88736d1df3fab4bcd5001c844e3ccdc9cc98f": "get_file_path",  # 2.14.1
+}
+
+# sha256 of torch's top-level lines that make CUDA_HOME and IS_WINDOWS, and of _find_cuda_home.
+CUDA_HOME_KNOWN = {
+    "40301acaa15db834c369f4ba6ad762f4bdaae1e8f422ef86ade9b34804e045cb",  # 2.13.0, 2.14.1
 }
 
 
@@ -53,7 +62,7 @@ def _stand_in() -> Unimported | None:
         torch_path = computed_torch_path(point.module)
     except Exception:  # no source to read, or torch's helper moved: torch's module is imported
         return None
-    return _Unimported(point.module, torch_path) if torch_path else None
+    return _Unimported(point.module, torch_path, cuda_home_read_here(point.module)) if torch_path else None
 
 
 @functools.cache
@@ -84,12 +93,64 @@ def computed_torch_path(module: str) -> str | None:
     return None
 
 
+@functools.cache
+def cuda_home_read_here(module: str) -> bool:
+    """Whether ``module`` computes its ``CUDA_HOME`` as ``_cuda_home`` does (its source, by digest)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin:
+        return False
+    with open(spec.origin, encoding="utf-8") as source:
+        text = source.read()
+    if re.search(r"^\s*global\s.*\bCUDA_HOME\b", text, re.MULTILINE):
+        return False
+    lines = re.findall(r"^(?:CUDA_HOME|IS_WINDOWS)\s*=.*$", text, re.MULTILINE)
+    start = text.find("\ndef _find_cuda_home(") + 1
+    after = re.compile(r"\n(?=\S)").search(text, start) if start else None
+    if not start or after is None:
+        return False
+    return hashlib.sha256("\n".join([*lines, text[start:after.start()]]).encode()).hexdigest() in CUDA_HOME_KNOWN
+
+
+@functools.cache
+def _cuda_home(module: str) -> str | None:
+    """``CUDA_HOME`` as ``module`` computes it at import (torch's ``_find_cuda_home``, off Windows), once
+    a process as its import does. Its warning where no CUDA runtime is found is not logged: it says
+    what importing the module found, and the module is not imported (where it is, torch says it)."""
+    import torch
+
+    if not (torch.cuda._is_compiled() and torch.version.cuda):
+        return None
+    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if cuda_home is None:
+        nvcc_path = shutil.which("nvcc")
+        if nvcc_path is not None:
+            cuda_home = os.path.dirname(os.path.dirname(nvcc_path))
+        else:
+            cuda_home = "/usr/local/cuda"
+            if not os.path.exists(cuda_home):
+                cuda_home = None
+    return cuda_home
+
+
 class _Unimported(Unimported):
     """``torch.utils.cpp_extension`` not imported: its CPU include paths and torch's library dir;
     anything else asked of it imports the real module and answers from it."""
 
-    def __init__(self, name: str, torch_path: str) -> None:
-        super().__init__(name, _torch_path=torch_path, TORCH_LIB_PATH=os.path.join(torch_path, "lib"))
+    def __init__(self, name: str, torch_path: str, cuda_home_read: bool = False) -> None:
+        # cuda_home_read: cuda_home_read_here(name), asked before the stand-in takes the module's place
+        super().__init__(name, _torch_path=torch_path, TORCH_LIB_PATH=os.path.join(torch_path, "lib"),
+                         _cuda_home_read=cuda_home_read and sys.platform != "win32")
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "CUDA_HOME" and self._cuda_home_read and sys.modules.get(self.__name__) is self:
+            if "_cuda_home" not in self.__dict__:  # once, as torch's import computes it
+                try:
+                    self.__dict__["_cuda_home"] = _cuda_home(self.__name__)
+                except Exception:  # torch moved: its module answers
+                    self.__dict__["_cuda_home_read"] = False
+                    return super().__getattr__(name)
+            return self.__dict__["_cuda_home"]
+        return super().__getattr__(name)  # the real module imported (another reader), or anything else
 
     def include_paths(self, device_type: str = "cpu", *args: Any, **kwargs: Any) -> list[str]:
         torch_include_dirs = kwargs.pop("torch_include_dirs", args[0] if args else True)

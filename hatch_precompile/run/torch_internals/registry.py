@@ -62,10 +62,12 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "the class's source read and known (run/torch_internals/debug_wrapper.py); torch's own wrapper made "
                "when Dynamo first compiles a graph",
                broken="another class than those read: torch's module is imported, and its wrapper made"),
-    Touchpoint("extension-paths", "torch.utils.cpp_extension", "include_paths, library_paths, TORCH_LIB_PATH", "answer",
+    Touchpoint("extension-paths", "torch.utils.cpp_extension", "include_paths, library_paths, TORCH_LIB_PATH, CUDA_HOME",
+               "answer",
                "load, served: while a cached graph loads, its kernels' compile commands (part of each kernel's key) "
-               "take torch's include and library dirs from a stand-in, computed as torch's module computes them, "
-               "its source for them read and known, without importing it and setuptools "
+               "take torch's include and library dirs (and, 2.14+, whether CUDA_HOME is None) from a stand-in, "
+               "computed as torch's module computes them, its source for them read and known, without importing it "
+               "and setuptools "
                "(run/torch_internals/extension_paths.py)",
                broken="another source than those read: torch's module is imported"),
     Touchpoint("precompile-header", CODECACHE, "_precompile_header", "wrap",
