@@ -220,12 +220,12 @@ def _threads_at_first_call(compiled: Any, name: str) -> None:
     again at the first call of ``compiled``: installed at import, the entry is served to a process
     that sets its thread count after (``import pkg; torch.set_num_threads(8)``), as a trace made at
     that call would be."""
-    from hatch_precompile.run.torch_internals import compile_scope, dynamo_cache
+    from hatch_precompile.run.torch_internals import thread_count
 
     with this_process.lock:
         guards = this_process.thread_guards.get(name)
     if guards:
-        compile_scope.at_first_call(compiled, functools.partial(dynamo_cache.threads_now, guards))
+        thread_count.at_first_call(compiled, guards)
 
 
 def _shipped(package: str, model: Any, options: dict[str, Any]) -> served_compiles.Function | None:
@@ -267,7 +267,9 @@ def _install(package: str, model: Any, function: served_compiles.Function, compi
             _said(function, f"traced: {unservable[0] if unservable else 'its entry holds no guarded code'}")
             return False
         index = this_process.packages[package].index
-        differs = _settings_differ(function, index, compiler_settings.snapshot())
+        differs = compiler_settings.none_compiled_under(
+            {c["settings"]: index.settings[c["settings"]] for c in function.guarded.values() if isinstance(c, dict)},
+            compiler_settings.snapshot())
         if differs:  # checked again when each guarded code first runs; here, nothing is loaded for nothing
             _said(function, f"traced: {differs}")
             return False
@@ -367,30 +369,6 @@ def _again(package: str, model: Any, function: served_compiles.Function, name: s
     with this_process.lock:
         if this_process.outcomes.get(name, "").startswith("served"):
             this_process.first_call.add(name)
-
-
-def _settings_differ(function: served_compiles.Function, index: served_compiles.Index,
-                     here: tuple[str, dict[str, Any]] | None) -> str | None:
-    """Why no guarded code of ``function`` was compiled under this process's compiler settings, or None.
-    Dynamo's are left to each guarded code's first run: a call of the compiled object sets some of them
-    (``dynamic=False``) while it runs."""
-    from hatch_precompile.run.torch_internals import compiler_settings
-
-    if here is None:
-        return "this process's compiler settings cannot be read"
-    said: list[str] = []
-    codes = [code for code in function.guarded.values() if isinstance(code, dict)]
-    if any(code["settings"] == here[0] for code in codes):
-        return None
-    for code in codes:
-        if isinstance(code, dict):
-            said = compiler_settings.differences(index.settings[code["settings"]], here[1], COMPILED_BY_THE_BACKEND)
-            if not said:
-                return None
-    return said[0] if said else None
-
-
-COMPILED_BY_THE_BACKEND = ("inductor", "functorch", "torch")  # what compile_fx reads, outside any call
 
 
 def _not_loaded(function: served_compiles.Function, why: str) -> None:

@@ -95,6 +95,25 @@ def differences(build: dict[str, Any], here: dict[str, Any], parts: tuple[str, .
     return said
 
 
+COMPILED_BY_THE_BACKEND = ("inductor", "functorch", "torch")  # what compile_fx reads, outside any call
+
+
+def none_compiled_under(built: dict[str, dict[str, Any]], here: tuple[str, dict[str, Any]] | None) -> str | None:
+    """Why none of a function's guarded codes, compiled under the settings ``built`` (by digest), was
+    compiled under this process's (``here``, a snapshot), or None. Dynamo's are left to each guarded
+    code's first run: a call of the compiled object sets some of them (``dynamic=False``) while it runs."""
+    if here is None:
+        return "this process's compiler settings cannot be read"
+    if here[0] in built:
+        return None
+    said: list[str] = []
+    for settings in built.values():
+        said = differences(settings, here[1], COMPILED_BY_THE_BACKEND)
+        if not said:
+            return None
+    return said[0] if said else None
+
+
 def _torch_flags() -> tuple[tuple[str, Any], ...]:
     import torch
 

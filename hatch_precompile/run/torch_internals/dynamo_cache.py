@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterator
 
 from hatch_precompile.errors import DynamoEntryNotYet, DynamoEntryRefused
 from hatch_precompile.run import held_objects, unguarded_reads
-from hatch_precompile.run.torch_internals import entry_graphs, entry_pickle, guard_text
+from hatch_precompile.run.torch_internals import entry_graphs, entry_pickle, guard_text, thread_count
 from hatch_precompile.run.torch_internals.registry import lookup
 
 log = logging.getLogger("hatch_precompile")
@@ -108,7 +108,7 @@ def install(fn: Any, shipped: Shipped, env_checked: bool, any_threads: bool = Fa
     torch's own check of the same, which asks CUDA, is not asked again. ``any_threads``: the set's
     kernels read the thread count when they run (``cpp.dynamic_threads``), so the entry's guards take
     this process's count instead of the build machine's (``thread_guards`` is given each such guard:
-    ``threads_now`` sets a later count into them). ``not_loaded`` is told why, where a guarded code's
+    ``thread_count.threads_now`` sets a later count into them). ``not_loaded`` is told why, where a guarded code's
     compiled graphs do not load at its first run (it is traced)."""
     lookup("compile-package", "call")
     from torch._dynamo import package  # noqa: TID251  (the touchpoint's owner)
@@ -141,7 +141,7 @@ def install(fn: Any, shipped: Shipped, env_checked: bool, any_threads: bool = Fa
             state = load_state(raw)
             digests[id(state)] = hashlib.sha256(raw).hexdigest()
             if any_threads:
-                guard = _this_thread_count(state)
+                guard = thread_count.this_process_count(state)
                 if guard is not None and thread_guards is not None:
                     thread_guards.append(guard)
             return state
@@ -331,50 +331,6 @@ def _guard_errors_unlogged() -> Iterator[None]:
         yield
     finally:
         logger.removeFilter(unlogged)
-
-
-def _this_thread_count(state: Any) -> Any:
-    """The guarded code's global-state guard holds the thread count its build ran with (torch's
-    ``GlobalStateGuard``); where the kernels read it at run time, it holds this process's instead,
-    so an 8-core machine is served what a 2-core one built. The guard that holds it (torch's guard
-    manager keeps this very object), or None where it is left as it is (it cannot be read)."""
-    lookup("global-state", "setting")
-    import json
-
-    import torch
-
-    try:
-        guard = state.output_graph.global_state_guard
-        fields = json.loads(guard.__getstate__())
-        if not isinstance(fields, dict) or "num_threads" not in fields:
-            return None
-        fields["num_threads"] = torch.get_num_threads()
-        replaced = type(guard)()
-        replaced.__setstate__(json.dumps(fields))
-        state.output_graph.global_state_guard = replaced
-        return replaced
-    except Exception:  # served where the thread count is the build's; traced elsewhere
-        return None
-
-
-def threads_now(guards: list[Any]) -> None:
-    """Each of ``guards`` (``install``'s ``thread_guards``) holds this process's thread count now: set
-    at a compiled function's first call, it holds the count that call runs with, as the guard of a
-    trace made then would (an entry installed at import, before ``torch.set_num_threads``). Left as
-    it is where it cannot be read: served where the count is the one it holds, traced elsewhere."""
-    lookup("global-state", "setting")
-    import json
-
-    import torch
-
-    for guard in guards:
-        try:
-            fields = json.loads(guard.__getstate__())
-            if isinstance(fields, dict) and "num_threads" in fields:
-                fields["num_threads"] = torch.get_num_threads()
-                guard.__setstate__(json.dumps(fields))
-        except Exception:
-            continue
 
 
 def _never(frame_locals: Any) -> bool:

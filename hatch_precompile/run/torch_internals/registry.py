@@ -274,7 +274,7 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
     Touchpoint("global-state", "torch._C._dynamo.guards", "GlobalStateGuard.__getstate__, __setstate__", "setting",
                "load: an installed entry's global-state guard takes this process's thread count, at install and "
                "again at the compiled function's first call, where the set's kernels read it when they run "
-               "(run/torch_internals/dynamo_cache.py)",
+               "(run/torch_internals/thread_count.py)",
                broken="served where the thread count is the build machine's, traced elsewhere"),
     Touchpoint("unique-id", "torch._dynamo.bytecode_transformation", "_unique_id_counter", "setting",
                "load: Dynamo's name counter moved past the globals an installed entry brought, so that a later "
