@@ -65,13 +65,17 @@ def prove(python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str],
                                        started=started, reporter=quiet)
     if manifest is None:
         return None
+    # A package that ships steps promises its step route a start with no compiler imported: its
+    # entries install at torch.compile, never at import (where nothing may compile them).
+    at_import = not manifest.steps
     manifest = _without_steps(staged, manifest)
     entry = store / APP / canonical_name(spec["package"]) / env_id(manifest.env)
     entry.parent.mkdir(parents=True)
     shutil.copytree(staged, entry)
     _private(store)
     proof_env = {k: v for k, v in env.items() if k not in (BUILDING_VAR, *_SECOND_PASS_ONLY)}
-    proof_env.update({"XDG_CACHE_HOME": str(store), CACHE_DIR_VAR: str(work / "inductor-cache"), TRY_AT_IMPORT_VAR: "1"})
+    proof_env.update({"XDG_CACHE_HOME": str(store), CACHE_DIR_VAR: str(work / "inductor-cache"),
+                      TRY_AT_IMPORT_VAR: "1" if at_import else "0"})
     timeout, heartbeat = limits
     job = supervisor.Job("hatch_precompile.child.verify_child", spec,
                          f"{PREFIX} (served, proven)", reporter.line,

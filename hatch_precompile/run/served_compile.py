@@ -55,7 +55,6 @@ class ProcessState:
     # installed at its module's import: what it became, until said at the package's compile (then None)
     at_import: dict[str, str | None] = dataclasses.field(default_factory=dict)
     thread_guards: dict[str, list[Any]] = dataclasses.field(default_factory=dict)  # each entry's thread-count guards
-    fallbacks: set[str] = dataclasses.field(default_factory=set)  # compiled as a step's fallback (compile_for)
     original: Callable[..., Any] | None = None
     lock: threading.RLock = dataclasses.field(default_factory=threading.RLock)
 
@@ -119,10 +118,9 @@ def installed_at_first_call() -> list[str]:
 
 def installed_at_import() -> list[str]:
     """Each function whose entry was installed as soon as its module was imported, before the package
-    compiled it; not one compiled as a step's fallback (where the step is shipped it runs in the
-    function's place, and nothing compiles it: the build's proof, run without steps, marks it so)."""
+    compiled it."""
     with this_process.lock:
-        return sorted(set(this_process.at_import) - this_process.fallbacks)
+        return sorted(this_process.at_import)
 
 
 def compile_for(package: str, fn: Any, **options: Any) -> Any:
@@ -133,10 +131,6 @@ def compile_for(package: str, fn: Any, **options: Any) -> Any:
     original = this_process.original or torch.compile
     if package not in this_process.packages:
         return original(fn, **options)
-    found = served_compiles.function_key(fn)
-    if found is not None:
-        with this_process.lock:
-            this_process.fallbacks.add(f"{found[1]}.{found[2]}")
     return _served(package, fn, options, original)
 
 

@@ -341,10 +341,6 @@ def test_an_entry_installed_at_its_modules_import_is_said_once_the_package_compi
     served_compile._served("unit", Model(), {}, torch.compile)
     assert served_compile.served()[f"{__name__}.Model.forward"].startswith("traced: its graphs did not load here")
     assert len(installs) == 3
-    # Compiled as a step's fallback: the proof (run without steps) does not mark it installed at import,
-    # since where the step ships nothing compiles the function.
-    served_compile.compile_for("unit", Model())
-    assert served_compile.installed_at_import() == []
 
 
 def test_a_propertys_getter_is_named_as_torchs_install_finds_it():
