@@ -68,26 +68,12 @@ def _stand_in() -> Unimported | None:
 @functools.cache
 def computed_torch_path(module: str) -> str | None:
     """The torch path ``module`` computes its paths from, where its source for them is one read here."""
-    spec = importlib.util.find_spec(module)
-    if spec is None or not spec.origin:
-        return None
-    with open(spec.origin, encoding="utf-8") as source:
-        text = source.read()
-    names = "|".join(NAMES)
-    if re.search(rf"^\s*(global|nonlocal)\s.*\b({names})\b", text, re.MULTILINE):
-        return None  # rebound by a function: not computed once, at import
-    lines = re.findall(rf"^(?=\S).*?\b(?:{names})\b.*$", text, re.MULTILINE)  # every top-level line naming one
-    functions = []
-    for function in FUNCTIONS:
-        start = text.find(f"\ndef {function}(") + 1
-        if not start:
-            return None
-        after = re.compile(r"\n(?=\S)").search(text, start)
-        functions.append(text[start:after.start() if after else len(text)])
-    digest = hashlib.sha256("\n".join([*lines, *functions]).encode()).hexdigest()
-    how = KNOWN.get(digest)
-    if how == "from this file":
-        return os.path.dirname(os.path.dirname(os.path.abspath(spec.origin)))
+    source = _source(module)
+    names = "|".join(NAMES)  # every top-level line naming one, and the functions
+    digest = source and _digest(source[1], names, rf"^(?=\S).*?\b(?:{names})\b.*$", FUNCTIONS)
+    how = KNOWN.get(digest or "")
+    if source and how == "from this file":
+        return os.path.dirname(os.path.dirname(os.path.abspath(source[0])))
     if how == "get_file_path":
         return str(importlib.import_module("torch._utils_internal").get_file_path("torch"))
     return None
@@ -96,19 +82,34 @@ def computed_torch_path(module: str) -> str | None:
 @functools.cache
 def cuda_home_read_here(module: str) -> bool:
     """Whether ``module`` computes its ``CUDA_HOME`` as ``_cuda_home`` does (its source, by digest)."""
+    source = _source(module)
+    digest = source and _digest(source[1], "CUDA_HOME", r"^(?:CUDA_HOME|IS_WINDOWS)\s*=.*$", ("_find_cuda_home",))
+    return digest in CUDA_HOME_KNOWN
+
+
+@functools.cache
+def _source(module: str) -> tuple[str, str] | None:
+    """(the file, its text) of ``module``'s source, read once, without importing it."""
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.origin:
-        return False
+        return None
     with open(spec.origin, encoding="utf-8") as source:
-        text = source.read()
-    if re.search(r"^\s*global\s.*\bCUDA_HOME\b", text, re.MULTILINE):
-        return False
-    lines = re.findall(r"^(?:CUDA_HOME|IS_WINDOWS)\s*=.*$", text, re.MULTILINE)
-    start = text.find("\ndef _find_cuda_home(") + 1
-    after = re.compile(r"\n(?=\S)").search(text, start) if start else None
-    if not start or after is None:
-        return False
-    return hashlib.sha256("\n".join([*lines, text[start:after.start()]]).encode()).hexdigest() in CUDA_HOME_KNOWN
+        return spec.origin, source.read()
+
+
+def _digest(text: str, names: str, lines: str, functions: tuple[str, ...]) -> str | None:
+    """sha256 of the source's ``lines`` (a pattern) and its top-level ``functions``; None where a
+    function rebinds one of ``names`` (not computed once, at import) or a function is missing."""
+    if re.search(rf"^\s*(global|nonlocal)\s.*\b({names})\b", text, re.MULTILINE):
+        return None
+    bodies = []
+    for function in functions:
+        start = text.find(f"\ndef {function}(") + 1
+        if not start:
+            return None
+        after = re.compile(r"\n(?=\S)").search(text, start)
+        bodies.append(text[start:after.start() if after else len(text)])
+    return hashlib.sha256("\n".join([*re.findall(lines, text, re.MULTILINE), *bodies]).encode()).hexdigest()
 
 
 @functools.cache
@@ -143,13 +144,10 @@ class _Unimported(Unimported):
 
     def __getattr__(self, name: str) -> Any:
         if name == "CUDA_HOME" and self._cuda_home_read and sys.modules.get(self.__name__) is self:
-            if "_cuda_home" not in self.__dict__:  # once, as torch's import computes it
-                try:
-                    self.__dict__["_cuda_home"] = _cuda_home(self.__name__)
-                except Exception:  # torch moved: its module answers
-                    self.__dict__["_cuda_home_read"] = False
-                    return super().__getattr__(name)
-            return self.__dict__["_cuda_home"]
+            try:
+                return _cuda_home(self.__name__)  # once a process, as torch's import computes it
+            except Exception:  # torch moved: its module answers
+                pass
         return super().__getattr__(name)  # the real module imported (another reader), or anything else
 
     def include_paths(self, device_type: str = "cpu", *args: Any, **kwargs: Any) -> list[str]:
