@@ -11,7 +11,7 @@ hatchling, hatch-precompile and their dependencies for pip's isolated build env.
 (``NAME@MODE`` sets ``GPU_BLOCK_COMPILE_MODE=MODE`` for build and runs alike):
 
 1. ``pip wheel`` (isolated, the default) builds it precompiled, steps on, against the running
-   torch (the target environment, build/target_environment.py), and the wheel is installed here;
+   torch (the target environment, builder/target_environment.py), and the wheel is installed here;
 2. fresh processes, each with an empty ``TORCHINDUCTOR_CACHE_DIR`` and ``HOME``, make the first
    training step and then the first inference call: eager (``torch.compile`` as the identity),
    cold (``PRECOMPILE=0``), Mega-Cache by hand (``PRECOMPILE=0`` + ``load_cache_artifacts`` of the

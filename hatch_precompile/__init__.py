@@ -9,7 +9,7 @@ The names below are resolved on first use, so that the build hook, which imports
 too, does not pay for the runtime's imports when precompilation is off.
 
 The package has three sides and one contract between them: ``run/`` (what ``import pkg`` runs),
-``build/`` (what a wheel build runs; ``hatch/`` adapts it to hatchling), ``tools/`` (the command
+``builder/`` (what a wheel build runs; ``hatch/`` adapts it to hatchling), ``tools/`` (the command
 line), and ``protocol``.
 """
 
@@ -20,9 +20,9 @@ _LAZY = {
     "PrecompileWarning": "errors",
     "load": "run.load_caches",
     "load_torchscript": "run.torchscript",
-    "save_torchscript": "build.torchscript",
+    "save_torchscript": "builder.torchscript",
     "load_step": "run.shipped_steps",
-    "save_step": "build.step_capture",
+    "save_step": "builder.step_capture",
     "StepMismatch": "errors",
     "StepCaptureError": "errors",
     "served": "run.served_compile",

@@ -5,7 +5,7 @@ kills everything it started), its output is relayed line by line while its progr
 become lines of the caller's (a workload's start and end, each graph it compiled), a child that
 says nothing for a while gets a heartbeat line naming the phase it is in (child/progress.py:
 torch's import, a workload, a step's capture or proof, the saving after the workloads), and what
-it reports is one ``protocol.ChildResult``. Another Python may run the job (build/target_environment.py), and
+it reports is one ``protocol.ChildResult``. Another Python may run the job (builder/target_environment.py), and
 this very hatch_precompile is the one it imports.
 """
 

@@ -1,5 +1,5 @@
 """Hatch side: the hatchling build hook, the only code that knows hatchling (as scikit-build-core's ``hatch/``).
 
 ``hooks`` registers the hook; ``plugin`` maps hatch's table, app and build data to the
-backend-neutral build side (``build/``), which ``warm`` and ``bake`` run without hatchling.
+backend-neutral build side (``builder/``), which ``warm`` and ``bake`` run without hatchling.
 """

@@ -1,9 +1,9 @@
 """The hatchling build hook ``[tool.hatch.build.hooks.precompile]``: an adapter, nothing more.
 
-It maps hatch's table to Options (build/options.py), asks the switch (run/switch.py) and the target
-(build/target_environment.py), and hands off to build/workload_run.py; what comes back goes into the wheel, summed
-up (build/build_summary.py) and tagged (build/wheel_tag.py). Messages go through hatch's app
-(build/reporter.py); an error of the build side becomes hatch's abort.
+It maps hatch's table to Options (builder/options.py), asks the switch (run/switch.py) and the target
+(builder/target_environment.py), and hands off to builder/workload_run.py; what comes back goes into the wheel, summed
+up (builder/build_summary.py) and tagged (builder/wheel_tag.py). Messages go through hatch's app
+(builder/reporter.py); an error of the build side becomes hatch's abort.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-from hatch_precompile.build import options as options_module
-from hatch_precompile.build import settings as settings_module
-from hatch_precompile.build.reporter import Reporter, worded
+from hatch_precompile.builder import options as options_module
+from hatch_precompile.builder import settings as settings_module
+from hatch_precompile.builder.reporter import Reporter, worded
 from hatch_precompile.errors import Instability, OptionError, TargetEnvError
 from hatch_precompile.protocol import DECLARATION_FILE, DIRNAME, Declaration
 from hatch_precompile.run import variables
@@ -44,7 +44,7 @@ class PrecompileBuildHook(BuildHookInterface):
 
     @cached_property
     def settings(self) -> settings_module.Settings:
-        """The table, the environment and the preferences file, merged (build/settings.py)."""
+        """The table, the environment and the preferences file, merged (builder/settings.py)."""
         try:
             return settings_module.read(self.config, self.PLUGIN_NAME, self.metadata.name, root=Path(self.root))
         except OptionError as exc:
@@ -52,7 +52,7 @@ class PrecompileBuildHook(BuildHookInterface):
 
     @cached_property
     def reporter(self) -> Reporter:
-        """The build's messages, through hatch's app (build/reporter.py words them)."""
+        """The build's messages, through hatch's app (builder/reporter.py words them)."""
         return Reporter(self.app.display_info, self.app.display_warning)
 
     @property
@@ -63,7 +63,7 @@ class PrecompileBuildHook(BuildHookInterface):
     @cached_property
     def where(self) -> Any:
         """Where the workload runs: the target environment when it has a suitable torch."""
-        from hatch_precompile.build import installer_pins, target_environment
+        from hatch_precompile.builder import installer_pins, target_environment
 
         try:
             return target_environment.choose(self._torch_requirement(), pins=installer_pins.discover())
@@ -85,12 +85,12 @@ class PrecompileBuildHook(BuildHookInterface):
 
     # -- hatchling interface -------------------------------------------------------------
     def dependencies(self) -> list[str]:
-        """What the build env needs for a precompiled wheel: the tools that tag it (build/elf.py:
+        """What the build env needs for a precompiled wheel: the tools that tag it (builder/elf.py:
         not in users' installs), the project's torch requirement, and the torch the installer was
         told to put into the target (target_environment.py), unless the workload runs in the target env."""
         if self.target_name != "wheel" or not self.enabled[0] or not self.options.workloads:
             return []
-        from hatch_precompile.build import elf
+        from hatch_precompile.builder import elf
 
         tools = list(elf.PUBLISH_REQUIREMENTS)
         if self.where.target is not None:
@@ -98,7 +98,7 @@ class PrecompileBuildHook(BuildHookInterface):
         requirement = self._torch_requirement()
         if not self.where.pins:
             return tools + ([requirement] if requirement else [])
-        from hatch_precompile.build import installer_pins
+        from hatch_precompile.builder import installer_pins
 
         return tools + installer_pins.merged([*self.where.pins, *([requirement] if requirement else [])])
 
@@ -124,7 +124,7 @@ class PrecompileBuildHook(BuildHookInterface):
         artifacts = self._capture(package)
         if artifacts is None:
             return
-        from hatch_precompile.build import artifact_layout, build_summary, wheel_tag
+        from hatch_precompile.builder import artifact_layout, build_summary, wheel_tag
 
         manifests = artifact_layout.set_manifests(artifacts)
         build_summary.report(manifests, artifact_layout.stored_bytes(artifacts), self.reporter)
@@ -159,8 +159,8 @@ class PrecompileBuildHook(BuildHookInterface):
 
     def _capture(self, package: str) -> Path | None:
         """Run the workloads; the artifact dir, or None when the wheel is to be built without."""
-        from hatch_precompile.build import capture_outcome, failure_hints  # imported only when on
-        from hatch_precompile.build.workload_run import capture
+        from hatch_precompile.builder import capture_outcome, failure_hints  # imported only when on
+        from hatch_precompile.builder.workload_run import capture
 
         where = self.where
         self.reporter.info(f"building artifacts for {where.why}")

@@ -1,6 +1,6 @@
 """What the hook's table declared, carried by every wheel (precompiled or not) for ``warm`` and ``bake``.
 
-Written from the build's checked Options; read back by build/options.py's ``read_declaration``,
+Written from the build's checked Options; read back by builder/options.py's ``read_declaration``,
 with the table's own checks, so that a value is valid in one sense everywhere and a bad one is
 named, never silently replaced by a default.
 """

@@ -1,6 +1,6 @@
 """Schemas as dataclasses whose fields say how their JSON is read: one check per field.
 
-As build/options.py does for the hook's table: each field's metadata holds its ``check`` (the JSON
+As builder/options.py does for the hook's table: each field's metadata holds its ``check`` (the JSON
 value in, the typed value out, or an error naming the field) and its ``doc``; ``parse`` and the
 generated docs (docs/reference/manifest.md) derive from them, so a field is written once. A value that is
 absent (or null) takes the field's default; a ``required`` field's check sees it anyway and says

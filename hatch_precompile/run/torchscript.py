@@ -1,4 +1,4 @@
-"""``load_torchscript``: a TorchScript module the workload recorded at build (build/torchscript.py)."""
+"""``load_torchscript``: a TorchScript module the workload recorded at build (builder/torchscript.py)."""
 
 from __future__ import annotations
 

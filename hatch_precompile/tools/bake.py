@@ -4,9 +4,9 @@ A wheel post-processor, as ``auditwheel repair`` and ``delocate-wheel`` are: it 
 (setuptools, scikit-build-core, meson-python, poetry-core, flit, maturin, or hatchling without the
 hook), unpacks it privately, puts it first on the ``sys.path`` of an interpreter that has the torch
 to bake for (nothing is installed there), runs the declared workload in a child exactly as a build
-does (build/workload_run.py), and writes a new wheel: every file of the input byte for byte (checked),
+does (builder/workload_run.py), and writes a new wheel: every file of the input byte for byte (checked),
 plus the artifact set under ``<package>/_precompiled/``, the declaration in ``.dist-info``, the
-platform tag the kernels allow (build/elf.py, as the hook gives it) and a new ``RECORD``. Baking a
+platform tag the kernels allow (builder/elf.py, as the hook gives it) and a new ``RECORD``. Baking a
 precompiled wheel adds a set, as ``merge`` would. The input wheel is never written to.
 
 The workload is declared, first found wins: ``--workload`` (and ``--package``); the
@@ -27,7 +27,7 @@ from typing import Callable
 
 import tomllib
 
-from hatch_precompile.build import options as options_module
+from hatch_precompile.builder import options as options_module
 from hatch_precompile.errors import BakeError, ManifestError, WheelError
 from hatch_precompile.protocol import DECLARATION_FILE, DIRNAME, MANIFEST_FILE, SETS_DIR, Declaration, Manifest
 from hatch_precompile.run import variables
@@ -47,7 +47,7 @@ class Plan:
     cpu_target: str
     capabilities: tuple[str, ...]
     source: str
-    torch_trace: Path | None = None  # the table's `torch-trace`, or the variable's (build/settings.py)
+    torch_trace: Path | None = None  # the table's `torch-trace`, or the variable's (builder/settings.py)
     dynamo_cache: bool = True  # the table's `dynamo-cache`; a wheel's declaration: the default
 
 
@@ -59,7 +59,7 @@ def bake(wheel: Path, out_dir: Path, *, python: str, say: Callable[[str], None],
         file_name = wheelfile.wheel_name(wheel)
     except WheelError as exc:
         raise BakeError(str(exc)) from None
-    from hatch_precompile.build import elf
+    from hatch_precompile.builder import elf
 
     elf.require_publishing_tools()  # before the workload runs; the command line names the command
     contents = wheelfile.read_wheel(wheel)
@@ -106,7 +106,7 @@ def declaration(contents: dict[str, bytes], dist_info: str, wheel: Path, workloa
     if project is None and _here_declares(contents, dist_info, wheel):
         project = Path(".")
     if project is not None:
-        from hatch_precompile.build import settings
+        from hatch_precompile.builder import settings
 
         opts, where = _table(project)
         return Plan(package or opts.import_package or "", opts.workloads, opts.timeout, opts.device,
@@ -177,7 +177,7 @@ def _check_torch(contents: dict[str, bytes], dist_info: str, wheel: Path, python
     from packaging.utils import canonicalize_name
     from packaging.version import InvalidVersion, Version
 
-    from hatch_precompile.build import target_environment
+    from hatch_precompile.builder import target_environment
 
     found = target_environment.probe(python, variables.as_on_users_machines(os.environ)[0])
     if found is None or not found.torch:
@@ -206,9 +206,9 @@ def _check_torch(contents: dict[str, bytes], dist_info: str, wheel: Path, python
 
 
 def _run(wheel: Path, tmp: Path, plan: Plan, python: str, say: Callable[[str], None]) -> Path:
-    from hatch_precompile.build import capture_outcome
-    from hatch_precompile.build.reporter import Reporter
-    from hatch_precompile.build.workload_run import capture
+    from hatch_precompile.builder import capture_outcome
+    from hatch_precompile.builder.reporter import Reporter
+    from hatch_precompile.builder.workload_run import capture
 
     site = tmp / "site"
     wheelfile.unpack(wheel, site)  # its modes kept: a workload may run a script the package ships
@@ -254,8 +254,8 @@ def _with_artifacts(contents: dict[str, bytes], record: str, dist_info: str, art
 
 def _tag(baked: dict[str, bytes], wheel: Path, dist_info: str) -> str:
     """``cp311-cp311-manylinux_2_24_x86_64``: the sets' Python, and the least compatible platform of
-    the input wheel's and the kernels' (build/elf.py), as the hook tags a precompiled wheel."""
-    from hatch_precompile.build import elf
+    the input wheel's and the kernels' (builder/elf.py), as the hook tags a precompiled wheel."""
+    from hatch_precompile.builder import elf
 
     manifests = []
     for name, data in sorted(baked.items()):

@@ -15,7 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.build import options
+from hatch_precompile.builder import options
 from hatch_precompile.errors import ManifestError, TargetNotFound
 from hatch_precompile.protocol import (
     DECLARATION_PATH,

@@ -51,7 +51,7 @@ def configure(subparsers: Any) -> None:
 
 def _capabilities(text: str) -> tuple[str, ...]:
     """The hook's own check of ``cpu-capabilities``, for the command line's spelling of it."""
-    from hatch_precompile.build import options
+    from hatch_precompile.builder import options
 
     return options.check_option("cpu-capabilities", text.split(","), "--cpu-capabilities")
 

@@ -20,7 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
-from hatch_precompile.build import torch_trace
+from hatch_precompile.builder import torch_trace
 from hatch_precompile.child import performance_pitfalls, supervisor
 from hatch_precompile.errors import ChildError, SnoopError
 from hatch_precompile.protocol import BUILDING_VAR, CACHE_DIR_VAR, TORCHSCRIPT_DIR_VAR
@@ -61,7 +61,7 @@ def parse_command(command: list[str]) -> tuple[str, dict[str, Any]]:
 def run(command: list[str], cache_dir: str | None, say: Callable[[str], None],
         trace: Path | None = None) -> dict[str, Any]:
     """Run the program observed; what the child reported. ``trace``: a dir for torch's structured
-    trace of the program, rendered by tlparse where it is installed (build/torch_trace.py)."""
+    trace of the program, rendered by tlparse where it is installed (builder/torch_trace.py)."""
     python, target = parse_command(command)
     with tempfile.TemporaryDirectory(prefix="hatch-precompile-snoop-") as tmp:
         env = {k: v for k, v in os.environ.items() if k not in (BUILDING_VAR, TORCHSCRIPT_DIR_VAR)}

@@ -68,7 +68,7 @@ def snoop(python, tmp_path, script: str, *args: str, check=True, env=None):
 
 def test_workload_shapes_are_all_served_by_the_shipped_artifacts(runtime_python, tmp_path):
     """With torch's own trace, rendered by tlparse (the test extra's: on PATH, as a user's would be)."""
-    from hatch_precompile.build import torch_trace
+    from hatch_precompile.builder import torch_trace
 
     tlparse = torch_trace.tlparse()
     assert tlparse, "the test extra installs tlparse"

@@ -27,25 +27,25 @@ PACKAGE = "hatch_precompile"
 # Imports go one way: a module imports its own layer and the layers after it in this list, never one
 # before it. The root package (``hatch_precompile/__init__.py``, every module's parent, whose public
 # names resolve on first use) is in no layer: importing it is what importing any module does first.
-# ``hatch`` (the hatchling adapter) and ``tools`` (the command line) both sit on ``build``.
-LAYERS = ("hatch", "tools", "build", "child", "run", "protocol", "errors")
+# ``hatch`` (the hatchling adapter) and ``tools`` (the command line) both sit on ``builder``.
+LAYERS = ("hatch", "tools", "builder", "child", "run", "protocol", "errors")
 
 # Above every layer, the entry points: modules started by name (``python -m``) and imported by no
 # module. ``__main__`` starts the command line; each child's main (``child/*_child.py``: the build's,
-# verify's, snoop's) is started by child/supervisor.py and runs build/ and run/ in the child. They
+# verify's, snoop's) is started by child/supervisor.py and runs builder/ and run/ in the child. They
 # may import any layer but the hatchling adapter (a child runs without hatchling).
 ENTRY_POINTS = "entry points"
 ENTRY_POINT_MODULES = (f"{PACKAGE}.__main__", f"{PACKAGE}.child.*_child")
 
 # The files that may touch torch's private modules and private attributes: the touchpoints' owners
-# (run/torch_internals/, and build/torch_export.py for what only a build calls) and what runs in a build's,
-# verify's or snoop's child (child/, and build/export.py; outside the package, what measures torch from
+# (run/torch_internals/, and builder/torch_export.py for what only a build calls) and what runs in a build's,
+# verify's or snoop's child (child/, and builder/export.py; outside the package, what measures torch from
 # outside). pyproject.toml's per-file-ignores for TID251 must name exactly these.
 TORCH_INTERNALS_ALLOWED = (
     "hatch_precompile/run/torch_internals/*.py",
-    "hatch_precompile/build/torch_export.py",
+    "hatch_precompile/builder/torch_export.py",
     "hatch_precompile/child/*.py",
-    "hatch_precompile/build/export.py",
+    "hatch_precompile/builder/export.py",
     "tests/**",
     "bench/**",
     "scripts/**",
@@ -710,18 +710,18 @@ def test_each_check_reports_a_broken_rule_with_its_place(tmp_path):
         "run/variables.py": "import os\n\nos.environ.get('HATCH_PRECOMPILE_DEBUG')\n",
         "run/lazy.py": ("import json\nimport torch\nfrom hatch_precompile import errors\n\n\ndef f():\n"
                         "    import triton\n"),
-        "build/__init__.py": "",
-        "build/step_check.py": ("from hatch_precompile import errors\nfrom hatch_precompile.run import switch\n"
+        "builder/__init__.py": "",
+        "builder/step_check.py": ("from hatch_precompile import errors\nfrom hatch_precompile.run import switch\n"
                                 "from hatch_precompile.run.lazy import HatchPrecompileError\n\n\n"
                                 "class Mismatch(errors.HatchPrecompileError, AssertionError):\n    pass\n\n\n"
                                 "class _Retry(Exception):\n    pass\n\n\ndef f():\n    class Local(Mismatch):\n"
                                 "        pass\n    return switch.HatchPrecompileError, HatchPrecompileError, Local\n"),
-        "build/workload_run.py": "from hatch_precompile.child import build_child\n",
+        "builder/workload_run.py": "from hatch_precompile.child import build_child\n",
         "child/__init__.py": "",
-        "child/build_child.py": "from hatch_precompile.build import artifact_layout\nfrom hatch_precompile.hatch import hooks\n",
+        "child/build_child.py": "from hatch_precompile.builder import artifact_layout\nfrom hatch_precompile.hatch import hooks\n",
         "hatch/__init__.py": "",
         "hatch/hooks.py": "from hatchling.plugin import hookimpl\n",
-        "build/artifact_layout.py": ("import os\n\nfrom hatch_precompile.protocol import names\n\n\ndef f(env):\n"
+        "builder/artifact_layout.py": ("import os\n\nfrom hatch_precompile.protocol import names\n\n\ndef f(env):\n"
                              "    from hatchling.builders import wheel\n"
                              "    return os.getenv('PRECOMPILE'), env[names.NO_STEPS_VAR], os.environ.get(f'PRECOMPILE_{f}')\n"
                              "\n\ndef g():\n    os.environ[NO_STEPS_VAR] = '1'\n"),
@@ -730,7 +730,7 @@ def test_each_check_reports_a_broken_rule_with_its_place(tmp_path):
         (tmp_path / PACKAGE / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / PACKAGE / name).write_text(text)
     assert layering_violations(tmp_path) == [
-        "hatch_precompile/build/workload_run.py:1: layering: imports hatch_precompile.child.build_child, an entry point "
+        "hatch_precompile/builder/workload_run.py:1: layering: imports hatch_precompile.child.build_child, an entry point "
         "(started by module name, imported by no module)",
         "hatch_precompile/child/build_child.py:2: layering: an entry point imports hatch_precompile.hatch.hooks; entry "
         "points import any layer but hatch/",
@@ -748,7 +748,7 @@ def test_each_check_reports_a_broken_rule_with_its_place(tmp_path):
         "hatch_precompile/run/load_caches.py:6: torch internals: m._buffers is a private attribute of torch.nn.Module; "
         "go through run/torch_internals/"]
     assert hatchling_imports(tmp_path) == [
-        "hatch_precompile/build/artifact_layout.py:7: hatchling: imports hatchling.builders; only the modules under "
+        "hatch_precompile/builder/artifact_layout.py:7: hatchling: imports hatchling.builders; only the modules under "
         "hatch_precompile/hatch/ know hatchling"]
     assert run_import_time_imports(tmp_path) == [
         "hatch_precompile/run/lazy.py:2: run/ imports: torch at import time; run/ imports only the standard library, "
@@ -758,11 +758,11 @@ def test_each_check_reports_a_broken_rule_with_its_place(tmp_path):
         "that need them)"]
     outside = "is an exception class outside hatch_precompile/errors.py; move it there, or, if only its module sees it"
     assert error_violations(tmp_path) == [
-        "hatch_precompile/build/step_check.py:3: errors: imports HatchPrecompileError from hatch_precompile.run.lazy; "
+        "hatch_precompile/builder/step_check.py:3: errors: imports HatchPrecompileError from hatch_precompile.run.lazy; "
         "import it from hatch_precompile.errors",
-        f"hatch_precompile/build/step_check.py:6: errors: Mismatch {outside}, name it _Mismatch",
-        f"hatch_precompile/build/step_check.py:15: errors: Local {outside}, name it _Local",
-        "hatch_precompile/build/step_check.py:17: errors: uses switch.HatchPrecompileError; HatchPrecompileError is "
+        f"hatch_precompile/builder/step_check.py:6: errors: Mismatch {outside}, name it _Mismatch",
+        f"hatch_precompile/builder/step_check.py:15: errors: Local {outside}, name it _Local",
+        "hatch_precompile/builder/step_check.py:17: errors: uses switch.HatchPrecompileError; HatchPrecompileError is "
         "hatch_precompile.errors's",
         "hatch_precompile/errors.py:1: errors: hatch_precompile/errors.py imports torch; it is the bottom layer, "
         "standard library only",
@@ -773,7 +773,7 @@ def test_each_check_reports_a_broken_rule_with_its_place(tmp_path):
         "hatch_precompile/errors.py:12: errors: Stray derives from neither HatchPrecompileError nor PrecompileWarning"]
     reads = "read it through hatch_precompile/run/variables.py"
     assert variable_reads(tmp_path) == [
-        f"hatch_precompile/build/artifact_layout.py:8: variables: os.getenv('PRECOMPILE') reads one of our variables; {reads}",
-        f"hatch_precompile/build/artifact_layout.py:8: variables: env[names.NO_STEPS_VAR] reads one of our variables; {reads}",
-        f"hatch_precompile/build/artifact_layout.py:8: variables: os.environ.get(f'PRECOMPILE_{{f}}') reads one of our "
+        f"hatch_precompile/builder/artifact_layout.py:8: variables: os.getenv('PRECOMPILE') reads one of our variables; {reads}",
+        f"hatch_precompile/builder/artifact_layout.py:8: variables: env[names.NO_STEPS_VAR] reads one of our variables; {reads}",
+        f"hatch_precompile/builder/artifact_layout.py:8: variables: os.environ.get(f'PRECOMPILE_{{f}}') reads one of our "
         f"variables; {reads}"]

@@ -216,7 +216,7 @@ def test_a_bad_declaration_is_named_field_by_field_not_replaced_by_defaults(tmp_
 
 
 def test_a_declaration_reads_back_as_written_with_the_tables_defaults():
-    from hatch_precompile.build.options import OptionError, read_declaration
+    from hatch_precompile.builder.options import OptionError, read_declaration
     from hatch_precompile.protocol import Declaration
 
     written = Declaration("tiny", ("tiny.work:workload",), 90.0, "cpu")

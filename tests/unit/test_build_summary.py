@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from hatch_precompile.build import build_summary, options
-from hatch_precompile.build.reporter import Reporter, worded
+from hatch_precompile.builder import build_summary, options
+from hatch_precompile.builder.reporter import Reporter, worded
 from hatch_precompile.errors import Instability
 from hatch_precompile.protocol import FileEntry, Manifest
 

@@ -1,5 +1,5 @@
 """What a run of the workloads comes to, for the build hook (it can go on without artifacts) and for
-bake and warm (they cannot), decided in build/capture_outcome.py alone: in-process, nothing runs."""
+bake and warm (they cannot), decided in builder/capture_outcome.py alone: in-process, nothing runs."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hatch_precompile.build import capture_outcome
+from hatch_precompile.builder import capture_outcome
 from hatch_precompile.errors import CannotCompile, Unusable, WorkloadFailed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,7 +76,7 @@ def test_only_capture_outcome_decides_what_captures_failures_mean():
                 names = {n.id if isinstance(n, ast.Name) else getattr(n, "attr", "") for n in ast.walk(node.type)}
                 if names & {"WorkloadFailed", "Unusable", "CannotCompile"}:
                     caught.append(f"{path.relative_to(ROOT)}:{node.lineno}")
-    assert not caught, "capture's outcome handled outside build/capture_outcome.py: " + ", ".join(caught)
+    assert not caught, "capture's outcome handled outside builder/capture_outcome.py: " + ", ".join(caught)
     callers = {p.relative_to(ROOT).as_posix() for p in (ROOT / "hatch_precompile").rglob("*.py")
                if "capture_outcome.outcome_of(" in p.read_text()}
     assert {"hatch_precompile/hatch/plugin.py", "hatch_precompile/tools/bake.py",

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hatch_precompile.build import options, settings
-from hatch_precompile.build.options import Options
+from hatch_precompile.builder import options, settings
+from hatch_precompile.builder.options import Options
 from hatch_precompile.errors import OptionError
 
 HOOK = "precompile"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hatch_precompile.build import installer_pins, target_environment
+from hatch_precompile.builder import installer_pins, target_environment
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the installer is read from /proc")
 

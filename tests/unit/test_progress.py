@@ -13,8 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from hatch_precompile.build import torch_trace
-from hatch_precompile.build.reporter import Reporter
+from hatch_precompile.builder import torch_trace
+from hatch_precompile.builder.reporter import Reporter
 from hatch_precompile.child import progress, supervisor, workload_loop
 
 # A child that goes through every phase a build's child does, as build_child.py says them, each
@@ -228,7 +228,7 @@ def test_tlparse_is_found_beside_the_interpreter_when_not_on_path(tmp_path, monk
 
 
 def test_the_builds_last_line_says_where_the_time_went():
-    from hatch_precompile.build import build_summary
+    from hatch_precompile.builder import build_summary
 
     manifests = [SimpleNamespace(timings={"torch_import_seconds": 4.0}, workloads=[{"seconds": 20.0}, {"seconds": 6.5}])]
     assert build_summary.total(manifests, 40.04) == (  # type: ignore[arg-type]

@@ -10,7 +10,7 @@ import sys
 import pytest
 import tomllib
 
-from hatch_precompile.build import options, settings_schema
+from hatch_precompile.builder import options, settings_schema
 from hatch_precompile.errors import OptionError
 
 fastjsonschema = pytest.importorskip("fastjsonschema")
@@ -23,7 +23,7 @@ WORKLOAD = {"workload": "mypkg.precompile:workload"}
 
 def test_the_committed_schema_is_the_one_the_options_make():
     assert settings_schema.stored() == settings_schema.generate(), \
-        "regenerate it: python -m hatch_precompile.build.settings_schema"
+        "regenerate it: python -m hatch_precompile.builder.settings_schema"
     assert set(settings_schema.tool_schema()["properties"]) == set(options.KNOWN)
 
 

@@ -28,13 +28,13 @@ def test_supported_torch_range(capsys):
     ],
 )
 def test_uv_python_option(argv, expected):
-    from hatch_precompile.build import target_environment
+    from hatch_precompile.builder import target_environment
 
     assert target_environment._option(argv, "--python", "-p") == expected
 
 
 def test_the_creator_of_a_frontend_build_venv_is_the_target(tmp_path, monkeypatch):
-    from hatch_precompile.build import target_environment
+    from hatch_precompile.builder import target_environment
 
     for name, expected in [("build-env-x1y2", "/work/venv/bin/python"), ("my-own-venv", None)]:
         venv = tmp_path / name
@@ -49,7 +49,7 @@ def test_the_probe_reads_an_environment_that_has_neither_torch_nor_hatch_precomp
     """A user's fresh venv: the probe runs in its interpreter and may import only the standard library."""
     import subprocess
 
-    from hatch_precompile.build import target_environment
+    from hatch_precompile.builder import target_environment
 
     monkeypatch.chdir(tmp_path)  # a project's dir, as in a build: not this checkout, whose package `-c` would see
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", tmp_path / "venv"], check=True)

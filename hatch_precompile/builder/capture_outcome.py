@@ -1,6 +1,6 @@
 """What a run of the workloads comes to, decided once for the build hook, ``bake`` and ``warm``.
 
-``capture()`` (build/workload_run.py) returns the artifacts, or None when the workloads compiled
+``capture()`` (builder/workload_run.py) returns the artifacts, or None when the workloads compiled
 nothing; it raises WorkloadFailed when a workload raised, crashed, timed out or needs a GPU this
 machine lacks (the workload's fault: it stops the caller unless the user set ``on-failure =
 "warn"``), and Unusable when this torch or machine cannot make trustworthy artifacts (not the

@@ -31,7 +31,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.build import dynamo_packaging, dynamo_reads, empty_graphs, graph_saving, guard_sites
+from hatch_precompile.builder import dynamo_packaging, dynamo_reads, empty_graphs, graph_saving, guard_sites
 from hatch_precompile.child import observe, progress, workload_loop
 from hatch_precompile.protocol import (
     BUILDING_VAR,
@@ -377,7 +377,7 @@ def _index(recorder: _Recorder, entries: Path, out: Path,
             why = recorder.bypassed[key]
             notes.append(f"{module}.{qualname}: torch could not save its guards" + (f" ({why})" if why else ""))
             continue
-        if not guarded:  # torch's "Backend not found" when it saved the entry (build/graph_saving.py)
+        if not guarded:  # torch's "Backend not found" when it saved the entry (builder/graph_saving.py)
             notes.append(f"{module}.{qualname}: {no_graph}")
             continue
         found = {sha: recorder.guarded.get(sha, "its guards were not recorded while the workload ran")

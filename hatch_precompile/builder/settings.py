@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.build.options import Options, parse
+from hatch_precompile.builder.options import Options, parse
 from hatch_precompile.errors import OptionError
 from hatch_precompile.run import switch, variables
 

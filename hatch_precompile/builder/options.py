@@ -2,7 +2,7 @@
 
 One dataclass says everything about an option: its name in the table, its type and default, its
 check, its JSON schema and its documentation (each field's metadata); the list of known names, the
-parser, the README's table and the published schema (build/settings_schema.py) all derive from it.
+parser, the README's table and the published schema (builder/settings_schema.py) all derive from it.
 Backend-neutral: a dict in, Options out, or one OptionError naming every bad option, each line
 saying what was expected and what was found (and, for a name it does not know, which one was meant).
 """

@@ -24,7 +24,7 @@ from typing import Any
 
 from hatch_precompile.run.torch_internals import patching
 
-log = logging.getLogger("hatch_precompile.build")
+log = logging.getLogger("hatch_precompile.builder")
 
 
 class EmptyGraphs:

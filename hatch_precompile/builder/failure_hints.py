@@ -6,7 +6,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from hatch_precompile.build.target_environment import Choice
+    from hatch_precompile.builder.target_environment import Choice
     from hatch_precompile.errors import WorkloadFailed
 
 

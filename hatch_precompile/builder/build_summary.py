@@ -7,8 +7,8 @@ it appears. Backend-neutral: the hatch adapter turns ``Instability`` into hatch'
 
 from __future__ import annotations
 
-from hatch_precompile.build.options import Options
-from hatch_precompile.build.reporter import Reporter
+from hatch_precompile.builder.options import Options
+from hatch_precompile.builder.reporter import Reporter
 from hatch_precompile.errors import Instability
 from hatch_precompile.protocol import Manifest, file_kind
 

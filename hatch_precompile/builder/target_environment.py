@@ -41,7 +41,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Mapping
 
-from hatch_precompile.build import installer_pins
+from hatch_precompile.builder import installer_pins
 from hatch_precompile.errors import TargetEnvError
 from hatch_precompile.protocol import TARGET_VAR
 from hatch_precompile.run import variables

@@ -4,7 +4,7 @@ publish it to validate-pyproject, as scikit-build-core publishes its own.
 ``generate()`` makes the schema of ``[tool.hatch-precompile]`` (the table ``bake`` reads), with the
 hook's table and a ``tool.hatch`` that holds it under ``definitions``; the file beside this module
 is that document, committed (editors and SchemaStore read it; tests/unit/test_schema.py fails when
-it drifts from the code: ``python -m hatch_precompile.build.settings_schema`` rewrites it).
+it drifts from the code: ``python -m hatch_precompile.builder.settings_schema`` rewrites it).
 
 validate-pyproject (``validate_pyproject.tool_schema`` entry points) hands each plugin one table
 under ``tool``, by name: a plugin cannot reach ``[tool.hatch.build.hooks.precompile]`` without
@@ -40,7 +40,7 @@ HATCHLING_KEYS = {
 
 def _options() -> dict[str, Any]:
     """Each option's schema, with its documentation and default, in the dataclass's order."""
-    from hatch_precompile.build import options
+    from hatch_precompile.builder import options
 
     properties: dict[str, Any] = {}
     for name, field in options.FIELDS.items():
@@ -70,7 +70,7 @@ def generate() -> dict[str, Any]:
     return {
         "$schema": DRAFT,
         "$id": ID,
-        "$comment": f"made from hatch_precompile/build/options.py; shipped as hatch_precompile/build/{SCHEMA_FILE}",
+        "$comment": f"made from hatch_precompile/builder/options.py; shipped as hatch_precompile/builder/{SCHEMA_FILE}",
         "title": "hatch-precompile",
         "description": "[tool.hatch-precompile]: the workload and options `hatch-precompile bake` reads for a wheel "
                        "another build backend made; the same options as the build hook's table.",
@@ -108,7 +108,7 @@ def text() -> str:
     return json.dumps(generate(), indent=2) + "\n"
 
 
-if __name__ == "__main__":  # python -m hatch_precompile.build.settings_schema: rewrite the committed file
+if __name__ == "__main__":  # python -m hatch_precompile.builder.settings_schema: rewrite the committed file
     target = resources.files(__package__).joinpath(SCHEMA_FILE)
     with resources.as_file(target) as path:
         path.write_text(text(), encoding="utf-8")
