@@ -22,7 +22,7 @@ _LAZY = {
     "load_torchscript": "run.torchscript",
     "save_torchscript": "builder.torchscript",
     "load_step": "run.shipped_steps",
-    "save_step": "builder.step_capture",
+    "save_step": "builder.steps.step_capture",
     "StepMismatch": "errors",
     "StepCaptureError": "errors",
     "served": "run.served_compile",

@@ -334,7 +334,7 @@ def links(tmp_path_factory, hp_dist) -> Path:
             shutil.copy(wheel, out)
         # hatch-precompile's own wheel brings its dependencies (whatever they are) along; the hook's
         # dependencies() asks for the publishing tools too.
-        from hatch_precompile.builder.elf import PUBLISH_REQUIREMENTS
+        from hatch_precompile.builder.sets.elf import PUBLISH_REQUIREMENTS
 
         run([sys.executable, "-m", "pip", "download", "-q", "-d", out, "hatchling", *PUBLISH_REQUIREMENTS,
              *out.glob("hatch_precompile-*.whl")])

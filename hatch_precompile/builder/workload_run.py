@@ -14,8 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.builder import artifact_layout, dynamo_pass, lean_headers, served_proof, torch_trace
+from hatch_precompile.builder import torch_trace
+from hatch_precompile.builder.caches import lean_headers
 from hatch_precompile.builder.reporter import PREFIX, Reporter
+from hatch_precompile.builder.served import dynamo_pass, served_proof
+from hatch_precompile.builder.sets import artifact_layout
 from hatch_precompile.child import supervisor
 from hatch_precompile.errors import CannotCompile, ChildError, Unusable, WorkloadFailed
 from hatch_precompile.protocol import CACHE_DIR_VAR, DIRNAME, DYNAMO_DIR, SERVED_FILE, ChildResult, Manifest
@@ -138,8 +141,8 @@ def _run_set(
 def _proven(python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str], limits: tuple[float, float | None],
             reporter: Reporter, result: dict[str, Any], cache_dir: Path, out_dir: Path, users_torch: bool,
             unshipped: dict[str, str]) -> dict[str, Any] | None:
-    """The served proof (builder/served_proof.py), run on generated modules with lean headers
-    (builder/lean_headers.py): where that proof serves less than every function the second pass
+    """The served proof (builder/served/served_proof.py), run on generated modules with lean headers
+    (builder/caches/lean_headers.py): where that proof serves less than every function the second pass
     shipped, the modules as torch wrote them are put back and proven instead."""
     leaned = lean_headers.apply(cache_dir, result.get("extern_kernels")) if (out_dir / SERVED_FILE).is_file() else {}
     if not leaned:
@@ -172,7 +175,7 @@ def _proven(python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str
 def _served_compiles(python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str],
                      limits: tuple[float, float | None], reporter: Reporter, out_dir: Path,
                      users_torch: bool) -> dict[str, str]:
-    """The second pass (builder/dynamo_pass.py): the package's torch.compile calls as Dynamo cache entries,
+    """The second pass (builder/served/dynamo_pass.py): the package's torch.compile calls as Dynamo cache entries,
     into ``out_dir/dynamo``; each compiled function it did not ship, and why. Its failure costs the
     set nothing but those entries, said in one line."""
     started = time.perf_counter()
@@ -181,7 +184,7 @@ def _served_compiles(python: str, run_dir: Path, spec: dict[str, Any], env: dict
     copy = work / "inductor-cache"  # the first pass's graphs, hit; its entries left as users' traced calls find them
     shutil.copytree(first, copy, symlinks=True)
     timeout, heartbeat = limits
-    job = supervisor.Job("hatch_precompile.builder.dynamo_pass", spec, f"{PREFIX} (second pass)", reporter.line,
+    job = supervisor.Job("hatch_precompile.builder.served.dynamo_pass", spec, f"{PREFIX} (second pass)", reporter.line,
                          relay=lambda line: reporter.line(f"  | {line}"),
                          timeout=timeout, heartbeat=variables.heartbeat() if heartbeat is None else heartbeat,
                          own_temp=not users_torch)
@@ -217,7 +220,7 @@ def _ship_generated_modules(second: Path, first: Path) -> None:
     """The modules Inductor generated for the second pass's graphs that the first pass's cache lacks
     (torch numbers each compile in its module, so a graph compiled again is another file), shipped
     with the first's: a served process then finds each entry's module as shipped, lean header and
-    all (builder/lean_headers.py), where torch would write it from the entry as it generated it."""
+    all (builder/caches/lean_headers.py), where torch would write it from the entry as it generated it."""
     for module in second.glob("??/*.py"):
         shipped = first / module.relative_to(second)
         if not shipped.exists():

@@ -19,7 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.builder import dynamo_pass, empty_graphs, isa, step_capture
+from hatch_precompile.builder.caches import empty_graphs
+from hatch_precompile.builder.served import dynamo_pass
+from hatch_precompile.builder.sets import isa
+from hatch_precompile.builder.steps import step_capture
 from hatch_precompile.child import kernel_bindings, observe, progress, workload_loop
 from hatch_precompile.protocol import (
     BUILDING_VAR,
@@ -231,7 +234,7 @@ def _environment(torch: Any) -> dict[str, Any]:
         "python_full": sys.version.split()[0],
         "inductor_vec_isa": _vec_isa(),
         "path_values": relocate.path_values(os.path.dirname(torch.__file__), _compiler_command() or ""),
-        # What torch itself ships: the libraries every user of this torch has (builder/elf.py).
+        # What torch itself ships: the libraries every user of this torch has (builder/sets/elf.py).
         "torch_libraries": sorted(
             name for name in os.listdir(os.path.join(os.path.dirname(torch.__file__), "lib")) if ".so" in name
         ) if os.path.isdir(os.path.join(os.path.dirname(torch.__file__), "lib")) else [],
@@ -250,7 +253,7 @@ def _compiler_command() -> str | None:
 
 
 def _machine(flags: isa.CompileFlags, kernel_commands: dict[str, Any]) -> dict[str, Any]:
-    """The compiler, what the kernels it built may execute (builder/isa.py), and the ISA probes
+    """The compiler, what the kernels it built may execute (builder/sets/isa.py), and the ISA probes
     that passed (for load()'s probe shortcut, run/isa_probes.py)."""
     from hatch_precompile.run import environment_key, isa_probes
 

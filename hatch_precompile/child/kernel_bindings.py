@@ -1,7 +1,7 @@
 """Each name of Inductor's ``extern_kernels`` as a path from ``torch`` that gives the very object
 registered under it (``torch.mm``, ``torch.ops.mkldnn._linear_pointwise``), proven by identity in the
 process that compiled: the generated code's header can then bind what it calls without importing
-the lowerings that register them (builder/lean_headers.py). A name with no such path is left out."""
+the lowerings that register them (builder/caches/lean_headers.py). A name with no such path is left out."""
 
 from __future__ import annotations
 

@@ -59,13 +59,13 @@ def main(argv: list[str]) -> int:
     if failed is not None:
         workload_loop.write_result(out, ChildResult("failed", failure=failed, workloads=workloads))
         return EXIT_WORKLOAD_FAILED
-    from hatch_precompile.builder import step_verify
+    from hatch_precompile.builder.steps import step_verify
 
     workload_loop.write_result(out, ChildResult("ok", workloads=workloads, data={
         "load": {"loaded": status.loaded, "reason": status.reason, "installed": status.installed,
                  "present": status.present},
         "kernels_installed": kernels_installed,
-        # what each save_step() of the workloads found (builder/step_verify.py)
+        # what each save_step() of the workloads found (builder/steps/step_verify.py)
         "steps": step_verify.this_process.verified,
         # what became of each compiled function shipped as a Dynamo cache entry (run/served_compile.py)
         "served": _served(),

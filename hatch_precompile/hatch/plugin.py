@@ -2,7 +2,7 @@
 
 It maps hatch's table to Options (builder/options.py), asks the switch (run/switch.py) and the target
 (builder/target_environment.py), and hands off to builder/workload_run.py; what comes back goes into the wheel, summed
-up (builder/build_summary.py) and tagged (builder/wheel_tag.py). Messages go through hatch's app
+up (builder/build_summary.py) and tagged (builder/sets/wheel_tag.py). Messages go through hatch's app
 (builder/reporter.py); an error of the build side becomes hatch's abort.
 """
 
@@ -85,12 +85,12 @@ class PrecompileBuildHook(BuildHookInterface):
 
     # -- hatchling interface -------------------------------------------------------------
     def dependencies(self) -> list[str]:
-        """What the build env needs for a precompiled wheel: the tools that tag it (builder/elf.py:
+        """What the build env needs for a precompiled wheel: the tools that tag it (builder/sets/elf.py:
         not in users' installs), the project's torch requirement, and the torch the installer was
         told to put into the target (target_environment.py), unless the workload runs in the target env."""
         if self.target_name != "wheel" or not self.enabled[0] or not self.options.workloads:
             return []
-        from hatch_precompile.builder import elf
+        from hatch_precompile.builder.sets import elf
 
         tools = list(elf.PUBLISH_REQUIREMENTS)
         if self.where.target is not None:
@@ -124,7 +124,8 @@ class PrecompileBuildHook(BuildHookInterface):
         artifacts = self._capture(package)
         if artifacts is None:
             return
-        from hatch_precompile.builder import artifact_layout, build_summary, wheel_tag
+        from hatch_precompile.builder import build_summary
+        from hatch_precompile.builder.sets import artifact_layout, wheel_tag
 
         manifests = artifact_layout.set_manifests(artifacts)
         build_summary.report(manifests, artifact_layout.stored_bytes(artifacts), self.reporter)

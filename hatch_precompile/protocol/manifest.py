@@ -228,7 +228,7 @@ class Manifest:
                                                          "which field differs)", default=None, report_only=True)
     served: dict[str, Any] | None = field(mapping_or_none, "the package's compiled functions proven served untraced "
                                                            "in a fresh process at build: how many of how many, and "
-                                                           "why each other one is not (builder/served_proof.py)",
+                                                           "why each other one is not (builder/served/served_proof.py)",
                                           default=None, report_only=True)
     format: int = field(_format, f"the manifest's format ({FORMAT}); any other is refused", default=FORMAT,
                         required=True)

@@ -2,7 +2,7 @@
 entries, and for each guarded code what its trace read, so that it runs only where all of it is
 the same in the user's process as in the build's.
 
-The build's second pass (builder/dynamo_pass.py) runs the workloads with torch's
+The build's second pass (builder/served/dynamo_pass.py) runs the workloads with torch's
 ``caching_precompile`` and writes one entry per compiled function (``dynamo/<key>.entry``, torch's
 pickled ``PrecompileCacheEntry``), keyed as torch keys it: the sha256 of the function's qualified
 name and first line (``source_key``). For each guarded code (by the sha256 of its guards' state),
@@ -10,7 +10,7 @@ the index holds either why it can never be served, or:
 
 - ``held``: the identity guards torch dropped, each held to an object told by what it is
   (protocol/dynamo_sources.py), or, for those ``copy.deepcopy``'s memo made, by how the objects
-  alias one another (builder/guard_sites.py), checked at each call;
+  alias one another (builder/served/guard_sites.py), checked at each call;
 - ``reads``: what the trace read that no guard of torch's holds, checked once, when the code is
   first about to run (run/unguarded_reads.py): a dict key it found absent (``os.environ``'s, say),
   a hook dict it found empty, a process fact torch folded into the code (``torch.distributed.

@@ -1,6 +1,6 @@
 """A shipped step's contract file (``steps/<name>.json``): its format, its routes, its fields.
 
-The build writes it (builder/step_capture.py, builder/export_proof.py), ``load_step`` reads it (run/shipped_steps.py),
+The build writes it (builder/steps/step_capture.py, builder/steps/export_proof.py), ``load_step`` reads it (run/shipped_steps.py),
 ``bake`` reuses an exported package only when its contract is of this format. Standard library
 only: it is on ``load_step``'s path.
 

@@ -1,7 +1,7 @@
 """An exported step: an AOTInductor package run by torch's C++ loader, with the caller's weights.
 
 No compiler in the process: the package's model library was built at wheel build
-(builder/export.py); loading it is a zip extract and a ``dlopen`` (``torch._C._aoti``), and neither
+(builder/steps/export.py); loading it is a zip extract and a ``dlopen`` (``torch._C._aoti``), and neither
 Dynamo nor Inductor is imported. The package holds no tensor of the step's modules, of any size:
 each call binds the tensors of the module it is given (or of a mapping of its weights, in
 ``state_dict`` names) as the model's constants, in place (``user_managed``), so

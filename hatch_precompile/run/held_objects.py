@@ -6,7 +6,7 @@ the globals ``G`` or the call's locals ``L``) and describes the object that was 
 (protocol/dynamo_sources.py). Here each source is evaluated, its object described the same way,
 and a guard made that holds the source to that very object, as Dynamo's own would have. The
 identities ``copy.deepcopy``'s memo took are held otherwise: by which of their objects are one and
-the same, as at build (builder/guard_sites.py).
+the same, as at build (builder/served/guard_sites.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``load_step``: a package's step as it was shipped, by the route the build captured it with.
 
-At build a workload saved the step (builder/step_capture.py): an inference step as an AOTInductor package
+At build a workload saved the step (builder/steps/step_capture.py): an inference step as an AOTInductor package
 (run/exported_step.py: no Dynamo or Inductor in this process), a training step with
 ``torch.compiler.precompile`` (torch 2.14+: no Dynamo at the first call). ``load_step(package,
 name, fn)`` returns a callable that runs the shipped step where the arguments keep its contract
@@ -71,7 +71,7 @@ class ProcessState:
     """Calls each route served, by (package, step, route): what snoop counts (child/snoop_child.py)."""
     declared: dict[tuple[str, str], bool] = field(default_factory=dict)
     """Each (package, step) load_step made, and whether its fallback ran: in a build's child, what tells
-    the build a step declared here that the workload never saved (builder/step_capture.py)."""
+    the build a step declared here that the workload never saved (builder/steps/step_capture.py)."""
     warned: set[tuple[str, str, str]] = field(default_factory=set)
     """Each (package, step, kind) of refusal warned of: one warning each."""
     loading: threading.Lock = field(default_factory=threading.Lock)

@@ -6,7 +6,7 @@ hook), unpacks it privately, puts it first on the ``sys.path`` of an interpreter
 to bake for (nothing is installed there), runs the declared workload in a child exactly as a build
 does (builder/workload_run.py), and writes a new wheel: every file of the input byte for byte (checked),
 plus the artifact set under ``<package>/_precompiled/``, the declaration in ``.dist-info``, the
-platform tag the kernels allow (builder/elf.py, as the hook gives it) and a new ``RECORD``. Baking a
+platform tag the kernels allow (builder/sets/elf.py, as the hook gives it) and a new ``RECORD``. Baking a
 precompiled wheel adds a set, as ``merge`` would. The input wheel is never written to.
 
 The workload is declared, first found wins: ``--workload`` (and ``--package``); the
@@ -59,7 +59,7 @@ def bake(wheel: Path, out_dir: Path, *, python: str, say: Callable[[str], None],
         file_name = wheelfile.wheel_name(wheel)
     except WheelError as exc:
         raise BakeError(str(exc)) from None
-    from hatch_precompile.builder import elf
+    from hatch_precompile.builder.sets import elf
 
     elf.require_publishing_tools()  # before the workload runs; the command line names the command
     contents = wheelfile.read_wheel(wheel)
@@ -254,8 +254,8 @@ def _with_artifacts(contents: dict[str, bytes], record: str, dist_info: str, art
 
 def _tag(baked: dict[str, bytes], wheel: Path, dist_info: str) -> str:
     """``cp311-cp311-manylinux_2_24_x86_64``: the sets' Python, and the least compatible platform of
-    the input wheel's and the kernels' (builder/elf.py), as the hook tags a precompiled wheel."""
-    from hatch_precompile.builder import elf
+    the input wheel's and the kernels' (builder/sets/elf.py), as the hook tags a precompiled wheel."""
+    from hatch_precompile.builder.sets import elf
 
     manifests = []
     for name, data in sorted(baked.items()):

@@ -83,7 +83,7 @@ def _report_project(project: Path, quiet: bool = False) -> list[command_targets.
         import build  # noqa: F401  (only checking that `python -m build` can run)
     except ImportError:
         raise UsageError(f"building {project} needs the `build` package in this environment (pip install build)") from None
-    from hatch_precompile.builder import elf
+    from hatch_precompile.builder.sets import elf
 
     elf.require_publishing_tools(f"building {project}: ")  # the build would stop on it: say which extra
     with tempfile.TemporaryDirectory(prefix="hatch-precompile-report-") as out:

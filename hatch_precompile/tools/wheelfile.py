@@ -149,7 +149,7 @@ def least_compatible(platforms: list[str]) -> str:
         platforms = [p.replace(old, new, 1) if p.startswith(old + "_") else p for p in platforms]
     if any(not p.startswith("manylinux_") for p in platforms):  # linux_x86_64: no promise to keep
         return next(p for p in platforms if not p.startswith("manylinux_"))
-    from hatch_precompile.builder import elf
+    from hatch_precompile.builder.sets import elf
 
     return elf.wheel_platform([{"tag": p, "why": "the input's or the kernels'"} for p in platforms])[0] or platforms[0]
 

@@ -38,14 +38,14 @@ ENTRY_POINTS = "entry points"
 ENTRY_POINT_MODULES = (f"{PACKAGE}.__main__", f"{PACKAGE}.child.*_child")
 
 # The files that may touch torch's private modules and private attributes: the touchpoints' owners
-# (run/torch_internals/, and builder/torch_export.py for what only a build calls) and what runs in a build's,
-# verify's or snoop's child (child/, and builder/export.py; outside the package, what measures torch from
+# (run/torch_internals/, and builder/steps/torch_export.py for what only a build calls) and what runs in a build's,
+# verify's or snoop's child (child/, and builder/steps/export.py; outside the package, what measures torch from
 # outside). pyproject.toml's per-file-ignores for TID251 must name exactly these.
 TORCH_INTERNALS_ALLOWED = (
     "hatch_precompile/run/torch_internals/*.py",
-    "hatch_precompile/builder/torch_export.py",
+    "hatch_precompile/builder/steps/torch_export.py",
     "hatch_precompile/child/*.py",
-    "hatch_precompile/builder/export.py",
+    "hatch_precompile/builder/steps/export.py",
     "tests/**",
     "bench/**",
     "scripts/**",
@@ -711,17 +711,17 @@ def test_each_check_reports_a_broken_rule_with_its_place(tmp_path):
         "run/lazy.py": ("import json\nimport torch\nfrom hatch_precompile import errors\n\n\ndef f():\n"
                         "    import triton\n"),
         "builder/__init__.py": "",
-        "builder/step_check.py": ("from hatch_precompile import errors\nfrom hatch_precompile.run import switch\n"
+        "builder/steps/step_check.py": ("from hatch_precompile import errors\nfrom hatch_precompile.run import switch\n"
                                 "from hatch_precompile.run.lazy import HatchPrecompileError\n\n\n"
                                 "class Mismatch(errors.HatchPrecompileError, AssertionError):\n    pass\n\n\n"
                                 "class _Retry(Exception):\n    pass\n\n\ndef f():\n    class Local(Mismatch):\n"
                                 "        pass\n    return switch.HatchPrecompileError, HatchPrecompileError, Local\n"),
         "builder/workload_run.py": "from hatch_precompile.child import build_child\n",
         "child/__init__.py": "",
-        "child/build_child.py": "from hatch_precompile.builder import artifact_layout\nfrom hatch_precompile.hatch import hooks\n",
+        "child/build_child.py": "from hatch_precompile.builder.sets import artifact_layout\nfrom hatch_precompile.hatch import hooks\n",
         "hatch/__init__.py": "",
         "hatch/hooks.py": "from hatchling.plugin import hookimpl\n",
-        "builder/artifact_layout.py": ("import os\n\nfrom hatch_precompile.protocol import names\n\n\ndef f(env):\n"
+        "builder/sets/artifact_layout.py": ("import os\n\nfrom hatch_precompile.protocol import names\n\n\ndef f(env):\n"
                              "    from hatchling.builders import wheel\n"
                              "    return os.getenv('PRECOMPILE'), env[names.NO_STEPS_VAR], os.environ.get(f'PRECOMPILE_{f}')\n"
                              "\n\ndef g():\n    os.environ[NO_STEPS_VAR] = '1'\n"),
@@ -748,7 +748,7 @@ def test_each_check_reports_a_broken_rule_with_its_place(tmp_path):
         "hatch_precompile/run/load_caches.py:6: torch internals: m._buffers is a private attribute of torch.nn.Module; "
         "go through run/torch_internals/"]
     assert hatchling_imports(tmp_path) == [
-        "hatch_precompile/builder/artifact_layout.py:7: hatchling: imports hatchling.builders; only the modules under "
+        "hatch_precompile/builder/sets/artifact_layout.py:7: hatchling: imports hatchling.builders; only the modules under "
         "hatch_precompile/hatch/ know hatchling"]
     assert run_import_time_imports(tmp_path) == [
         "hatch_precompile/run/lazy.py:2: run/ imports: torch at import time; run/ imports only the standard library, "
@@ -758,11 +758,11 @@ def test_each_check_reports_a_broken_rule_with_its_place(tmp_path):
         "that need them)"]
     outside = "is an exception class outside hatch_precompile/errors.py; move it there, or, if only its module sees it"
     assert error_violations(tmp_path) == [
-        "hatch_precompile/builder/step_check.py:3: errors: imports HatchPrecompileError from hatch_precompile.run.lazy; "
+        "hatch_precompile/builder/steps/step_check.py:3: errors: imports HatchPrecompileError from hatch_precompile.run.lazy; "
         "import it from hatch_precompile.errors",
-        f"hatch_precompile/builder/step_check.py:6: errors: Mismatch {outside}, name it _Mismatch",
-        f"hatch_precompile/builder/step_check.py:15: errors: Local {outside}, name it _Local",
-        "hatch_precompile/builder/step_check.py:17: errors: uses switch.HatchPrecompileError; HatchPrecompileError is "
+        f"hatch_precompile/builder/steps/step_check.py:6: errors: Mismatch {outside}, name it _Mismatch",
+        f"hatch_precompile/builder/steps/step_check.py:15: errors: Local {outside}, name it _Local",
+        "hatch_precompile/builder/steps/step_check.py:17: errors: uses switch.HatchPrecompileError; HatchPrecompileError is "
         "hatch_precompile.errors's",
         "hatch_precompile/errors.py:1: errors: hatch_precompile/errors.py imports torch; it is the bottom layer, "
         "standard library only",
@@ -773,7 +773,7 @@ def test_each_check_reports_a_broken_rule_with_its_place(tmp_path):
         "hatch_precompile/errors.py:12: errors: Stray derives from neither HatchPrecompileError nor PrecompileWarning"]
     reads = "read it through hatch_precompile/run/variables.py"
     assert variable_reads(tmp_path) == [
-        f"hatch_precompile/builder/artifact_layout.py:8: variables: os.getenv('PRECOMPILE') reads one of our variables; {reads}",
-        f"hatch_precompile/builder/artifact_layout.py:8: variables: env[names.NO_STEPS_VAR] reads one of our variables; {reads}",
-        f"hatch_precompile/builder/artifact_layout.py:8: variables: os.environ.get(f'PRECOMPILE_{{f}}') reads one of our "
+        f"hatch_precompile/builder/sets/artifact_layout.py:8: variables: os.getenv('PRECOMPILE') reads one of our variables; {reads}",
+        f"hatch_precompile/builder/sets/artifact_layout.py:8: variables: env[names.NO_STEPS_VAR] reads one of our variables; {reads}",
+        f"hatch_precompile/builder/sets/artifact_layout.py:8: variables: os.environ.get(f'PRECOMPILE_{{f}}') reads one of our "
         f"variables; {reads}"]

@@ -1,4 +1,4 @@
-"""Identity guards deepcopy's memo made (builder/guard_sites.py), held by how their objects alias
+"""Identity guards deepcopy's memo made (builder/served/guard_sites.py), held by how their objects alias
 (run/held_objects.py): on guards Dynamo really makes, in-process with the eager backend."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from hatch_precompile.builder import guard_sites
+from hatch_precompile.builder.served import guard_sites
 from hatch_precompile.protocol import dynamo_sources
 from hatch_precompile.run import held_objects
 
@@ -119,7 +119,7 @@ def test_held_by_how_the_objects_alias_not_by_which_they_are():
 
 def test_no_memo_guard_is_taken_where_torch_keeps_a_guard_made_twice_once():
     assert guard_sites.each_site_kept() and guard_sites._copy_module_read()
-    code = ("import torch\nfrom hatch_precompile.builder import guard_sites\n"
+    code = ("import torch\nfrom hatch_precompile.builder.served import guard_sites\n"
             "print(guard_sites.each_site_kept())\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           env={"PYTHONPATH": str(MISBEHAVE), "MISBEHAVE": "guard-sites", "PATH": "/usr/bin:/bin"})

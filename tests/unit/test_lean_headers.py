@@ -1,11 +1,11 @@
 """Generated modules shipped with a header that imports only what their code calls
-(builder/lean_headers.py), from kernel paths the build's child proved (child/kernel_bindings.py)."""
+(builder/caches/lean_headers.py), from kernel paths the build's child proved (child/kernel_bindings.py)."""
 
 from __future__ import annotations
 
 import functools
 
-from hatch_precompile.builder import lean_headers
+from hatch_precompile.builder.caches import lean_headers
 from hatch_precompile.child import kernel_bindings
 
 HEADER = """# AOT ID: ['0_forward']

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hatch_precompile.builder import elf, isa
+from hatch_precompile.builder.sets import elf, isa
 from hatch_precompile.errors import ElfUnreadable, MissingTool
 from hatch_precompile.protocol import DYNAMIC_THREADS_VAR, Manifest
 from hatch_precompile.run import cache_keys_as_built, environment_key, isa_probes, machine, relocate, warm_shortcuts

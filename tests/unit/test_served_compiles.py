@@ -19,7 +19,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hatch_precompile.builder import dynamo_pass, graph_saving, guard_sites
+from hatch_precompile.builder.served import dynamo_pass, graph_saving, guard_sites
 from hatch_precompile.errors import ServedError
 from hatch_precompile.protocol import dynamo_sources, served_compiles
 from hatch_precompile.run import held_objects, served_compile
@@ -346,7 +346,7 @@ def test_an_entry_installed_at_its_modules_import_is_said_once_the_package_compi
 def test_a_propertys_getter_is_named_as_torchs_install_finds_it():
     from torch._dynamo import package
 
-    from hatch_precompile.builder import dynamo_packaging
+    from hatch_precompile.builder.served import dynamo_packaging
     from hatch_precompile.run.torch_internals import patching
 
     getter = Model.loss_function.fget.__code__
@@ -446,7 +446,7 @@ def test_a_decorated_function_is_kept_in_the_guards_state_as_torch_keeps_a_neste
 
     from torch._dynamo import guards
 
-    from hatch_precompile.builder import dynamo_packaging
+    from hatch_precompile.builder.served import dynamo_packaging
     from hatch_precompile.run.torch_internals import patching
 
     inner = decorated.__wrapped__  # its name finds the wrapper, not itself
@@ -503,7 +503,7 @@ def test_a_code_is_named_by_the_globals_it_runs_with_or_traced():
 
 
 def test_a_module_dynamo_loads_by_its_address_travels_with_the_entry_or_the_entry_is_refused():
-    from hatch_precompile.builder import dynamo_packaging
+    from hatch_precompile.builder.served import dynamo_packaging
     from hatch_precompile.run.torch_internals import dynamo_cache
 
     recorded = []

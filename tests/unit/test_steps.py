@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from hatch_precompile.builder import step_capture, step_check
+from hatch_precompile.builder.steps import step_capture, step_check
 from hatch_precompile.errors import LoaderCrashed, NotAvailable, StepCaptureError, StepMismatch
 from hatch_precompile.protocol import STEPS_DIR_VAR
 from hatch_precompile.run import call_contract, shipped_steps
@@ -347,7 +347,7 @@ def plain_loss(m, x, y):
 
 def loss_routes(monkeypatch, tmp_path, export_error: Exception, precompile_error: Exception | None) -> None:
     """The loss step's two routes, made to fail as told (no compile: the unit tier stays fast)."""
-    from hatch_precompile.builder import export
+    from hatch_precompile.builder.steps import export
 
     def save(*args, **kwargs):
         raise export_error
@@ -398,7 +398,7 @@ def test_a_loss_neither_route_ships_with_on_failure_warn_is_noted(monkeypatch, t
 
 
 def test_a_torch_that_lacks_the_loss_routes_only_notes_even_with_on_failure_error(monkeypatch, tmp_path, capsys):
-    from hatch_precompile.builder import export_proof
+    from hatch_precompile.builder.steps import export_proof
     from hatch_precompile.child import package_proof
 
     def crashed(*args, **kwargs):  # the loader took its prover down: this torch lacks the route here
@@ -650,7 +650,7 @@ def test_an_export_hides_torchs_own_treespec_deprecation_and_nothing_else():
     the build's export hides that warning only (a copy of a spec with a leaf warns on that torch)."""
     import warnings
 
-    from hatch_precompile.builder import torch_export
+    from hatch_precompile.builder.steps import torch_export
 
     spec = torch.utils._pytree.tree_flatten([torch.ones(1)])[1]
     with warnings.catch_warnings(record=True) as seen:

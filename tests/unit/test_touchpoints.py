@@ -12,7 +12,7 @@ from itertools import count
 
 import pytest
 
-from hatch_precompile.builder import isa
+from hatch_precompile.builder.sets import isa
 from hatch_precompile.child import key_details
 from hatch_precompile.run import cache_keys_as_built, tuned_configs
 from hatch_precompile.run.torch_internals import patching, prefetch, registry, settings

@@ -1,5 +1,5 @@
 """What a served guarded code's trace read that no guard holds, in-process: recorded as the build's
-second pass records it (builder/dynamo_reads.py), checked as a user's process checks it at the code's
+second pass records it (builder/served/dynamo_reads.py), checked as a user's process checks it at the code's
 first run (run/unguarded_reads.py), and said in a user's words; the guards in words compared at
 install (run/torch_internals/guard_text.py); the compile a call runs under (compile_scope)."""
 
@@ -11,7 +11,7 @@ import types
 import pytest
 import torch
 
-from hatch_precompile.builder import dynamo_reads
+from hatch_precompile.builder.served import dynamo_reads
 from hatch_precompile.protocol import dynamo_sources, served_compiles
 from hatch_precompile.run import unguarded_reads
 from hatch_precompile.run.torch_internals import compile_scope, compiler_settings, guard_text
@@ -191,7 +191,7 @@ def test_the_build_records_each_key_its_trace_did_not_find_and_each_call_torch_f
 
 
 def test_a_function_the_proof_did_not_serve_is_taken_out_of_the_index_and_its_files_out_of_the_set(tmp_path):
-    from hatch_precompile.builder import served_proof
+    from hatch_precompile.builder.served import served_proof
     from hatch_precompile.protocol import DYNAMO_DIR, SERVED_FILE
 
     def function(name, line):

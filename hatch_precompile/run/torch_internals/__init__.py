@@ -7,7 +7,7 @@ bookkeeping), ``settings`` (torch's settings set, its loggers filtered, what Ind
 ``prefetch`` (cached computations started in the background, answered without a callee, and work
 deferred to the first compile), ``aoti`` (AOTInductor's loader and pytree, for an exported step)
 and ``module_state`` (an ``nn.Module``'s private containers and hooks). What only a build calls
-(AOTInductor's compile, the joint export) is on the build side: ``builder/torch_export.py``.
+(AOTInductor's compile, the joint export) is on the build side: ``builder/steps/torch_export.py``.
 
 Only this package and what runs in a build's child import torch's private modules (a lint rule
 says so: ``[tool.ruff.lint.flake8-tidy-imports]``).

@@ -31,7 +31,7 @@ NOT_READ_BY_A_TRACE = frozenset({
     "record_compile_time_instruction_count", "record_runtime_overhead", "run_gc_after_compile",
     "pt2_compile_id_prefix", "automatic_dynamic_local_pgo", "automatic_dynamic_remote_pgo",
 })
-# AOTAutograd's: set by the second pass while it compiles (builder/graph_saving.py): when a backward
+# AOTAutograd's: set by the second pass while it compiles (builder/served/graph_saving.py): when a backward
 # compiles, not what.
 SET_BY_THE_BUILD = frozenset({"force_non_lazy_backward_lowering"})
 # torch's own flags a compile reads (from ``torch``; a function is called), where present. Not those

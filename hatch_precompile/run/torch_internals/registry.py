@@ -112,7 +112,7 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "(run/cache_keys_as_built.py); applied under HATCH_PRECOMPILE_NO_PATCHES too",
                broken="a setting it does not take is left alone (logged): the graphs compile again"),
     Touchpoint("compile-command", CPP_BUILDER, "run_compile_cmd", "wrap", "build: portable kernels and their flags "
-               "(builder/isa.py, builder/export.py)",
+               "(builder/sets/isa.py, builder/steps/export.py)",
                broken="the command runs as torch made it; the set is recorded `native`"),
     Touchpoint("dynamo-compile", CONVERT_FRAME, "_compile", "wrap", "load: the first compile starts the "
                "torch-key and triton-key prefetches (run/warm_shortcuts.py) and asks the compiler's --version "
@@ -131,11 +131,11 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "(child/key_details.py)",
                broken="the key left unknown"),
     Touchpoint("inductor-compile", "torch._inductor.compile_fx", "_compile_fx_inner", "wrap", "build: notes each "
-               "graph without a call that Inductor is asked to compile (builder/empty_graphs.py)",
+               "graph without a call that Inductor is asked to compile (builder/caches/empty_graphs.py)",
                broken="such graphs are left to torch: returned uncompiled, with no cache entry to ship"),
     Touchpoint("count-calls", DYNAMO_UTILS, "count_calls", "wrap", "build: answers 1 call for a graph noted by "
                "`inductor-compile`, so that Inductor compiles and keys it and AOTAutograd saves its entry "
-               "(builder/empty_graphs.py)",
+               "(builder/caches/empty_graphs.py)",
                broken="such graphs are left to torch: returned uncompiled, with no cache entry to ship"),
     Touchpoint("guard-eval", SYMBOLIC_SHAPES, "ShapeEnv.evaluate_guards_expression", "wrap", "verify, snoop: "
                "each cache entry's guard expression that failed, with this process's values (child/unused_entries.py)",
@@ -169,7 +169,7 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "(child/build_child.py)",
                broken="no phases in `report`"),
     Touchpoint("megacache", "torch.compiler", "save_cache_artifacts", "call", "build's second pass: torch writes "
-               "the Dynamo cache entries as it saves its Mega-Cache (builder/dynamo_pass.py; the bytes are not kept)",
+               "the Dynamo cache entries as it saves its Mega-Cache (builder/served/dynamo_pass.py; the bytes are not kept)",
                broken="no entries: the compiled functions are traced, warm from the shipped caches"),
     Touchpoint("cpu-capability", "torch.backends.cpu", "get_cpu_capability", "read", "build and load: the "
                "environment key (run/environment_key.py)",
@@ -188,7 +188,7 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "cache dir the tuned configs go to (run/tuned_configs.py)",
                broken="tuned configs looked up where torch looks"),
     Touchpoint("aoti-compile", "torch._inductor", "aoti_compile_and_package", "call", "build: an exported step's "
-               "package (builder/export.py)",
+               "package (builder/steps/export.py)",
                broken="the step fails the build by name (or is not shipped, with on_failure='warn')"),
     Touchpoint("aoti-loader", "torch._C._aoti", "AOTIModelPackageLoader", "call", "load_step: run an exported "
                "step, with the caller's weights bound in place (run/exported_step.py)",
@@ -196,19 +196,19 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
     Touchpoint("keep-constants", CONFIG, "always_keep_tensor_constants, joint_graph_constant_folding", "setting",
                "build: every tensor of an "
                "exported step's modules stays a constant the caller binds, none folded into the code "
-               "(builder/export.py)",
+               "(builder/steps/export.py)",
                broken="the step is not exported, and the build says why (load_step runs its fallback)"),
     Touchpoint("joint-export", "torch.export.experimental", "_export_forward_backward", "call", "build: a "
                "training step's exported program made into one graph of the loss and every gradient "
-               "(builder/export.py)",
+               "(builder/steps/export.py)",
                broken="the training step is not exported, and the build says why (load_step runs its fallback)"),
     Touchpoint("pytree", "torch.utils._pytree", "tree_flatten, tree_unflatten, treespec_dumps, treespec_loads",
                "call", "build and load_step: an exported step's inputs and outputs, flattened as the package "
-               "takes them (builder/export_contract.py, builder/export_proof.py, run/exported_step.py)",
+               "takes them (builder/steps/export_contract.py, builder/steps/export_proof.py, run/exported_step.py)",
                broken="load_step: the step runs its fallback, with the reason in `step.reason`"),
     Touchpoint("compile-calls", "torch", "compile", "wrap", "load: the package's own calls served from the Dynamo "
                "cache entries its build shipped (run/served_compile.py); build's second pass: each call's options and "
-               "caller (builder/dynamo_pass.py)",
+               "caller (builder/served/dynamo_pass.py)",
                broken="every call is torch's: traced, warm from the shipped caches"),
     Touchpoint("compiler-config", "torch", "_TorchCompileInductorWrapper.get_compiler_config", "wrap",
                "load: for a call the package's entry serves, asked when the compiled object's "
@@ -245,7 +245,7 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
     Touchpoint("guard-sites", "torch._guards", "GuardsSet.add, Guard.user_stack", "read",
                "build's second pass: where the trace made each dropped identity guard, said in the reason a "
                "function is traced; a guard made by `copy.deepcopy`'s memo is held by how its objects alias, "
-               "where torch keeps a guard made at two places as two (builder/guard_sites.py)",
+               "where torch keeps a guard made at two places as two (builder/served/guard_sites.py)",
                broken="no guard is taken for the memo's: a function that deep-copies an object in its compiled "
                "region is traced"),
     Touchpoint("guard-text", "torch._dynamo.guards", "GuardManagerWrapper.__str__", "read",
@@ -265,11 +265,11 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
     Touchpoint("dict-absent-key", "torch._dynamo.variables.dicts",
                "ConstDictVariable.getitem_const_raise_exception_if_absent", "wrap",
                "build's second pass: each dict key a trace looked up and did not find (an unset `os.environ` "
-               "variable), which torch does not guard (builder/dynamo_reads.py)",
+               "variable), which torch does not guard (builder/served/dynamo_reads.py)",
                broken="which keys a trace found absent is unknown: no guarded code is served"),
     Touchpoint("folded-call", "torch._dynamo.variables.torch", "TorchInGraphFunctionVariable.call_function", "wrap",
                "build's second pass: the calls torch folded into a trace, checked against what torch folded "
-               "(builder/dynamo_reads.py)",
+               "(builder/served/dynamo_reads.py)",
                broken="which calls torch folded is unknown: each guarded code records every one, as if folded"),
     Touchpoint("global-state", "torch._C._dynamo.guards", "GlobalStateGuard.__getstate__, __setstate__", "setting",
                "load: an installed entry's global-state guard takes this process's thread count, at install and "
@@ -282,23 +282,23 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                broken="the entry is taken out again: the function is traced"),
     Touchpoint("caching-precompile", "torch._dynamo.config", "caching_precompile", "setting", "build's second pass "
                "only, through its environment (`TORCH_CACHING_PRECOMPILE=1`): the Dynamo cache entries "
-               "(builder/dynamo_pass.py); never set in a user's process",
+               "(builder/served/dynamo_pass.py); never set in a user's process",
                broken="no second pass: the compiled functions are traced, warm from the shipped caches"),
     Touchpoint("guard-filter", "torch._dynamo.guards", "CheckFunctionManager.__init__", "wrap", "build's second "
-               "pass: every guard of a compile, with the object it holds (builder/dynamo_pass.py)",
+               "pass: every guard of a compile, with the object it holds (builder/served/dynamo_pass.py)",
                broken="no guard recorded: every guarded code is marked traced"),
     Touchpoint("package-bypass", "torch._dynamo.guards", "CheckFunctionManager.__init__", "wrap", "build's second "
                "pass: a compile whose guards torch cannot save (an object it cannot pickle, such as a local "
                "function's `lru_cache`) finishes with its entry bypassed, where torch marks it so and then fails "
-               "the compile, and the pass (builder/dynamo_pass.py)",
+               "the compile, and the pass (builder/served/dynamo_pass.py)",
                broken="torch's answer: its AssertionError fails the second pass, and no compiled function is "
                "served untraced"),
     Touchpoint("guarded-code", "torch._dynamo.package", "CompilePackage.add_guarded_code", "wrap", "build's second "
-               "pass: which guards each serialized guarded code lost (builder/dynamo_pass.py)",
+               "pass: which guards each serialized guarded code lost (builder/served/dynamo_pass.py)",
                broken="no guarded code recorded: every one is marked traced"),
     Touchpoint("code-source", "torch._dynamo.package", "_get_code_source", "wrap", "build's second pass: the "
                "code of a frame that is a property's getter (transformers' `loss_function`) named by the property's "
-               "accessor, where torch's lookup stops at the property (builder/dynamo_packaging.py)",
+               "accessor, where torch's lookup stops at the property (builder/served/dynamo_packaging.py)",
                broken="torch's answer: its `PackageError` fails the second pass, and no compiled function is served "
                "untraced"),
     Touchpoint("guard-pickler", "torch._dynamo.guards", "GuardsStatePickler.reducer_override", "wrap", "build's "
@@ -306,19 +306,19 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "kept in a guarded code's state as torch keeps a nested one, by its code, module, defaults and "
                "closure, where torch keeps nothing and cannot rebuild the guards on it when it installs; "
                "it and a nested function are rebuilt with their own `__name__`, where torch's rebuild names them "
-               "by their qualname and a guard on the name never holds (builder/dynamo_packaging.py)",
+               "by their qualname and a guard on the name never holds (builder/served/dynamo_packaging.py)",
                broken="torch's answer: that guarded code's entry fails to install, or a guard on the function's "
                "name fails; either way such a call is traced"),
     Touchpoint("module-global", "torch._dynamo.output_graph", "OutputGraph.install_global_by_id", "wrap",
                "build's second pass: a module that Dynamo's bytecode loads by a global named from its address "
                "(`___module_collections_<id>_c12`) recorded as one of the entry's imports, which torch installs "
-               "with it (builder/dynamo_packaging.py)",
+               "with it (builder/served/dynamo_packaging.py)",
                broken="not recorded: the entry is refused when installed (its code loads a global it does not "
                "bring), and such a call is traced"),
     Touchpoint("dynamo-entries", "torch._dynamo.precompile_context", "PrecompileContext.record_dynamo_cache_entry",
                "wrap", "build's second pass: every `torch.compile` of one function (two model sizes, a module in "
                "train() and in eval()) kept in its one entry, where torch keeps the last compile's alone: the merged "
-               "entry is written into `PrecompileContext._dynamo_cache_entries` (builder/dynamo_pass.py)",
+               "entry is written into `PrecompileContext._dynamo_cache_entries` (builder/served/dynamo_pass.py)",
                broken="torch's: the last compile of each function is served, the others traced"),
     Touchpoint("graph-load", "torch._dynamo.precompile_context", "BackendCacheArtifact.after_deserialization, "
                "RootGuardManager.add_epilogue_lambda_guard", "call",
@@ -329,20 +329,20 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
     Touchpoint("eager-backward", "torch._functorch.config", "force_non_lazy_backward_lowering", "setting",
                "build's second pass only: each training graph's backward compiled with its forward, so that torch "
                "saves the graph in its entry also where the workload never ran its backward; put back before the "
-               "entries' compiler settings are read (builder/graph_saving.py)",
+               "entries' compiler settings are read (builder/served/graph_saving.py)",
                broken="such a graph is saved only where the workload ran its backward; where not, its function is "
                "traced, and the build says why"),
     Touchpoint("graph-cache-log", AUTOGRAD_CACHE, "log", "logging", "build's second pass: why AOTAutograd did not "
                "save a graph (a bypass, or a graph that does not pickle), named in the build's line on a function "
-               "not served (builder/graph_saving.py)",
+               "not served (builder/served/graph_saving.py)",
                broken="the line says torch saved no compiled graph, without torch's reason"),
     Touchpoint("bypass-log", "torch._dynamo.output_graph", "log", "logging", "build's second pass: why torch "
                "could not package a compile, named in the build's line on a function not served, kept from "
-               "printing (builder/dynamo_pass.py)",
+               "printing (builder/served/dynamo_pass.py)",
                broken="the line says torch could not save the function's guards, without torch's reason; torch "
                "prints its own warning"),
     Touchpoint("dropped-guards", "torch._dynamo.guards", "log", "logging", "build's second pass: the guards torch "
-               "says it dropped, checked against those recorded, kept from printing (builder/dynamo_pass.py)",
+               "says it dropped, checked against those recorded, kept from printing (builder/served/dynamo_pass.py)",
                broken="only the recorded ones are checked; torch prints a line per dropped guard"),
     Touchpoint("module-internals", "torch.nn.Module", "_modules, _parameters, _buffers, _forward_pre_hooks, "
                "_forward_hooks, _backward_pre_hooks, _backward_hooks", "read",

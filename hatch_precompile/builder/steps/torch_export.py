@@ -1,4 +1,4 @@
-"""Torch's internals only a build calls, for the export route (builder/export.py): AOTInductor's
+"""Torch's internals only a build calls, for the export route (builder/steps/export.py): AOTInductor's
 compile of an exported program, and the joint export of a loss and its gradients."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from hatch_precompile.builder.step_check import check_against_reference, with_backward
+from hatch_precompile.builder.steps.step_check import check_against_reference, with_backward
 from hatch_precompile.errors import LoaderCrashed, Skip, StepMismatch
 from hatch_precompile.protocol import step_files
 from hatch_precompile.protocol.step_file import EXPORTED
@@ -65,7 +65,7 @@ def _loader_crash(found: Any, name: str, args: tuple) -> str | None:
 
     import torch
 
-    from hatch_precompile.builder import export_contract
+    from hatch_precompile.builder.steps import export_contract
     from hatch_precompile.child import package_proof
 
     files = step_files(name)

@@ -5,8 +5,7 @@ Started by workload_run.py after the first pass (child/build_child.py), in a fre
 ``torch.compile`` wrapper made at the package's import only records an entry where the flag was
 on when it was made), on a copy of the first pass's cache dir: every graph the first pass compiled
 is found there, so nothing is compiled again, and the first pass's entries (which users' traced
-calls hit) are left as they were. Steps and TorchScript modules are the first pass's: not saved
-again.
+calls hit) are left as they were. Steps and TorchScript modules are the first pass's, not saved again.
 
 While the workloads run, it records, for each guarded code torch serializes, which guards torch
 dropped (it cannot pickle an object's identity) and what the object each held to is, where a new
@@ -31,7 +30,8 @@ import types
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.builder import dynamo_packaging, dynamo_reads, empty_graphs, graph_saving, guard_sites
+from hatch_precompile.builder.caches import empty_graphs
+from hatch_precompile.builder.served import dynamo_packaging, dynamo_reads, graph_saving, guard_sites
 from hatch_precompile.child import observe, progress, workload_loop
 from hatch_precompile.protocol import (
     BUILDING_VAR,
@@ -377,7 +377,7 @@ def _index(recorder: _Recorder, entries: Path, out: Path,
             why = recorder.bypassed[key]
             notes.append(f"{module}.{qualname}: torch could not save its guards" + (f" ({why})" if why else ""))
             continue
-        if not guarded:  # torch's "Backend not found" when it saved the entry (builder/graph_saving.py)
+        if not guarded:  # torch's "Backend not found" when it saved the entry (builder/served/graph_saving.py)
             notes.append(f"{module}.{qualname}: {no_graph}")
             continue
         found = {sha: recorder.guarded.get(sha, "its guards were not recorded while the workload ran")

@@ -19,8 +19,8 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from hatch_precompile.builder import export_contract, step_check
 from hatch_precompile.builder.reporter import STDOUT
+from hatch_precompile.builder.steps import export_contract, step_check
 from hatch_precompile.child import package_proof, progress
 from hatch_precompile.errors import LoaderCrashed, LoaderRefused, NotAvailable, Skip, StepMismatch, StepRefused
 from hatch_precompile.protocol import step_files

@@ -1,7 +1,7 @@
 """``save_step``: a workload ships a whole step, captured at build by the route that fits it.
 
 - **Inference** (saved under ``torch.no_grad()``/``torch.inference_mode()``, every module argument
-  in ``eval()``): exported with ``torch.export`` and compiled by AOTInductor (builder/export.py),
+  in ``eval()``): exported with ``torch.export`` and compiled by AOTInductor (builder/steps/export.py),
   run at import by torch's C++ loader with the caller's weights: no compiler in the user's
   process (run/exported_step.py).
 - **A loss** (``backward=True``): its forward and backward exported as one graph (AOTInductor),
@@ -23,7 +23,7 @@ next route or the fallback serves.
 
 Outside a build this does nothing (a workload runs by hand as it is). Under ``hatch-precompile
 verify`` it runs the shipped step the way users get it and compares it with ``fn``
-(builder/step_verify.py). Runs in the child process only; never on ``import pkg``.
+(builder/steps/step_verify.py). Runs in the child process only; never on ``import pkg``.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from hatch_precompile.builder import step_verify
 from hatch_precompile.builder.reporter import STDOUT
-from hatch_precompile.builder.step_check import check_against_reference, with_backward
+from hatch_precompile.builder.steps import step_verify
+from hatch_precompile.builder.steps.step_check import check_against_reference, with_backward
 from hatch_precompile.child import progress
 from hatch_precompile.errors import NotAvailable, StepCaptureError, StepMismatch
 from hatch_precompile.protocol import NO_STEPS_VAR, ON_FAILURE, STEP_CHECKS, check_artifact_name, step_files
@@ -111,7 +111,7 @@ def save_step(name: str, fn: Callable[..., Any], *args: Any, check: str = "eager
                          "torch.no_grad() with its modules in eval(); a training step is captured for its shapes")
     route = EXPORTED if exported else PRECOMPILE_ROUTE
     if exported:
-        from hatch_precompile.builder import export
+        from hatch_precompile.builder.steps import export
 
         shapes = export.input_shapes(name, fn, args, dynamic_shapes)  # the author's mistakes, as they are
     try:

@@ -94,7 +94,7 @@ def contract_and_constants(torch: Any, name: str, program: Any, args: tuple, pos
         "arity": len(args), "modes": call_contract.process_modes(), "modules": modules, "leaves": described,
         "ranges": ranges, "constants": constants, "call_spec": list(proof.call_spec),
         # "libraries" (what its model library needs of the system) is added by the build's parent
-        # (builder/artifact_layout.py): it reads ELF with pyelftools, which the target environment may lack.
+        # (builder/sets/artifact_layout.py): it reads ELF with pyelftools, which the target environment may lack.
         "cpu_features": _features(flags), "libraries": {}, "torch": torch.__version__,
     }
     blob = None
@@ -199,7 +199,7 @@ def _bound(value: Any) -> int | None:
 def _features(flags: list[tuple[str, ...]]) -> list[str]:
     """The CPU features the package's kernels may use (every feature of this CPU when its compiles
     could not be read)."""
-    from hatch_precompile.builder import isa
+    from hatch_precompile.builder.sets import isa
 
     try:
         compiler = settings.cpp_compiler()

@@ -1,6 +1,6 @@
 """The second pass's entries proven before they ship: installed and run in a fresh process as a user's.
 
-After the second pass (builder/dynamo_pass.py), the run is laid out as a set into a private store of
+After the second pass (builder/served/dynamo_pass.py), the run is laid out as a set into a private store of
 its own (the layout ``warm`` stores), and verify's child (child/verify_child.py) imports the package
 from the project, as a user's process does: ``load()`` finds the set there, installs it, serves the
 package's ``torch.compile`` calls, and the workloads run again. What ``served()`` then says of each
@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hatch_precompile.builder import artifact_layout
 from hatch_precompile.builder.reporter import PREFIX, Reporter
+from hatch_precompile.builder.sets import artifact_layout
 from hatch_precompile.child import supervisor
 from hatch_precompile.errors import ChildError
 from hatch_precompile.protocol import (

@@ -1,4 +1,4 @@
-"""What each trace of the build's second pass read, recorded for its guarded code (builder/dynamo_pass.py
+"""What each trace of the build's second pass read, recorded for its guarded code (builder/served/dynamo_pass.py
 writes it into the index, protocol/served_compiles.py): everything a served call needs to be shown
 the same in the user's process.
 

@@ -1,5 +1,5 @@
 """What torch's Dynamo cache cannot package as it stands, made packageable for the build's second
-pass (builder/dynamo_pass.py hooks each into its touchpoint): a frame that is a property's accessor, a
+pass (builder/served/dynamo_pass.py hooks each into its touchpoint): a frame that is a property's accessor, a
 decorated function kept in a guarded code's state, a module Dynamo's bytecode loads by its address."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``fn(model, x, ...)`` becomes a module whose submodules are ``fn``'s module arguments (``arg0``,
 ...) and whose inputs are the rest; ``torch.export`` traces it (non-strict) with the author's
-``dynamic_shapes``, while builder/trace_reads.py records the plain values its Python read of the modules
+``dynamic_shapes``, while builder/steps/trace_reads.py records the plain values its Python read of the modules
 and their configs. AOTInductor compiles it into a package that holds no tensor of the modules:
 not as data (``package_constants_in_so = False``), and not in the code either
 (``always_keep_tensor_constants``: Inductor otherwise folds every 0-dim tensor and 1-D tensor of
@@ -11,9 +11,9 @@ module tensor the program reads must be a constant the caller binds at run time;
 naming any that is not. What a checkpoint does not hold (buffers that are not persistent,
 constants the trace lifted) is saved beside it. The compile uses a private Inductor cache dir, so
 nothing of it is shipped twice, and its compiler commands go through the build's portable-kernel
-rewrite (builder/isa.py): the CPU features its kernels may use are recorded with it.
+rewrite (builder/sets/isa.py): the CPU features its kernels may use are recorded with it.
 
-The package is proven (builder/export_proof.py) and its contract made (builder/export_contract.py)
+The package is proven (builder/steps/export_proof.py) and its contract made (builder/steps/export_contract.py)
 before it is stored.
 """
 
@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from hatch_precompile.builder import export_contract, export_proof, torch_export, trace_reads
+from hatch_precompile.builder.steps import export_contract, export_proof, torch_export, trace_reads
 from hatch_precompile.errors import NotAvailable
 from hatch_precompile.protocol import CACHE_DIR_VAR
 from hatch_precompile.protocol.step_file import CONTRACT_FORMAT, EXPORTED
@@ -176,7 +176,7 @@ def _compile(program: Any, package_path: str, tmp: str) -> list[tuple[str, ...]]
 
 
 def _record_flags(arguments: dict[str, Any]) -> None:
-    from hatch_precompile.builder import isa
+    from hatch_precompile.builder.sets import isa
 
     if _compiles.recording and isinstance(arguments.get("cmd_line"), str):  # after the portable rewrite
         _compiles.flags.append(isa.arch_flags(arguments["cmd_line"]))

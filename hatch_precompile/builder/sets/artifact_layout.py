@@ -1,7 +1,7 @@
 """Lay out one run of the workloads as an artifact set of ``_precompiled/``, and read the sets back.
 
 Each file stored under its sha256 in ``blobs/`` (once, however many sets list it), the set's
-manifest under ``sets/<name>/``, what its native files need of the system (builder/elf.py), its
+manifest under ``sets/<name>/``, what its native files need of the system (builder/sets/elf.py), its
 kernels as path- and compiler-free templates (run/relocate.py), and what each exported step's
 libraries need. No torch here: the files are the child's (workload_run.py ran it), read and copied.
 """
@@ -145,10 +145,10 @@ def _manifest(package: str, result: dict[str, Any], files: dict[str, FileEntry],
 
 
 def _platform(libraries: dict[str, dict[str, str]], result: dict[str, Any]) -> dict[str, Any]:
-    """The manylinux tag the set's kernels allow (builder/elf.py); None off Linux."""
+    """The manylinux tag the set's kernels allow (builder/sets/elf.py); None off Linux."""
     if not sys.platform.startswith("linux"):
         return {"tag": None, "why": f"no manylinux tag on {sys.platform}"}
-    from hatch_precompile.builder import elf
+    from hatch_precompile.builder.sets import elf
 
     tag, why = elf.platform_tag(libraries, set(result.get("torch_libraries") or []), platform.machine())
     return {"tag": tag, "why": why}
@@ -178,8 +178,8 @@ def _step_libraries(out_dir: Path, reporter: Reporter) -> None:
 
 
 def _native_needs(cache_dir: Path) -> tuple[dict[str, dict[str, str]], dict[Path, str]]:
-    """What the run's native files need of the system (builder/elf.py), and those that cannot be read."""
-    from hatch_precompile.builder import elf
+    """What the run's native files need of the system (builder/sets/elf.py), and those that cannot be read."""
+    from hatch_precompile.builder.sets import elf
 
     libraries: dict[str, dict[str, str]] = {}
     unreadable = {}
@@ -208,7 +208,7 @@ def _store_files(target: Path, cache_dir: Path, out_dir: Path) -> tuple[dict[str
         sources[f"{STEPS_DIR}/{path.name}"] = path
     for path in sorted((out_dir / C_MODULES_DIR).glob("*.so")):
         sources[f"{C_MODULES_DIR}/{path.name}"] = path
-    for path in sorted((out_dir / DYNAMO_DIR).glob("*")):  # the second pass's (builder/dynamo_pass.py)
+    for path in sorted((out_dir / DYNAMO_DIR).glob("*")):  # the second pass's (builder/served/dynamo_pass.py)
         sources[f"{DYNAMO_DIR}/{path.name}"] = path
     files, skipped = {}, 0
     for logical, path in sources.items():

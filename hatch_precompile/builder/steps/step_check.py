@@ -1,6 +1,6 @@
 """The build's proof of a captured step: run it and its reference on changed arguments, compare.
 
-Both routes (builder/step_capture.py, builder/export_proof.py) store a step only after ``check_against_reference``
+Both routes (builder/steps/step_capture.py, builder/steps/export_proof.py) store a step only after ``check_against_reference``
 found it computing what ``fn`` computes on copies of the arguments with other weights and inputs
 (``changed_copies``): a value the trace baked in, or a branch the changed values take otherwise,
 shows as a difference (StepMismatch).

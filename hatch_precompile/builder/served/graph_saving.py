@@ -1,5 +1,5 @@
 """The second pass's help for torch to save each compiled graph inside its function's Dynamo cache
-entry, and what torch said where it did not (builder/dynamo_pass.py puts it in the build's output).
+entry, and what torch said where it did not (builder/served/dynamo_pass.py puts it in the build's output).
 
 Torch puts a graph into the entry when AOTAutograd saves it. Where it does not, the entry names a
 graph it does not hold ("Backend not found"): torch marks the entry bypassed, nothing of it is

@@ -1,6 +1,6 @@
 """The platform tag of a precompiled wheel: the manylinux tag its kernels allow, or this machine's own.
 
-auditwheel's policies (builder/elf.py) say which manylinux tag every set's kernels allow; a build
+auditwheel's policies (builder/sets/elf.py) say which manylinux tag every set's kernels allow; a build
 without the publishing tools (no isolation, for this environment's own install) takes this
 platform's tag, which the build backend infers.
 """
@@ -18,7 +18,7 @@ def platform_tag(manifests: list[Manifest], reporter: Reporter) -> str | None:
     platform's own tag."""
     from packaging.tags import sys_tags
 
-    from hatch_precompile.builder import elf
+    from hatch_precompile.builder.sets import elf
 
     here = next(t for t in sys_tags() if "manylinux" not in t.platform and "musllinux" not in t.platform)
     if sys.platform.startswith("linux") and not elf.has_publishing_tools():
