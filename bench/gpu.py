@@ -111,7 +111,7 @@ print("@@" + json.dumps({
 PROBE = r"""
 import json, os, sys, time
 import torch
-from hatch_precompile.run import environment_key, gpu
+from hatch_precompile.run.sets import environment_key, gpu
 t = time.perf_counter(); key = environment_key.current(torch); key_seconds = time.perf_counter() - t
 initialized_by_key = torch.cuda.is_initialized()
 props = torch.cuda.get_device_properties(0)

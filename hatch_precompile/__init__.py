@@ -21,11 +21,11 @@ _LAZY = {
     "load": "run.load_caches",
     "load_torchscript": "run.torchscript",
     "save_torchscript": "builder.torchscript",
-    "load_step": "run.shipped_steps",
+    "load_step": "run.steps.shipped_steps",
     "save_step": "builder.steps.step_capture",
     "StepMismatch": "errors",
     "StepCaptureError": "errors",
-    "served": "run.served_compile",
+    "served": "run.served.served_compile",
 }
 
 __all__ = ["__version__", *_LAZY]

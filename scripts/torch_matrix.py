@@ -23,7 +23,7 @@ For each torch version (default: every minor release hatch-precompile supports, 
 With ``--exported``, the sample's exported step (its ``classify``, an AOTInductor package) instead,
 across versions: each torch builds the sample's wheel (proving the sample still builds there) and
 keeps that step's package; then every torch loads every package, as load_step would
-(run/exported_step.py), and runs it against eager ``classify``: which build -> run pairs load and match,
+(run/steps/exported_step.py), and runs it against eager ``classify``: which build -> run pairs load and match,
 and what the loader said where not. Writes ``<out>/exported.json`` and ``<out>/exported.md``.
 
 Writes ``<out>/results.json`` and ``<out>/matrix.md`` (the table the docs show) and prints it.
@@ -304,7 +304,7 @@ import json, os, sys, time
 step_dir = sys.argv[1]
 import torch
 from hatch_precompile.errors import StepRefused
-from hatch_precompile.run import exported_step
+from hatch_precompile.run.steps import exported_step
 from sample_pkg.model import classify, make_batch, make_model
 record = json.load(open(os.path.join(step_dir, "classify.json")))
 package = open(os.path.join(step_dir, "classify.pt2"), "rb").read()

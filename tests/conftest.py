@@ -309,7 +309,7 @@ def run_step_pkg(python: Path, cache_dir: Path, env=None, pythonpath: Path | Non
 
 @pytest.fixture(scope="session")
 def env_here() -> dict:
-    from hatch_precompile.run import verdict
+    from hatch_precompile.run.sets import verdict
 
     return verdict.here().env  # imports torch once: the key is compared field by field
 

@@ -61,7 +61,7 @@ def main(argv: list[str]) -> int:
     import torch
     import torch._dynamo  # noqa: F401  (torch 2.7.0 saved no Mega-Cache unless dynamo was imported first)
 
-    from hatch_precompile.run import isa_probes, triton_modules, warm_shortcuts
+    from hatch_precompile.run.caches import isa_probes, triton_modules, warm_shortcuts
 
     warm_shortcuts.install_shortcuts()  # records this machine's ISA probes (the environment key runs them first)
     cache_dir = os.environ.get(CACHE_DIR_VAR)
@@ -227,7 +227,8 @@ def capability_problem(capability: str, env: dict[str, Any]) -> str | None:
 
 
 def _environment(torch: Any) -> dict[str, Any]:
-    from hatch_precompile.run import environment_key, relocate
+    from hatch_precompile.run.caches import relocate
+    from hatch_precompile.run.sets import environment_key
 
     return {
         "env": environment_key.current(torch),
@@ -254,8 +255,9 @@ def _compiler_command() -> str | None:
 
 def _machine(flags: isa.CompileFlags, kernel_commands: dict[str, Any]) -> dict[str, Any]:
     """The compiler, what the kernels it built may execute (builder/sets/isa.py), and the ISA probes
-    that passed (for load()'s probe shortcut, run/isa_probes.py)."""
-    from hatch_precompile.run import environment_key, isa_probes
+    that passed (for load()'s probe shortcut, run/caches/isa_probes.py)."""
+    from hatch_precompile.run.caches import isa_probes
+    from hatch_precompile.run.sets import environment_key
 
     command = _compiler_command()
     if command is None:
@@ -295,9 +297,9 @@ def _built_binaries() -> bool:
 
 
 def _visible(torch: Any) -> dict[str, Any] | None:
-    """The settings the workloads ran under that load() can check (run/foreseen_misses.py)."""
+    """The settings the workloads ran under that load() can check (run/caches/foreseen_misses.py)."""
     from hatch_precompile.child import key_variables
-    from hatch_precompile.run import foreseen_misses
+    from hatch_precompile.run.caches import foreseen_misses
 
     try:
         found = foreseen_misses.record(torch)
@@ -309,7 +311,7 @@ def _visible(torch: Any) -> dict[str, Any] | None:
 
 
 def _settings() -> dict[str, Any]:
-    """The Inductor settings of SETTINGS the graphs were compiled under (run/cache_keys_as_built.py applies them)."""
+    """The Inductor settings of SETTINGS the graphs were compiled under (run/caches/cache_keys_as_built.py applies them)."""
     try:
         from torch._inductor import config
 

@@ -8,7 +8,7 @@ env_name_force=...)``, or read with ``os.environ`` in the entry's own assignment
 module's function that computes it: ``compile_threads = decide_compile_threads()``). Both are read
 here, in the build's child, from the config modules and their source; the manifest keeps the
 result (``visible.key_variables``), and load() notes only a variable that feeds an entry the key
-holds (run/foreseen_misses.py). A variable the scan does not find is never noted: the note says what is
+holds (run/caches/foreseen_misses.py). A variable the scan does not find is never noted: the note says what is
 known, and ``verify``/``snoop`` show every miss with its field.
 """
 

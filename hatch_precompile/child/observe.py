@@ -133,7 +133,7 @@ KERNEL_SOURCES = ("cpp", "main.cpp")
 
 
 def record_kernel_commands() -> dict[str, tuple[str, str]]:
-    """Each CPU kernel's (source extension, hashed compiler command), by its key (run/relocate.py)."""
+    """Each CPU kernel's (source extension, hashed compiler command), by its key (run/caches/relocate.py)."""
     recorded: dict[str, tuple[str, str]] = {}
 
     def note(arguments: dict[str, Any], result: Any) -> None:

@@ -4,7 +4,7 @@ torch's AOTInductor loader can crash the process that opens a package: on an NVI
 torch 2.11 it segfaults on any CUDA package, torch's own ``aoti_load_package`` included. A crash
 can only be survived in another process. So before a build (or bake, warm, verify) opens a package
 in its own process, ``prove`` starts a fresh Python -- spawned, never forked, so no CUDA state is
-inherited -- that opens the package with the C++ loader users get (run/exported_step.py), binds the
+inherited -- that opens the package with the C++ loader users get (run/steps/exported_step.py), binds the
 given constants, runs it once on the given inputs and reports the package's constants, calling
 convention and the environment it held for. A child that dies on a signal or hangs past
 ``HATCH_PRECOMPILE_PROOF_TIMEOUT`` raises LoaderCrashed; a loader that refuses (a Python error)
@@ -46,7 +46,7 @@ def prove(package: bytes, constants: dict[str, Any], inputs: list[Any], timeout:
     run it on ``inputs`` (the flat tensors it takes); the Proof, or LoaderCrashed / LoaderRefused."""
     import torch
 
-    from hatch_precompile.run import exported_step
+    from hatch_precompile.run.steps import exported_step
 
     tensors = [*constants.values(), *inputs]
     environment = exported_step.proof_environment(torch, sorted({str(t.device) for t in tensors}) or ["cpu"])
@@ -97,7 +97,7 @@ def main(argv: list[str]) -> int:
     directory = Path(argv[1])
     import torch
 
-    from hatch_precompile.run import exported_step
+    from hatch_precompile.run.steps import exported_step
     from hatch_precompile.run.torch_internals import aoti
 
     given = torch.load(directory / IO_FILE, weights_only=True)

@@ -3,7 +3,7 @@
 Started with a private, empty ``TORCHINDUCTOR_CACHE_DIR`` (unless ``--cache-dir``), so that a
 graph served from a cache can only have come from a package's precompiled artifacts, in the
 user's own temp dir, as the program runs. Installs the build's observers (child/observe.py), the
-signature recorder and the ISA probes' memo (run/isa_probes.py), runs the program as Python would
+signature recorder and the ISA probes' memo (run/caches/isa_probes.py), runs the program as Python would
 (a script, ``-m module``, ``-c code`` or a console script) and, however it ends, writes what it
 compiled into the spec's ``out`` dir.
 """
@@ -28,7 +28,7 @@ def main(argv: list[str]) -> int:
     out = Path(spec["out"])
     import torch._dynamo  # noqa: F401  (the observers read Dynamo's bookkeeping)
 
-    from hatch_precompile.run import isa_probes
+    from hatch_precompile.run.caches import isa_probes
 
     # Torch probes each vector ISA in a fresh cache dir (~8 s of g++), once per cache dir the user
     # keeps: not the program's compile time. A probe that passed on this machine is not run again.
@@ -95,8 +95,8 @@ def _owners() -> Any:
 
 
 def _steps() -> list[dict[str, Any]]:
-    """How many calls of each shipped step each route served (run/shipped_steps.py counts them)."""
-    shipped_steps = sys.modules.get("hatch_precompile.run.shipped_steps")
+    """How many calls of each shipped step each route served (run/steps/shipped_steps.py counts them)."""
+    shipped_steps = sys.modules.get("hatch_precompile.run.steps.shipped_steps")
     if shipped_steps is None:
         return []
     return [{"package": package, "name": name, "route": route, "calls": calls}
@@ -104,8 +104,8 @@ def _steps() -> list[dict[str, Any]]:
 
 
 def _served() -> dict[str, str]:
-    """What became of each compiled function a package shipped as a Dynamo cache entry (run/served_compile.py)."""
-    served_compile = sys.modules.get("hatch_precompile.run.served_compile")
+    """What became of each compiled function a package shipped as a Dynamo cache entry (run/served/served_compile.py)."""
+    served_compile = sys.modules.get("hatch_precompile.run.served.served_compile")
     return served_compile.served() if served_compile is not None else {}
 
 

@@ -67,7 +67,7 @@ def main(argv: list[str]) -> int:
         "kernels_installed": kernels_installed,
         # what each save_step() of the workloads found (builder/steps/step_verify.py)
         "steps": step_verify.this_process.verified,
-        # what became of each compiled function shipped as a Dynamo cache entry (run/served_compile.py)
+        # what became of each compiled function shipped as a Dynamo cache entry (run/served/served_compile.py)
         "served": _served(),
         "first_call": _installed_at_first_call(),
         "at_import": _installed_at_import(),
@@ -76,17 +76,17 @@ def main(argv: list[str]) -> int:
 
 
 def _installed_at_first_call() -> list[str]:
-    served_compile = sys.modules.get("hatch_precompile.run.served_compile")
+    served_compile = sys.modules.get("hatch_precompile.run.served.served_compile")
     return served_compile.installed_at_first_call() if served_compile is not None else []
 
 
 def _installed_at_import() -> list[str]:
-    served_compile = sys.modules.get("hatch_precompile.run.served_compile")
+    served_compile = sys.modules.get("hatch_precompile.run.served.served_compile")
     return served_compile.installed_at_import() if served_compile is not None else []
 
 
 def _served() -> dict[str, str]:
-    served_compile = sys.modules.get("hatch_precompile.run.served_compile")
+    served_compile = sys.modules.get("hatch_precompile.run.served.served_compile")
     return served_compile.served() if served_compile is not None else {}
 
 

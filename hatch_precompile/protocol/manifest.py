@@ -48,7 +48,7 @@ class FileEntry:
 
 @dataclasses.dataclass(frozen=True)
 class Kernel:
-    """A CPU kernel whose name depends on install paths (see run/relocate.py)."""
+    """A CPU kernel whose name depends on install paths (see run/caches/relocate.py)."""
 
     key: str  # its name in the build's cache dir
     command: str  # its hashed compiler command line, install paths as placeholders
@@ -184,7 +184,7 @@ class Manifest:
                                                 "bytes are `blobs/<sha256>`); nothing unlisted is ever installed",
                                         required=True)
     kernels: list[Kernel] = field(_kernels, "CPU kernels named after install paths: their hashed command line, "
-                                            "renamed for where torch and the compiler are (run/relocate.py)",
+                                            "renamed for where torch and the compiler are (run/caches/relocate.py)",
                                   factory=list)
     torchscript: dict[str, str] = field(_names_to_paths("TorchScript module"),
                                         "TorchScript module name -> its file (`save_torchscript`)", factory=dict)
@@ -209,7 +209,7 @@ class Manifest:
     probes: dict[str, list[str]] = field(_probes, "Inductor's ISA probes that passed at build: arch flags -> the CPU "
                                                   "features they enable", factory=dict)
     visible: dict[str, Any] | None = field(_visible, "the process settings the graphs were compiled under that "
-                                                            "`load()` can see (run/foreseen_misses.py)", default=None)
+                                                            "`load()` can see (run/caches/foreseen_misses.py)", default=None)
     platform: dict[str, Any] | None = field(mapping_or_none, "the most compatible manylinux tag the kernels allow, "
                                                              "and why", default=None)
     generator: str | None = field(anything, "the hatch-precompile that wrote it", default=None)

@@ -121,7 +121,7 @@ TORCH_TRACE_VAR = "HATCH_PRECOMPILE_TORCH_TRACE"  # a dir: torch's structured tr
 PACKAGE_VAR = "HATCH_PRECOMPILE_PACKAGE"  # in a child: the package whose artifacts it builds or checks
 CACHE_DIR_VAR = "TORCHINDUCTOR_CACHE_DIR"  # torch's
 # Torch's: kernels that read the thread count when they run, not the build machine's (set in a
-# build's child, child/build_child.py; a user's own setting is said at load, run/cache_keys_as_built.py).
+# build's child, child/build_child.py; a user's own setting is said at load, run/caches/cache_keys_as_built.py).
 DYNAMIC_THREADS_VAR = "TORCHINDUCTOR_CPP_DYNAMIC_THREADS"
 # Set on build machines, not on users': each changes a torch default that is part of every cache
 # key, so a build (and `verify`) runs without them. CI=true (every CI service sets it) turns on

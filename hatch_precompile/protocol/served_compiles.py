@@ -12,7 +12,7 @@ the index holds either why it can never be served, or:
   (protocol/dynamo_sources.py), or, for those ``copy.deepcopy``'s memo made, by how the objects
   alias one another (builder/served/guard_sites.py), checked at each call;
 - ``reads``: what the trace read that no guard of torch's holds, checked once, when the code is
-  first about to run (run/unguarded_reads.py): a dict key it found absent (``os.environ``'s, say),
+  first about to run (run/served/unguarded_reads.py): a dict key it found absent (``os.environ``'s, say),
   a hook dict it found empty, a process fact torch folded into the code (``torch.distributed.
   is_initialized()``);
 - ``settings``: the digest of the compiler settings it compiled under (their values in the index's

@@ -1,16 +1,16 @@
 """A shipped step's contract file (``steps/<name>.json``): its format, its routes, its fields.
 
-The build writes it (builder/steps/step_capture.py, builder/steps/export_proof.py), ``load_step`` reads it (run/shipped_steps.py),
+The build writes it (builder/steps/step_capture.py, builder/steps/export_proof.py), ``load_step`` reads it (run/steps/shipped_steps.py),
 ``bake`` reuses an exported package only when its contract is of this format. Standard library
 only: it is on ``load_step``'s path.
 
 Every contract has ``format``, ``route`` and ``torch`` (the torch it was captured with). By route:
 
 - ``"aotinductor"`` (an inference step exported and compiled by AOTInductor): ``export``, what a
-  call must keep (run/exported_step.py reads it), and ``proven``, the other torch versions ``bake``
+  call must keep (run/steps/exported_step.py reads it), and ``proven``, the other torch versions ``bake``
   proved the same package on;
 - ``"precompile"`` (a training step captured by ``torch.compiler.precompile``): ``modes``, ``args``
-  (run/call_contract.py's descriptions) and ``check``.
+  (run/steps/call_contract.py's descriptions) and ``check``.
 
 Format 2: the exported route's module tensors are all the caller's at run time (no ``baked``
 values), and its settings are what the trace read (``reads``, ``hooks``), not digests of whole

@@ -16,15 +16,9 @@ from pathlib import Path
 
 from hatch_precompile.errors import GateValueError, PrecompileWarning, Skip
 from hatch_precompile.protocol import CACHE_DIR_VAR, SERVED_FILE
-from hatch_precompile.run import (
-    artifacts,
-    cache_install,
-    cache_keys_as_built,
-    environment_key,
-    foreseen_misses,
-    switch,
-    variables,
-)
+from hatch_precompile.run import switch, variables
+from hatch_precompile.run.caches import cache_install, cache_keys_as_built, foreseen_misses
+from hatch_precompile.run.sets import artifacts, environment_key
 from hatch_precompile.run.torch_internals import import_hook, registry
 
 log = logging.getLogger("hatch_precompile")
@@ -129,18 +123,19 @@ def _load(package: str) -> LoadResult:
     if SERVED_FILE in found.manifest.files:  # the package's torch.compile calls, served untraced
         import torch
 
-        from hatch_precompile.run import served_compile
+        from hatch_precompile.run.served import served_compile
 
         traced = served_compile.intercept(package, found, torch)
         if traced:
             notes += (traced,)
     if found.manifest.env.get("gpu"):
-        from hatch_precompile.run import triton_modules, tuned_configs
+        from hatch_precompile.run.caches import triton_modules, tuned_configs
 
         tuned_configs.point_kernels_at_tuned_configs()
         triton_modules.serve(found)
     if found.manifest.kernels:
-        from hatch_precompile.run import machine, warm_shortcuts
+        from hatch_precompile.run.caches import warm_shortcuts
+        from hatch_precompile.run.sets import machine
 
         warm_shortcuts.install_shortcuts(found.manifest, machine.cpu_features())
     reason = f"installed from {found.root} (hatch-precompile warm)" if found.warmed else "installed"

@@ -7,7 +7,8 @@ from typing import Any
 
 from hatch_precompile.errors import Skip
 from hatch_precompile.protocol import check_artifact_name
-from hatch_precompile.run import artifacts, load_caches
+from hatch_precompile.run import load_caches
+from hatch_precompile.run.sets import artifacts
 
 
 def _check_name(name: str) -> None:

@@ -26,7 +26,7 @@ from hatch_precompile.protocol import (
     Manifest,
     validate,
 )
-from hatch_precompile.run import usercache
+from hatch_precompile.run.sets import usercache
 
 
 @dataclasses.dataclass

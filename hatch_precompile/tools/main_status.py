@@ -6,7 +6,8 @@ import argparse
 from typing import Any
 
 from hatch_precompile.protocol import EXIT_OK, PREFERENCES_VAR
-from hatch_precompile.run import switch, usercache, variables
+from hatch_precompile.run import switch, variables
+from hatch_precompile.run.sets import usercache
 from hatch_precompile.tools import arguments
 
 

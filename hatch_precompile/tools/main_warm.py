@@ -7,7 +7,7 @@ from typing import Any
 
 from hatch_precompile.errors import UsageError
 from hatch_precompile.protocol import EXIT_OK
-from hatch_precompile.run import usercache
+from hatch_precompile.run.sets import usercache
 from hatch_precompile.tools import arguments
 
 

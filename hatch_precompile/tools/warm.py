@@ -3,7 +3,7 @@
 For a package whose shipped artifacts do not match this environment (another torch, CPU or
 compiler), or that shipped none (a ``PRECOMPILE=0`` wheel): run its workloads with capture()
 (builder/workload_run.py) -- the same child process as a wheel build -- and keep the result in the
-per-user cache (run/usercache.py), which ``load()`` uses when the shipped artifacts are unusable
+per-user cache (run/sets/usercache.py), which ``load()`` uses when the shipped artifacts are unusable
 or absent. What is stored is this user's only (dirs 0700, nothing others may write), as ``load()``
 demands of it.
 
@@ -32,7 +32,7 @@ from hatch_precompile.builder.reporter import Reporter
 from hatch_precompile.builder.workload_run import capture
 from hatch_precompile.errors import ManifestError, Untrusted, WarmError
 from hatch_precompile.protocol import DIRNAME, MANIFEST_FILE, SETS_DIR, Manifest, canonical_name
-from hatch_precompile.run import usercache, verdict
+from hatch_precompile.run.sets import usercache, verdict
 
 
 def shipped_match(directory: Path) -> str | None:

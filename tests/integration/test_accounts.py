@@ -103,7 +103,7 @@ def test_a_store_another_uid_planted_is_not_loaded_and_said_in_one_line(runtime_
     data = json.loads(set_manifest(site).read_text())
     xdg = tmp_path / "xdg"
     env = {"PYTHONPATH": str(site), "XDG_CACHE_HOME": str(xdg), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
-    code = ("import json, sys; from hatch_precompile.run import usercache; "
+    code = ("import json, sys; from hatch_precompile.run.sets import usercache; "
             "print(usercache.env_dir('sample_pkg', json.loads(sys.argv[1])))")
     entry = Path(run([runtime_python, "-c", code, json.dumps(data["env"])], env=env).stdout.strip().splitlines()[-1])
     shutil.copytree(site / "sample_pkg" / "_precompiled", entry)

@@ -299,7 +299,7 @@ def test_load_prefers_warmed_artifacts_over_mismatched_shipped_ones_and_checks_t
     env = {"PYTHONPATH": str(site), "XDG_CACHE_HOME": str(tmp_path / "xdg"),
            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
     data = json.loads(set_manifest(site).read_text())
-    code = "import json, sys; from hatch_precompile.run import usercache; print(usercache.env_dir('sample_pkg', json.loads(sys.argv[1])))"
+    code = "import json, sys; from hatch_precompile.run.sets import usercache; print(usercache.env_dir('sample_pkg', json.loads(sys.argv[1])))"
     entry = Path(run([runtime_python, "-c", code, json.dumps(data["env"])], env=env).stdout.strip().splitlines()[-1])
     entry.parent.mkdir(parents=True)
     shutil.copytree(shipped, entry)

@@ -72,7 +72,7 @@ def gpu_site(tmp_path_factory):
 
 def test_key_names_the_gpu_as_cuda_does_without_initialising_it():
     code = (
-        "import json, torch\nfrom hatch_precompile.run import environment_key\nkey = environment_key.current(torch)\n"
+        "import json, torch\nfrom hatch_precompile.run.sets import environment_key\nkey = environment_key.current(torch)\n"
         "initialized = torch.cuda.is_initialized()\np = torch.cuda.get_device_properties(0)\n"
         "print(json.dumps([key, initialized, p.name, f'{p.major}.{p.minor}', torch.version.cuda]))"
     )

@@ -120,7 +120,7 @@ def profile(frame, event, arg):
     if event == "call" and frame.f_code.co_name == "triton_key" and "/triton/" in frame.f_code.co_filename:
         seen.append(1)
 sys.setprofile(profile); threading.setprofile(profile)
-from hatch_precompile.run import warm_shortcuts
+from hatch_precompile.run.caches import warm_shortcuts
 from hatch_precompile.run.torch_internals import prefetch
 prefetch.prefetch("triton-key", memo=warm_shortcuts.TritonKeyMemo())
 from torch._inductor import codecache

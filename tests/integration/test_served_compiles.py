@@ -1,5 +1,5 @@
 """A package that only calls torch.compile: its compiled functions served without Dynamo tracing them,
-every guard kept (run/served_compile.py), against a cold compile of the same calls.
+every guard kept (run/served/served_compile.py), against a cold compile of the same calls.
 
 tests/compile_pkg is built once (both build passes); each case runs in one fresh process served and
 in one with PRECOMPILE=0 (compiled cold), and every output and gradient must be the cold compile's.
@@ -55,7 +55,7 @@ import torch.nn.functional as F
 import compile_pkg
 from compile_pkg import model as M, wrapping
 from torch._dynamo.utils import get_compilation_metrics
-from hatch_precompile.run import served_compile
+from hatch_precompile.run.served import served_compile
 
 results = {}
 def case(name, run):
@@ -215,7 +215,7 @@ F.gelu = lambda t, approximate="none": real(t) * 2  # before the package's impor
 import compile_pkg
 from compile_pkg import model as M
 from torch._dynamo.utils import get_compilation_metrics
-from hatch_precompile.run import served_compile
+from hatch_precompile.run.served import served_compile
 net, (x, y) = M.make(), M.batch()
 got, want = M.compiled_loss(net, x, y).item(), M.loss_fn(net, x, y).item()
 print(json.dumps({"served": served_compile.served(), "traced": sum(1 for m in get_compilation_metrics() if m.co_name), "diff": abs(got - want)}))
@@ -239,7 +239,7 @@ def counted(self):  # torch's loading of one compiled graph, counted
 R.BundledAOTAutogradCacheArtifact.after_deserialization = counted
 from compile_pkg import model as M
 from torch._dynamo.utils import get_compilation_metrics
-from hatch_precompile.run import served_compile
+from hatch_precompile.run.served import served_compile
 at_import = len(loaded)
 x, _ = M.batch()
 with torch.no_grad():
@@ -291,7 +291,7 @@ sys.meta_path.insert(0, Watch())
 import compile_pkg
 from compile_pkg import model as M
 from torch._dynamo.utils import get_compilation_metrics
-from hatch_precompile.run import served_compile
+from hatch_precompile.run.served import served_compile
 net, (x, y) = M.make(), M.batch()
 loss = M.compiled_loss(net, x, y)
 loss.backward()

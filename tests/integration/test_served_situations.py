@@ -253,7 +253,7 @@ import json, torch
 import situations_pkg
 from situations_pkg import model as M
 from torch._dynamo.utils import get_compilation_metrics
-from hatch_precompile.run import served_compile
+from hatch_precompile.run.served import served_compile
 x, y = M.batch()
 net, eager = M.make(), M.make()
 loss, want = M.compiled_loss(net, x, y), M.loss_fn(eager, x, y)

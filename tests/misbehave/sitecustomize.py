@@ -130,14 +130,14 @@ def _cpp_builder(module):
     if "compiler-search" in BROKEN and hasattr(module, "cpp_compiler_search"):
         search = getattr(module.cpp_compiler_search, "__wrapped__", module.cpp_compiler_search)
 
-        def cpp_compiler_search(candidates):  # another signature than run/warm_shortcuts.py reads
+        def cpp_compiler_search(candidates):  # another signature than run/caches/warm_shortcuts.py reads
             return search(candidates)
 
         module.cpp_compiler_search = cpp_compiler_search
     if "intel-compiler" in BROKEN and hasattr(module, "_is_intel_compiler"):
         is_intel = getattr(module._is_intel_compiler, "__wrapped__", module._is_intel_compiler)
 
-        def _is_intel_compiler(compiler):  # another signature than run/warm_shortcuts.py reads
+        def _is_intel_compiler(compiler):  # another signature than run/caches/warm_shortcuts.py reads
             return is_intel(compiler)
 
         module._is_intel_compiler = _is_intel_compiler
@@ -157,7 +157,7 @@ def _codecache_hash_details(module):
         details = module.FxGraphHashDetails
         original = details.__init__
 
-        def __init__(self, *args, salt=None, **kwargs):  # another signature than run/cache_keys_as_built.py reads
+        def __init__(self, *args, salt=None, **kwargs):  # another signature than run/caches/cache_keys_as_built.py reads
             original(self, *args, **kwargs)
 
         details.__init__ = __init__

@@ -43,7 +43,7 @@ from torch import nn  # noqa: E402
 from torch._dynamo.utils import get_compilation_metrics  # noqa: E402
 from torch.overrides import TorchFunctionMode  # noqa: E402
 
-from hatch_precompile.run import served_compile  # noqa: E402
+from hatch_precompile.run.served import served_compile  # noqa: E402
 
 results = {}
 x, y = M.batch()

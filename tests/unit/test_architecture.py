@@ -289,7 +289,7 @@ def test_no_module_uses_another_modules_private_names():
 ERRORS = f"{PACKAGE}.errors"
 BASE_ERROR, BASE_WARNING = "HatchPrecompileError", "PrecompileWarning"
 # The names torch.compiler.precompile's error goes by (torch.compiler.PrecompileError, torch 2.14):
-# run/shipped_steps.py catches torch's beside ours, and a traceback that shows both should not leave
+# run/steps/shipped_steps.py catches torch's beside ours, and a traceback that shows both should not leave
 # a reader asking whose it is. Written out, not read from torch: importing torch takes seconds, too
 # slow for a unit test.
 TORCH_PRECOMPILE_NAMES = ("PrecompileError",)

@@ -12,7 +12,8 @@ from packaging.utils import canonicalize_name
 
 from hatch_precompile import protocol
 from hatch_precompile.errors import MissingTool
-from hatch_precompile.run import switch, usercache
+from hatch_precompile.run import switch
+from hatch_precompile.run.sets import usercache
 from hatch_precompile.tools import command_targets, report
 
 # load() before the package's own import: a disabled package returns before importing anything.

@@ -11,7 +11,7 @@ import types
 import pytest
 
 from hatch_precompile.errors import Unidentified
-from hatch_precompile.run import environment_key, gpu
+from hatch_precompile.run.sets import environment_key, gpu
 
 H100 = gpu.Device("NVIDIA H100 80GB HBM3", "9.0", "GPU-965ed56d-8fbe-a492-bee9-3c3f47d5b1e8")
 H100_B = gpu.Device("NVIDIA H100 80GB HBM3", "9.0", "GPU-11111111-2222-3333-4444-555555555555")

@@ -1,5 +1,5 @@
 """Identity guards deepcopy's memo made (builder/served/guard_sites.py), held by how their objects alias
-(run/held_objects.py): on guards Dynamo really makes, in-process with the eager backend."""
+(run/served/held_objects.py): on guards Dynamo really makes, in-process with the eager backend."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 
 from hatch_precompile.builder.served import guard_sites
 from hatch_precompile.protocol import dynamo_sources
-from hatch_precompile.run import held_objects
+from hatch_precompile.run.served import held_objects
 
 MISBEHAVE = Path(__file__).resolve().parents[1] / "misbehave"
 

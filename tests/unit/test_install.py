@@ -17,7 +17,9 @@ import pytest
 
 from hatch_precompile.errors import PrecompileWarning
 from hatch_precompile.protocol import FileEntry, Manifest, sha256
-from hatch_precompile.run import artifacts, cache_install, load_caches, private_dirs
+from hatch_precompile.run import load_caches
+from hatch_precompile.run.caches import cache_install
+from hatch_precompile.run.sets import artifacts, private_dirs
 
 FILES = {
     "inductor/aotautograd/akey/entry": b"aot entry",
@@ -324,7 +326,8 @@ from pathlib import Path
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 sys.path.insert(0, sys.argv[1])
 from hatch_precompile.errors import Skip
-from hatch_precompile.run import artifacts, cache_install, private_dirs
+from hatch_precompile.run.sets import artifacts, private_dirs
+from hatch_precompile.run.caches import cache_install
 if sys.argv[4] == "no-hard-links":  # as on vfat or exFAT: no link(), and no renameat2 either
     def no_hard_links(*args, **kwargs):
         raise PermissionError(1, "Operation not permitted")
@@ -451,7 +454,7 @@ sys.path.insert(0, sys.argv[1])
 import torch
 from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 from hatch_precompile.errors import Skip
-from hatch_precompile.run import cache_install
+from hatch_precompile.run.caches import cache_install
 for name in ("LOGNAME", "USER", "LNAME", "USERNAME", "TORCHINDUCTOR_CACHE_DIR"):
     os.environ.pop(name, None)
 os.setuid(54321)  # a uid with no passwd entry, as in containers run with --user

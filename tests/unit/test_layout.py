@@ -35,8 +35,8 @@ def named_paths(text: str) -> set[str]:
 
 
 def test_the_path_check_reads_paths_as_written():
-    text = "see `run/shipped_steps.py`, builder/steps/step_capture.py's save_step and hatch_precompile/run/torch_internals/aoti.py"
-    assert named_paths(text) == {"run/shipped_steps.py", "builder/steps/step_capture.py", "run/torch_internals/aoti.py"}
+    text = "see `run/steps/shipped_steps.py`, builder/steps/step_capture.py's save_step and hatch_precompile/run/torch_internals/aoti.py"
+    assert named_paths(text) == {"run/steps/shipped_steps.py", "builder/steps/step_capture.py", "run/torch_internals/aoti.py"}
 
 
 @pytest.mark.parametrize("source", [
@@ -92,10 +92,10 @@ def test_where_to_look_leads_to_code_that_exists():
 # The questions a newcomer asks first (issue 57's five, and one more), and the function each answer must lead to:
 # where the decision is made. Each answer names at most three files: one decision, one place.
 QUESTIONS = {
-    "a": ("Where a loss step writes the caller's `.grad`.", ("run/exported_step.py", "ExportedStep._gradients")),
-    "b": ("Where every call's contract is checked.", ("run/call_contract.py", "mismatch")),
+    "a": ("Where a loss step writes the caller's `.grad`.", ("run/steps/exported_step.py", "ExportedStep._gradients")),
+    "b": ("Where every call's contract is checked.", ("run/steps/call_contract.py", "mismatch")),
     "c": ("Where the build decides a step cannot ship, and what it prints.", ("builder/steps/step_capture.py", "save_step")),
-    "d": ("Whether the shipped caches are valid for this machine.", ("run/verdict.py", "set_to_use")),
+    "d": ("Whether the shipped caches are valid for this machine.", ("run/sets/verdict.py", "set_to_use")),
     "e": ("How `PRECOMPILE=0` gates the build.", ("run/switch.py", "enabled")),
     "f": ("Where a failed workload fails the build, or does not.", ("builder/capture_outcome.py", "outcome_of")),
 }

@@ -15,7 +15,8 @@ import pytest
 from hatch_precompile.builder.sets import elf, isa
 from hatch_precompile.errors import ElfUnreadable, MissingTool
 from hatch_precompile.protocol import DYNAMIC_THREADS_VAR, Manifest
-from hatch_precompile.run import cache_keys_as_built, environment_key, isa_probes, machine, relocate, warm_shortcuts
+from hatch_precompile.run.caches import cache_keys_as_built, isa_probes, relocate, warm_shortcuts
+from hatch_precompile.run.sets import environment_key, machine
 from unit.test_install import assert_skipped, ship
 
 LINUX = sys.platform.startswith("linux")
@@ -402,7 +403,7 @@ def test_a_malformed_compiler_memo_is_ignored_and_written_anew(tmp_path, monkeyp
 
 WARM_COMPILER = """
 import json
-from hatch_precompile.run import warm_shortcuts
+from hatch_precompile.run.caches import warm_shortcuts
 warm_shortcuts.install_shortcuts()
 from torch._inductor import cpp_builder
 command = cpp_builder.get_cpp_compiler()

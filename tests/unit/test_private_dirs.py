@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from hatch_precompile.errors import PrecompileWarning, Untrusted
-from hatch_precompile.run import isa_probes, load_caches, memos, private_dirs, usercache
+from hatch_precompile.run import load_caches
+from hatch_precompile.run.caches import isa_probes
+from hatch_precompile.run.sets import memos, private_dirs, usercache
 from unit.test_install import FILES, OTHER_UID, assert_skipped, files_in, needs_root, ship
 
 

@@ -1,4 +1,4 @@
-"""What a trace read of its modules (builder/steps/trace_reads.py), and its check at every call (run/call_contract.py)."""
+"""What a trace read of its modules (builder/steps/trace_reads.py), and its check at every call (run/steps/call_contract.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from hatch_precompile.builder.steps import trace_reads
-from hatch_precompile.run import call_contract
+from hatch_precompile.run.steps import call_contract
 
 
 class Config:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hatch_precompile.run import relocate
+from hatch_precompile.run.caches import relocate
 
 
 def test_code_key_mirrors_inductor():

@@ -1,5 +1,5 @@
 """The index of served compiles (protocol/served_compiles.py) and the torch.compile wrapper's decisions
-(run/served_compile.py), in-process: keys as torch makes them, objects told apart by what they are."""
+(run/served/served_compile.py), in-process: keys as torch makes them, objects told apart by what they are."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from hatch_precompile.builder.served import dynamo_pass, graph_saving, guard_sites
 from hatch_precompile.errors import ServedError
 from hatch_precompile.protocol import dynamo_sources, served_compiles
-from hatch_precompile.run import held_objects, served_compile
+from hatch_precompile.run.served import held_objects, served_compile
 
 
 def plain(x):

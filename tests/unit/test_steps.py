@@ -12,7 +12,7 @@ from torch import nn
 from hatch_precompile.builder.steps import step_capture, step_check
 from hatch_precompile.errors import LoaderCrashed, NotAvailable, StepCaptureError, StepMismatch
 from hatch_precompile.protocol import STEPS_DIR_VAR
-from hatch_precompile.run import call_contract, shipped_steps
+from hatch_precompile.run.steps import call_contract, shipped_steps
 
 
 def model() -> nn.Module:
@@ -475,7 +475,7 @@ def _exported_record(device: str, proofs: list | None, torch_version: str = "2.1
 
 
 def test_an_exported_step_is_opened_only_where_a_proof_holds():
-    from hatch_precompile.run import exported_step
+    from hatch_precompile.run.steps import exported_step
 
     h200 = {"torch": "2.11.0+cu130", "device": "NVIDIA H200", "cuda": "13.0"}
     here = _FakeTorch("2.11.0+cu130", "13.0", "NVIDIA H200")
@@ -625,7 +625,7 @@ def test_open_steps_close_their_loaders_at_exit_but_never_under_a_running_call(m
     import threading
 
     from hatch_precompile.errors import StepRefused
-    from hatch_precompile.run import exported_step
+    from hatch_precompile.run.steps import exported_step
 
     monkeypatch.setattr(exported_step, "_EXIT_WAIT_SECONDS", 0.05)
     idle, busy, forked = (object.__new__(exported_step.ExportedStep) for _ in range(3))

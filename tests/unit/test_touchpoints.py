@@ -14,7 +14,7 @@ import pytest
 
 from hatch_precompile.builder.sets import isa
 from hatch_precompile.child import key_details
-from hatch_precompile.run import cache_keys_as_built, tuned_configs
+from hatch_precompile.run.caches import cache_keys_as_built, tuned_configs
 from hatch_precompile.run.torch_internals import patching, prefetch, registry, settings
 
 _names = count()
@@ -249,7 +249,7 @@ def test_tuned_configs_are_looked_up_in_this_cache_dir_or_left_alone(fake):
 def test_the_keys_are_hashed_from_the_first_compile_not_at_import(fake, monkeypatch):
     """A package that calls torch.compile at import imports Inductor in a process that may never
     compile (a CLI's --help): torch's sources are hashed only once Dynamo compiles a frame."""
-    from hatch_precompile.run import warm_shortcuts
+    from hatch_precompile.run.caches import warm_shortcuts
 
     started = []
 
@@ -274,7 +274,7 @@ def test_the_compilers_version_is_asked_at_the_first_compile_and_a_failing_start
     """A stand-in compiler's check runs `--version` (a process forked off this one): only a process
     that compiles pays it. A start that raises leaves the next ones and the compile alone."""
     from hatch_precompile.protocol import Manifest
-    from hatch_precompile.run import environment_key
+    from hatch_precompile.run.sets import environment_key
 
     convert_frame, module = fake(_compile=lambda code, *rest: f"graph of {code}")
     monkeypatch.setitem(registry.REGISTRY, "dynamo-compile",
@@ -554,7 +554,7 @@ def test_prefetch_with_a_memo_sets_torchs_cache_or_remembers_what_torch_computed
 
 
 def test_tritons_key_is_remembered_until_any_file_of_triton_changes(tmp_path, monkeypatch):
-    from hatch_precompile.run import warm_shortcuts
+    from hatch_precompile.run.caches import warm_shortcuts
 
     package = tmp_path / "site" / "triton"
     (package / "_C").mkdir(parents=True)
@@ -711,13 +711,13 @@ def test_a_failing_hook_is_logged_with_its_touchpoint(fake, caplog):
 
 
 def test_tritons_c_helpers_are_kept_at_build_and_served_from_the_set_without_a_compiler(fake, monkeypatch, tmp_path):
-    """run/triton_modules.py on a stand-in for Triton's CUDA driver whose builder "builds" a real
+    """run/caches/triton_modules.py on a stand-in for Triton's CUDA driver whose builder "builds" a real
     extension module (the standard library's _bisect): the build keeps it; a user's process gets
     the shipped one for the same name and source, and Triton builds only what differs."""
     import _bisect
 
     from hatch_precompile.protocol import sha256
-    from hatch_precompile.run import triton_modules
+    from hatch_precompile.run.caches import triton_modules
 
     built = []
 

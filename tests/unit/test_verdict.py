@@ -1,4 +1,4 @@
-"""run/verdict.py: the one decision whether a package's sets can be used here, over facts given as
+"""run/sets/verdict.py: the one decision whether a package's sets can be used here, over facts given as
 data (no torch, no machine: each case says what here is)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import pytest
 
 from hatch_precompile.protocol import FileEntry, Manifest
-from hatch_precompile.run import verdict
+from hatch_precompile.run.sets import verdict
 
 ENV = {"python": "3.11", "torch": "2.13.0+cpu", "cpu_capability": "AVX512", "system": "Linux"}
 PACKAGE = "no_such_package_here"  # the rebuild advice for a package no installer put here

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hatch_precompile.protocol.workloads import pack_keys, unpack_keys
-from hatch_precompile.run import foreseen_misses
+from hatch_precompile.run.caches import foreseen_misses
 from hatch_precompile.tools import verify, why
 
 COMMON = {"torch_version": "<32 bytes sha256:aa>", "default_dtype": "torch.float32",

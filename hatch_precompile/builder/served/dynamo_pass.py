@@ -1,5 +1,5 @@
 """The build's second pass: the workloads again, under torch's ``caching_precompile``, for the Dynamo
-cache entries of the package's own ``torch.compile`` calls (served untraced: run/served_compile.py).
+cache entries of the package's own ``torch.compile`` calls (served untraced: run/served/served_compile.py).
 
 Started by workload_run.py after the first pass (child/build_child.py), in a fresh process (a
 ``torch.compile`` wrapper made at the package's import only records an entry where the flag was
@@ -259,7 +259,7 @@ def main(argv: list[str]) -> int:
     progress.phase("importing torch")
     import torch
 
-    from hatch_precompile.run import warm_shortcuts
+    from hatch_precompile.run.caches import warm_shortcuts
     from hatch_precompile.run.torch_internals import dynamo_cache
 
     # A warm run of the first pass's cache, as a user's first process is: no prefix header built

@@ -9,7 +9,7 @@ read here (``KNOWN``, by digest), every ``id()`` it takes is a key of its memo a
 what the trace decided from those ids is only which visited objects are one and the same (an
 object met twice is copied once). So such a guard, where its object cannot be described, is
 recorded as that object's place among the others the memo keyed (``group``), and a call is served
-only where its objects alias one another as the build's did (run/held_objects.py); what the trace
+only where its objects alias one another as the build's did (run/served/held_objects.py); what the trace
 read of each object is held by torch's own guards, kept.
 
 Only a guard made by the copy module's own code counts, from a caller's ``deepcopy(x)`` (no memo

@@ -2,7 +2,7 @@
 
 Each file stored under its sha256 in ``blobs/`` (once, however many sets list it), the set's
 manifest under ``sets/<name>/``, what its native files need of the system (builder/sets/elf.py), its
-kernels as path- and compiler-free templates (run/relocate.py), and what each exported step's
+kernels as path- and compiler-free templates (run/caches/relocate.py), and what each exported step's
 libraries need. No torch here: the files are the child's (workload_run.py ran it), read and copied.
 """
 
@@ -36,7 +36,7 @@ from hatch_precompile.protocol import (
     sha256,
 )
 from hatch_precompile.protocol import workloads as workload_records
-from hatch_precompile.run import relocate
+from hatch_precompile.run.caches import relocate
 
 # Not shipped: Inductor's lock files; and Triton's own cache, whose group files hold absolute
 # paths (moved, it silently misses) and whose kernels already travel inside the FX-graph
@@ -228,7 +228,7 @@ def _store_files(target: Path, cache_dir: Path, out_dir: Path) -> tuple[dict[str
 def _relocatable_kernels(
     cache_dir: Path, commands: dict[str, list[str]], values: dict[str, str]
 ) -> tuple[list[Kernel], int]:
-    """Kernels whose key our mirror of Inductor's hash reproduces (see run/relocate.py)."""
+    """Kernels whose key our mirror of Inductor's hash reproduces (see run/caches/relocate.py)."""
     entries, unverified = [], 0
     for key, (extension, command) in sorted(commands.items()):
         source = cache_dir / relocate.cache_relpath(key, f".{extension}")

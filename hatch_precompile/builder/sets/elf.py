@@ -2,7 +2,7 @@
 
 For every kernel binary, pyelftools reads the libraries it is linked against (``DT_NEEDED``) and
 the symbol versions it needs of each (``.gnu.version_r``), with one symbol per version, so that
-load() can ask the user's dynamic linker for exactly that symbol at that version (run/machine.py).
+load() can ask the user's dynamic linker for exactly that symbol at that version (run/sets/machine.py).
 
 The wheel tag: auditwheel's manylinux policies (its ``manylinux-policy.json``) say which
 libraries a ``manylinux_2_X`` wheel may link against and which symbol versions of each. A

@@ -14,7 +14,7 @@ Runs in the build's child. Inductor runs every C++ compile through ``cpp_builder
 
 ``features()`` then asks the compiler which features those flags enable (``-dM -E``: its
 ``__AVX512F__``-style macros, minus those of the architecture's baseline) and names them as
-Linux's ``/proc/cpuinfo`` does, which load() compares with the user's CPU (run/machine.py). A
+Linux's ``/proc/cpuinfo`` does, which load() compares with the user's CPU (run/sets/machine.py). A
 macro without a known name is kept as ``?<macro>``: no CPU has that feature name, so a set that
 needs it is refused rather than trusted.
 """

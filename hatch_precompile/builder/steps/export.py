@@ -31,7 +31,7 @@ from hatch_precompile.builder.steps import export_contract, export_proof, torch_
 from hatch_precompile.errors import NotAvailable
 from hatch_precompile.protocol import CACHE_DIR_VAR
 from hatch_precompile.protocol.step_file import CONTRACT_FORMAT, EXPORTED
-from hatch_precompile.run import exported_step
+from hatch_precompile.run.steps import exported_step
 from hatch_precompile.run.torch_internals import aoti, patching
 
 

@@ -1,5 +1,5 @@
-"""An exported step's contract, made at build from its program: what ``run/exported_step.py`` checks at
-every call and ``run/call_contract.py`` at load.
+"""An exported step's contract, made at build from its program: what ``run/steps/exported_step.py`` checks at
+every call and ``run/steps/call_contract.py`` at load.
 
 The tensors of the step's modules by the names the package gives them (``arg<i>.<name>``), the
 inputs flattened as the package takes them, each input leaf's dims, dtype and device, the ranges
@@ -15,7 +15,7 @@ import io
 from typing import Any
 
 from hatch_precompile.child import package_proof
-from hatch_precompile.run import call_contract
+from hatch_precompile.run.steps import call_contract
 from hatch_precompile.run.torch_internals import aoti, settings
 
 
@@ -38,7 +38,7 @@ def flat_tensors(torch: Any, inputs: tuple) -> list[Any]:
 def contract_and_constants(torch: Any, name: str, program: Any, args: tuple, positions: list[int], inputs: tuple,
                            proof: package_proof.Proof, flags: list[tuple[str, ...]],
                            read: dict[int, list]) -> tuple[dict[str, Any], bytes | None]:
-    """The export's contract (run/exported_step.py reads it) and the constants shipped beside it."""
+    """The export's contract (run/steps/exported_step.py reads it) and the constants shipped beside it."""
     pytree = aoti.pytree()
     leaves, in_spec = pytree.tree_flatten((inputs, {}))
     placeholders = _user_input_values(program)

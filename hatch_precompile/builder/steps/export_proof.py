@@ -5,7 +5,7 @@ Before the build's process opens the package, a fresh process opens and runs it
 on some CUDA machines), and a package that takes its prover down is not shipped -- the step runs
 its warm fallback, and the build goes on. The proof (torch, device, CUDA) is stored with the step;
 load_step opens a package only where one holds. Then the package is loaded exactly as users load
-it (run/exported_step.py) and run on changed weights and inputs, and where dims may vary, on other
+it (run/steps/exported_step.py) and run on changed weights and inputs, and where dims may vary, on other
 sizes too, against ``fn``. When the package being built already ships the step from another
 torch (``bake`` under another interpreter), that package is tried here first: if it loads and
 matches, it is shipped again for this torch with the proof, and nothing is compiled.
@@ -25,7 +25,8 @@ from hatch_precompile.child import package_proof, progress
 from hatch_precompile.errors import LoaderCrashed, LoaderRefused, NotAvailable, Skip, StepMismatch, StepRefused
 from hatch_precompile.protocol import step_files
 from hatch_precompile.protocol.step_file import CONTRACT_FORMAT, EXPORTED, LOADER
-from hatch_precompile.run import exported_step, variables
+from hatch_precompile.run import variables
+from hatch_precompile.run.steps import exported_step
 from hatch_precompile.run.torch_internals import aoti
 
 
@@ -144,7 +145,7 @@ def store(name: str, out: Path, record: dict[str, Any], package: bytes, shipped:
 
 def shipped_exports(package: str, name: str) -> list[tuple[Any, dict[str, Any]]]:
     """(artifact set, contract) of each exported step ``name`` that ``package`` already ships."""
-    from hatch_precompile.run import artifacts
+    from hatch_precompile.run.sets import artifacts
 
     found = []
     for artifact_set in artifacts.all_sets(package):

@@ -3,11 +3,11 @@
 - **Inference** (saved under ``torch.no_grad()``/``torch.inference_mode()``, every module argument
   in ``eval()``): exported with ``torch.export`` and compiled by AOTInductor (builder/steps/export.py),
   run at import by torch's C++ loader with the caller's weights: no compiler in the user's
-  process (run/exported_step.py).
+  process (run/steps/exported_step.py).
 - **A loss** (``backward=True``): its forward and backward exported as one graph (AOTInductor),
   run with the caller's tensors, as inference is; where torch cannot export it, the route below.
 - **Anything else** (a training step): ``torch.compiler.precompile`` (torch 2.14+): no Dynamo at
-  the first call, still Inductor's runtime (run/shipped_steps.py).
+  the first call, still Inductor's runtime (run/steps/shipped_steps.py).
 
 Either way the captured step is run on changed weights and inputs and compared with ``fn`` before
 it is stored; a difference fails the workload (StepMismatch). A capture torch refuses fails it too
@@ -42,7 +42,8 @@ from hatch_precompile.errors import NotAvailable, StepCaptureError, StepMismatch
 from hatch_precompile.protocol import NO_STEPS_VAR, ON_FAILURE, STEP_CHECKS, check_artifact_name, step_files
 from hatch_precompile.protocol.step_file import CONTRACT_FORMAT, EXPORTED
 from hatch_precompile.protocol.step_file import PRECOMPILE as PRECOMPILE_ROUTE
-from hatch_precompile.run import call_contract, shipped_steps, variables
+from hatch_precompile.run import variables
+from hatch_precompile.run.steps import call_contract, shipped_steps
 
 
 @dataclass

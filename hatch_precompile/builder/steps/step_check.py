@@ -12,7 +12,7 @@ import copy
 from typing import Any, Callable
 
 from hatch_precompile.errors import StepMismatch
-from hatch_precompile.run import call_contract
+from hatch_precompile.run.steps import call_contract
 
 
 def with_backward(fn: Callable) -> Callable:

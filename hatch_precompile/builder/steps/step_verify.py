@@ -16,7 +16,8 @@ from hatch_precompile.builder.steps.step_check import check_against_reference, w
 from hatch_precompile.errors import LoaderCrashed, Skip, StepMismatch
 from hatch_precompile.protocol import step_files
 from hatch_precompile.protocol.step_file import EXPORTED
-from hatch_precompile.run import shipped_steps, variables
+from hatch_precompile.run import variables
+from hatch_precompile.run.steps import shipped_steps
 
 
 @dataclass
@@ -34,7 +35,7 @@ this_process = ProcessState()
 def verify(name: str, fn: Callable, args: tuple, check: str, backward: bool = False) -> None:
     """Under verify: the shipped step, loaded as users get it, against ``fn`` on changed arguments.
     A step the set does not ship is left alone: the workload's own calls show what it compiles."""
-    from hatch_precompile.run import artifacts
+    from hatch_precompile.run.sets import artifacts
 
     package = variables.package() or ""
     try:

@@ -7,7 +7,7 @@ and each config object they hold (anything with a ``to_dict()``, as transformers
 given a subclass of its own class that records such reads, and gets its class back afterwards.
 The exported contract holds those values and no others: a field the trace never read (a
 classification's ``problem_type``, ``_name_or_path``, a logging flag) never refuses a call
-(run/call_contract.py checks the reads at every call).
+(run/steps/call_contract.py checks the reads at every call).
 
 A read of a module's own machinery (its hooks, parameters, ``training``) is not recorded: the
 contract checks those in their own ways. Nor are the reads torch's own modules make that an
@@ -20,10 +20,10 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator
 
-from hatch_precompile.run import call_contract
+from hatch_precompile.run.steps import call_contract
 
 # One read: [submodule path ("" for the argument itself), the attribute that holds the config ("" for
-# the module itself), the name read, its value as run/call_contract.py's plain_value_text writes it,
+# the module itself), the name read, its value as run/steps/call_contract.py's plain_value_text writes it,
 # and where the step itself set the field, the value it left].
 Read = list[str]
 # Read by torch's modules in eval() without changing what they compute there.

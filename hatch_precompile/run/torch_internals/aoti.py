@@ -1,4 +1,4 @@
-"""Torch's AOTInductor C++ loader and pytree, for an exported step (run/exported_step.py): called, never
+"""Torch's AOTInductor C++ loader and pytree, for an exported step (run/steps/exported_step.py): called, never
 replaced; and whether this torch's Inductor keeps every tensor a constant the caller binds."""
 
 from __future__ import annotations

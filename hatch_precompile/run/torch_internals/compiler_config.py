@@ -5,7 +5,7 @@
 and with it Inductor's whole compiler: lowerings, the algorithm templates (each compiled by Jinja),
 flex attention -- over a second on 2 cores. The config is only kept for the compiled object's
 public ``get_compiler_config()``. For a call whose function is served from a shipped entry
-(run/served_compile.py), nothing else needs that compiler unless a call is traced, which imports
+(run/served/served_compile.py), nothing else needs that compiler unless a call is traced, which imports
 it then. So, for those calls only, the backend answers None at the call, and the compiled object's
 ``get_compiler_config()`` asks the backend itself, the first time it is called.
 """

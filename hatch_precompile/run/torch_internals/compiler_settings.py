@@ -4,7 +4,7 @@ Dynamo's configs, and torch's own precision and backend flags, as one plain snap
 A cold ``torch.compile`` reads them when it traces and compiles a call, in the user's process. A
 shipped entry was compiled under the build's: the build's second pass snapshots them for each
 guarded code as it compiles it, and a served guarded code runs only where this process's snapshot
-is the build's (run/unguarded_reads.py, checked when the code is first about to run). Left out:
+is the build's (run/served/unguarded_reads.py, checked when the code is first about to run). Left out:
 what decides whether or how often torch compiles, or what it logs, rather than what a compile
 computes (Dynamo's cache limits, its ``suppress_errors``; each config's own compile-ignored
 keys; Inductor's keys its cache keys leave out), and the two settings the second pass itself sets.

@@ -1,4 +1,4 @@
-"""Torch's Dynamo cache entries installed on a function's code, every guard kept (run/served_compile.py).
+"""Torch's Dynamo cache entries installed on a function's code, every guard kept (run/served/served_compile.py).
 
 An entry (torch's ``PrecompileCacheEntry``, pickled by the build's second pass) holds Dynamo's
 output for a function: the transformed bytecode of each graph and resume function, the compiled
@@ -10,7 +10,7 @@ Where they do not, Dynamo traces the call as it always does.
 
 Torch serializes a guard manager without the guards it cannot pickle (an object's identity).
 For each guarded code, the index names what was dropped (protocol/served_compiles.py), and a guard
-is added that holds each such source to the object the build had there (run/held_objects.py), as
+is added that holds each such source to the object the build had there (run/served/held_objects.py), as
 Dynamo's own ID guard would. A guarded code whose dropped guards cannot be held so, whose guards
 the index does not know or torch rebuilt here with other values than the build's (guard_text), or
 whose objects are other ones here, gets a guard that always fails: it is never run, and such a
@@ -35,7 +35,7 @@ import threading
 from typing import Any, Callable, Iterator
 
 from hatch_precompile.errors import DynamoEntryNotYet, DynamoEntryRefused
-from hatch_precompile.run import held_objects, unguarded_reads
+from hatch_precompile.run.served import held_objects, unguarded_reads
 from hatch_precompile.run.torch_internals import entry_graphs, entry_pickle, guard_text, thread_count
 from hatch_precompile.run.torch_internals.registry import lookup
 

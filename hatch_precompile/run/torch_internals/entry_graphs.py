@@ -1,6 +1,6 @@
 """An installed entry's compiled graphs, and each guarded code's last guard: run once all its other
 guards hold, the first time the code is about to run, it checks what the trace read that no guard
-holds (run/unguarded_reads.py) and loads the graphs the code calls.
+holds (run/served/unguarded_reads.py) and loads the graphs the code calls.
 
 Torch's install loads every compiled graph of an entry (its generated code, its kernels), whichever
 calls the process makes; an entry of several compiles holds every compile the workload made of the

@@ -1,6 +1,6 @@
 """An ``nn.Module``'s private state, read: its hooks by kind, and every submodule, parameter and
-buffer in its place (run/exported_step.py, run/call_contract.py); the names of the dicts that keep
-hooks (run/unguarded_reads.py, builder/served/dynamo_reads.py)."""
+buffer in its place (run/steps/exported_step.py, run/steps/call_contract.py); the names of the dicts that keep
+hooks (run/served/unguarded_reads.py, builder/served/dynamo_reads.py)."""
 
 from __future__ import annotations
 

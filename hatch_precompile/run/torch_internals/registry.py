@@ -45,7 +45,7 @@ class Touchpoint:
 
 REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
     Touchpoint("write", CODECACHE, "write", "wrap", "build: each kernel's command line (child/observe.py); load: "
-               "which kernels are built (run/warm_shortcuts.py)",
+               "which kernels are built (run/caches/warm_shortcuts.py)",
                broken="hooks read the arguments by name (none when the signature cannot be read): no relocation (the build says how many kernels are not relocatable), no shortcut"),
     Touchpoint("post-compile-graph", CODECACHE, "FxGraphCache.cache_hit_post_compile", "wrap",
                "load, served: a cached graph loads without importing the lowerings; its import of "
@@ -71,10 +71,10 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "(run/torch_internals/extension_paths.py)",
                broken="another source than those read: torch's module is imported"),
     Touchpoint("precompile-header", CODECACHE, "_precompile_header", "wrap",
-               "load: skip the header for a kernel already built (run/warm_shortcuts.py)",
+               "load: skip the header for a kernel already built (run/caches/warm_shortcuts.py)",
                broken="passed through: the header is built"),
     Touchpoint("torch-key", CODECACHE, "torch_key", "prefetch", "load: hash torch's sources in the background "
-               "from the first compile on (run/warm_shortcuts.py)",
+               "from the first compile on (run/caches/warm_shortcuts.py)",
                broken="not started: torch hashes when it needs the key"),
     Touchpoint("triton-key", CODECACHE, "triton_key", "prefetch", "load: hash Triton's in the background, or set "
                "the key this machine computed before (2.13+; before, `runtime.triton_compat.triton_key`)",
@@ -90,33 +90,33 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "not, they are put back where they can be, and the hook is not called again in the process",
                broken="not checked: the hooks run as before"),
     Touchpoint("system", CODECACHE, "CacheBase.get_system", "answer", "load, without a GPU: answered without "
-               "Triton's key where torch leaves it out of the graphs' keys (run/warm_shortcuts.py)",
+               "Triton's key where torch leaves it out of the graphs' keys (run/caches/warm_shortcuts.py)",
                broken="not functools' cache of a function of no arguments, an error, or answers that differ: left to torch, Triton's key prefetched"),
     Touchpoint("check-build", VEC_ISA, "VecISA.check_build", "wrap", "load and build: answer the ISA probes a "
-               "shipped set proved or this user passed, and remember those that pass (run/isa_probes.py)",
+               "shipped set proved or this user passed, and remember those that pass (run/caches/isa_probes.py)",
                broken="probed as usual"),
     Touchpoint("autotune-recheck", TRITON_HEURISTICS, "CachingAutotuner.recheck_autotune_cache", "wrap",
-               "load, on a GPU: find the shipped tuned configs (run/tuned_configs.py)",
+               "load, on a GPU: find the shipped tuned configs (run/caches/tuned_configs.py)",
                broken="the kernel is tuned again"),
     Touchpoint("triton-c-module", TRITON_DRIVER, "compile_module_from_src", "wrap",
                "build, on a GPU: keep the C helper modules Triton built (cuda_utils); load: serve the shipped ones "
-               "instead of building them with the C compiler in each fresh cache (run/triton_modules.py; Triton 3.6)",
+               "instead of building them with the C compiler in each fresh cache (run/caches/triton_modules.py; Triton 3.6)",
                broken="Triton builds them as usual"),
     Touchpoint("triton-c-module-file", TRITON_DRIVER, "compile_module_from_file", "wrap",
                "the same, where Triton names the source by its file (Triton 3.8)",
                broken="Triton builds them as usual"),
     Touchpoint("hash-details", CODECACHE, "FxGraphHashDetails.__init__", "wrap", "load: a stand-in compiler's key "
-               "(run/cache_keys_as_built.py)",
+               "(run/caches/cache_keys_as_built.py)",
                broken="the key as torch made it: the graphs compile again"),
     Touchpoint("inductor-config", CONFIG, "cpp.dynamic_threads", "setting", "load: the set's settings "
-               "(run/cache_keys_as_built.py); applied under HATCH_PRECOMPILE_NO_PATCHES too",
+               "(run/caches/cache_keys_as_built.py); applied under HATCH_PRECOMPILE_NO_PATCHES too",
                broken="a setting it does not take is left alone (logged): the graphs compile again"),
     Touchpoint("compile-command", CPP_BUILDER, "run_compile_cmd", "wrap", "build: portable kernels and their flags "
                "(builder/sets/isa.py, builder/steps/export.py)",
                broken="the command runs as torch made it; the set is recorded `native`"),
     Touchpoint("dynamo-compile", CONVERT_FRAME, "_compile", "wrap", "load: the first compile starts the "
-               "torch-key and triton-key prefetches (run/warm_shortcuts.py) and asks the compiler's --version "
-               "(run/cache_keys_as_built.py); build, verify, snoop: each graph's call "
+               "torch-key and triton-key prefetches (run/caches/warm_shortcuts.py) and asks the compiler's --version "
+               "(run/caches/cache_keys_as_built.py); build, verify, snoop: each graph's call "
                "(child/observe.py); build, snoop: a line per graph as it is compiled (child/progress.py)",
                broken="no call signatures recorded (snoop's gaps say less); the keys are hashed when "
                "torch needs them, not before; a compiler that does not work is not said ahead; a build's "
@@ -151,7 +151,7 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "verify's `--setting inductor.NAME=VALUE` / `functorch.NAME=VALUE` (child/verify_child.py)",
                broken="verify's `--setting` fails with the setting named"),
     Touchpoint("precompile-logger", "torch._precompile", "logger", "logging", "load_step: torch's warning that the "
-               "code it runs is untrusted, for a step whose sha256 the manifest vouches for (run/shipped_steps.py)",
+               "code it runs is untrusted, for a step whose sha256 the manifest vouches for (run/steps/shipped_steps.py)",
                broken="its records pass as torch makes them"),
     Touchpoint("logs", "torch._logging", "set_logs", "logging", "build, snoop: graph breaks and float64 nodes from "
                "torch's logs, kept from printing (child/observe.py)",
@@ -172,26 +172,26 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "the Dynamo cache entries as it saves its Mega-Cache (builder/served/dynamo_pass.py; the bytes are not kept)",
                broken="no entries: the compiled functions are traced, warm from the shipped caches"),
     Touchpoint("cpu-capability", "torch.backends.cpu", "get_cpu_capability", "read", "build and load: the "
-               "environment key (run/environment_key.py)",
+               "environment key (run/sets/environment_key.py)",
                broken="build: a plain wheel, said in one line; load: skipped with the error"),
     Touchpoint("compiler-search", CPP_BUILDER, "cpp_compiler_search", "wrap", "load: the first compiler of "
                "Inductor's list that answers `--version`, answered from the version this user's processes "
-               "remembered for that compiler file (run/warm_shortcuts.py): a warm process starts no compiler",
+               "remembered for that compiler file (run/caches/warm_shortcuts.py): a warm process starts no compiler",
                broken="passed through: torch runs the compiler's `--version`"),
     Touchpoint("intel-compiler", CPP_BUILDER, "_is_intel_compiler", "wrap", "load: whether the compiler is "
-               "Intel's, from its remembered `--version` line (run/warm_shortcuts.py)",
+               "Intel's, from its remembered `--version` line (run/caches/warm_shortcuts.py)",
                broken="passed through: torch runs the compiler's `--version`"),
     Touchpoint("cpp-compiler", CPP_BUILDER, "get_cpp_compiler", "call", "load and build: the compiler Inductor "
-               "resolved (run/cache_keys_as_built.py, run/warm_shortcuts.py, child/build_child.py)",
+               "resolved (run/caches/cache_keys_as_built.py, run/caches/warm_shortcuts.py, child/build_child.py)",
                broken="no compiler recorded, no stand-in; probes as usual; an exported step's CPU features unknown: refused"),
     Touchpoint("cache-dir", "torch._inductor.runtime.cache_dir_utils", "cache_dir", "call", "load, on a GPU: the "
-               "cache dir the tuned configs go to (run/tuned_configs.py)",
+               "cache dir the tuned configs go to (run/caches/tuned_configs.py)",
                broken="tuned configs looked up where torch looks"),
     Touchpoint("aoti-compile", "torch._inductor", "aoti_compile_and_package", "call", "build: an exported step's "
                "package (builder/steps/export.py)",
                broken="the step fails the build by name (or is not shipped, with on_failure='warn')"),
     Touchpoint("aoti-loader", "torch._C._aoti", "AOTIModelPackageLoader", "call", "load_step: run an exported "
-               "step, with the caller's weights bound in place (run/exported_step.py)",
+               "step, with the caller's weights bound in place (run/steps/exported_step.py)",
                broken="the step runs its fallback, with the loader's reason in `step.reason`"),
     Touchpoint("keep-constants", CONFIG, "always_keep_tensor_constants, joint_graph_constant_folding", "setting",
                "build: every tensor of an "
@@ -204,10 +204,10 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                broken="the training step is not exported, and the build says why (load_step runs its fallback)"),
     Touchpoint("pytree", "torch.utils._pytree", "tree_flatten, tree_unflatten, treespec_dumps, treespec_loads",
                "call", "build and load_step: an exported step's inputs and outputs, flattened as the package "
-               "takes them (builder/steps/export_contract.py, builder/steps/export_proof.py, run/exported_step.py)",
+               "takes them (builder/steps/export_contract.py, builder/steps/export_proof.py, run/steps/exported_step.py)",
                broken="load_step: the step runs its fallback, with the reason in `step.reason`"),
     Touchpoint("compile-calls", "torch", "compile", "wrap", "load: the package's own calls served from the Dynamo "
-               "cache entries its build shipped (run/served_compile.py); build's second pass: each call's options and "
+               "cache entries its build shipped (run/served/served_compile.py); build's second pass: each call's options and "
                "caller (builder/served/dynamo_pass.py)",
                broken="every call is torch's: traced, warm from the shipped caches"),
     Touchpoint("compiler-config", "torch", "_TorchCompileInductorWrapper.get_compiler_config", "wrap",
@@ -347,7 +347,7 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
     Touchpoint("module-internals", "torch.nn.Module", "_modules, _parameters, _buffers, _forward_pre_hooks, "
                "_forward_hooks, _backward_pre_hooks, _backward_hooks", "read",
                "load_step: an exported step's module, by identity (what was replaced) and its hooks "
-               "(run/exported_step.py, run/call_contract.py)",
+               "(run/steps/exported_step.py, run/steps/call_contract.py)",
                broken="load_step: the call runs the fallback, with the reason in `step.reason`"),
 )}
 

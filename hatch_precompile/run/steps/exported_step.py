@@ -9,7 +9,7 @@ each call binds the tensors of the module it is given (or of a mapping of its we
 with. Tensors a checkpoint does not hold (buffers that are not persistent, tensors the trace
 lifted) are shipped beside the package.
 
-Every call is checked against the export's contract (run/call_contract.py): the process modes, eval
+Every call is checked against the export's contract (run/steps/call_contract.py): the process modes, eval
 mode, the module's structure (class, submodules, tensors: in full when the module or its tensors
 change, by identity otherwise), the plain values the trace read (attributes, config fields) and
 the hooks, at every call, and each input's dtype, layout and dims inside the exported ranges. A
@@ -29,7 +29,8 @@ from typing import Any
 
 from hatch_precompile.errors import StepRefused
 from hatch_precompile.protocol.step_file import EXPORTED, INPUTS, LOADER, MODES, MODULE, PLANNED, SETTINGS
-from hatch_precompile.run import call_contract, machine
+from hatch_precompile.run.sets import machine
+from hatch_precompile.run.steps import call_contract
 from hatch_precompile.run.torch_internals import aoti, module_state
 
 ROUTE = EXPORTED

@@ -39,7 +39,8 @@ import threading
 from typing import Any
 
 from hatch_precompile.protocol import Manifest
-from hatch_precompile.run import environment_key, isa_probes, memos, usercache
+from hatch_precompile.run.caches import isa_probes
+from hatch_precompile.run.sets import environment_key, memos, usercache
 from hatch_precompile.run.torch_internals import patching, prefetch
 
 _pending = threading.local()
@@ -112,7 +113,7 @@ class TritonKeyMemo:
 
 def _shows_no_gpu(manifest: Manifest) -> bool:
     """Whether CUDA shows this process no GPU: load() matched a set keyed without one (asked of
-    NVML, run/gpu.py), on a CUDA build of torch or one without a GPU backend; not ROCm's."""
+    NVML, run/sets/gpu.py), on a CUDA build of torch or one without a GPU backend; not ROCm's."""
     torch = sys.modules.get("torch")
     return manifest.env.get("gpu") is None and getattr(getattr(torch, "version", None), "hip", None) is None
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from hatch_precompile.errors import ManifestError
 from hatch_precompile.protocol import Manifest, first_mismatch
-from hatch_precompile.run import machine
+from hatch_precompile.run.sets import machine
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +34,7 @@ class Here:
 def here() -> Here:
     import torch  # lazily: only once there is something to compare it with
 
-    from hatch_precompile.run import environment_key
+    from hatch_precompile.run.sets import environment_key
 
     return Here(environment_key.current(torch), machine.cpu_features(), machine.missing_libraries)
 
@@ -104,7 +104,7 @@ def choose(package: str, sets: Sets, here: Here) -> Chosen | Refusal:
         + "; ".join(f"{name}: {why}" for name, why in problems.items())
     )
     if mismatched:
-        from hatch_precompile.run import rebuild_command  # only on this path: it reads the installed metadata
+        from hatch_precompile.run.sets import rebuild_command  # only on this path: it reads the installed metadata
 
         reason += f"; {rebuild_command.rebuild(package)}"
     return Refusal(reason)

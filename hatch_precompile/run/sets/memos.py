@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Callable
 
 from hatch_precompile.errors import PrecompileWarning, Untrusted
-from hatch_precompile.run import usercache
+from hatch_precompile.run.sets import usercache
 
 COMPILERS = ".compilers"  # dot: never a package name
 ISA_PROBES = ".isa-probes"

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hatch_precompile.protocol import DYNAMIC_THREADS_VAR, Manifest
-from hatch_precompile.run import environment_key
+from hatch_precompile.run.sets import environment_key
 from hatch_precompile.run.torch_internals import patching, prefetch, settings
 
 _built_compiler: dict[str, Any] = {}

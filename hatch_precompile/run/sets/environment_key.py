@@ -9,7 +9,7 @@ model and compute capability of the GPU torch will call ``cuda:0``, the CUDA ver
 built with, and Triton's version.
 
 The C++ compiler is not a key field: the shipped kernels are binaries, and any compiler of the
-same family stands in for the build's (``compiler()``; see run/cache_keys_as_built.py).
+same family stands in for the build's (``compiler()``; see run/caches/cache_keys_as_built.py).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from importlib import metadata
 from typing import Any
 
 from hatch_precompile.errors import Unidentified
-from hatch_precompile.run import gpu, memos
+from hatch_precompile.run.sets import gpu, memos
 
 
 def cxx_command() -> str:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from hatch_precompile.protocol import APP, MANIFEST_FILE, SETS_DIR, canonical_name, env_id
-from hatch_precompile.run import private_dirs
+from hatch_precompile.run.sets import private_dirs
 
 
 def base_dir() -> Path | None:

@@ -32,7 +32,7 @@ from typing import Any, Callable
 from hatch_precompile.errors import DynamoEntryNotYet, DynamoEntryRefused, ServedError, Skip
 from hatch_precompile.protocol import served_compiles
 from hatch_precompile.protocol.names import SERVED_FILE
-from hatch_precompile.run.artifacts import ArtifactSet
+from hatch_precompile.run.sets.artifacts import ArtifactSet
 
 log = logging.getLogger("hatch_precompile")
 

@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from hatch_precompile.protocol import Manifest
-from hatch_precompile.run import environment_key, memos, relocate, usercache
+from hatch_precompile.run.caches import relocate
+from hatch_precompile.run.sets import environment_key, memos, usercache
 from hatch_precompile.run.torch_internals import patching, settings
 
 # Probes loaded sets vouch for: flags (as a set of words) -> the build compilers' --version lines.

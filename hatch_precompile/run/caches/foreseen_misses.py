@@ -19,7 +19,7 @@ from typing import Any
 
 from hatch_precompile.protocol import CACHE_DIR_VAR, DYNAMIC_THREADS_VAR
 
-# Read by torch, but not into the key, or made to agree by load() itself (run/cache_keys_as_built.py).
+# Read by torch, but not into the key, or made to agree by load() itself (run/caches/cache_keys_as_built.py).
 _NOT_IN_KEY = (CACHE_DIR_VAR, DYNAMIC_THREADS_VAR)
 _PREFIXES = ("TORCHINDUCTOR_", "TORCHDYNAMO_", "TORCH_COMPILE_")
 ALIASING_VAR = "TORCHINDUCTOR_ERROR_ON_CUSTOM_OP_ALIASING"

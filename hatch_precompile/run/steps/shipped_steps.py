@@ -1,10 +1,10 @@
 """``load_step``: a package's step as it was shipped, by the route the build captured it with.
 
 At build a workload saved the step (builder/steps/step_capture.py): an inference step as an AOTInductor package
-(run/exported_step.py: no Dynamo or Inductor in this process), a training step with
+(run/steps/exported_step.py: no Dynamo or Inductor in this process), a training step with
 ``torch.compiler.precompile`` (torch 2.14+: no Dynamo at the first call). ``load_step(package,
 name, fn)`` returns a callable that runs the shipped step where the arguments keep its contract
-(run/call_contract.py) and the package's artifacts were installed for this machine, and
+(run/steps/call_contract.py) and the package's artifacts were installed for this machine, and
 ``torch.compile(fn)`` everywhere else: another torch the step was not proven on, a shape outside
 the exported ranges, a module in train() mode, a Python value or a mode that differs, a loader
 that refuses. ``step.route`` says which ran, ``step.reason`` why the fallback did. A failed
@@ -40,9 +40,11 @@ from hatch_precompile.protocol.step_file import (
     SETTINGS,
     read_contract,
 )
-from hatch_precompile.run import artifacts, call_contract, load_caches, verdict
+from hatch_precompile.run import load_caches
+from hatch_precompile.run.sets import artifacts, verdict
+from hatch_precompile.run.steps import call_contract
 
-# Why a call was refused, by kind (run/exported_step.py's, and the precompile route's own): the fix a
+# Why a call was refused, by kind (run/steps/exported_step.py's, and the precompile route's own): the fix a
 # warning gives. The author's planned refusal (train mode) has none: it is logged, not warned.
 FIXES = {
     MODES: "call it under the process modes the workload saved it with (torch.no_grad(), the default dtype, "
@@ -173,7 +175,7 @@ class Step:
         with self._lock:
             this_process.declared[(self.package, self.name)] = True  # the workload's call of it ships its graphs warm
             if self._fallback is None:
-                from hatch_precompile.run import served_compile
+                from hatch_precompile.run.served import served_compile
 
                 self._fallback = served_compile.compile_for(self.package, self.fn, dynamic=self._dynamic)
             return self._fallback
@@ -188,7 +190,7 @@ class Step:
             if self._contract is None:
                 return None, self._unavailable, None, None
             route = self._contract.get("route")
-            if route != EXPORTED:  # the exported step checks its own, faster (run/exported_step.py)
+            if route != EXPORTED:  # the exported step checks its own, faster (run/steps/exported_step.py)
                 why = call_contract.mismatch(self._contract, args)
                 if why is not None:
                     return None, why, route, MODES if why.startswith("the process modes") else ARGUMENTS
@@ -245,7 +247,7 @@ class Step:
                            files: dict[str, str]) -> dict[str, Any] | None:
         import torch
 
-        from hatch_precompile.run import exported_step
+        from hatch_precompile.run.steps import exported_step
 
         problem = exported_step.proof_problem(record, torch)  # a loader that crashed in a build's prover never runs here
         if problem:
@@ -259,7 +261,7 @@ class Step:
         files, self._files = self._files or {}, None
         assert self._contract is not None
         if self._contract.get("route") == EXPORTED:
-            from hatch_precompile.run import exported_step
+            from hatch_precompile.run.steps import exported_step
 
             try:
                 return exported_step.ExportedStep(self.name, self._contract["export"], files["pt2"], files.get("constants"))

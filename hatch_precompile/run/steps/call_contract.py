@@ -4,9 +4,9 @@ A step is captured from one call at build (builder/steps/step_capture.py). What 
 down here as the step's contract: each module's class, submodules, settings, parameter shapes and
 dtypes and train/eval mode; each tensor's shape, layout and dtype; each plain value; the process
 modes (grad, default dtype, autocast). At run time a call that keeps the contract runs the shipped
-step, any other the fallback (run/shipped_steps.py).
+step, any other the fallback (run/steps/shipped_steps.py).
 
-The exported route (run/exported_step.py) holds less and checks it at every call: each module's
+The exported route (run/steps/exported_step.py) holds less and checks it at every call: each module's
 structure (``structure``: class, submodules, tensor names and layouts), the plain values its trace
 read (``plain_value_text``: builder/steps/trace_reads.py records them, ``reads_problem`` checks them), its
 hooks (``hooks``), and tensor dims that may vary within ranges (``dims_problem``). Torch is

@@ -16,7 +16,7 @@ from typing import Any
 
 from hatch_precompile.errors import ManifestError, Skip, Untrusted
 from hatch_precompile.protocol import DIRNAME, MANIFEST_FILE, SETS_DIR, Manifest, blob_path, sha256
-from hatch_precompile.run import usercache, verdict
+from hatch_precompile.run.sets import usercache, verdict
 
 
 @dataclasses.dataclass(frozen=True)

@@ -35,9 +35,10 @@ from typing import Any
 
 from hatch_precompile.errors import Skip, Untrusted
 from hatch_precompile.protocol import CACHE_DIR_VAR, INDUCTOR_DIR
-from hatch_precompile.run import private_dirs, relocate
-from hatch_precompile.run.artifacts import ArtifactSet
-from hatch_precompile.run.private_dirs import Dir, quietly
+from hatch_precompile.run.caches import relocate
+from hatch_precompile.run.sets import private_dirs
+from hatch_precompile.run.sets.artifacts import ArtifactSet
+from hatch_precompile.run.sets.private_dirs import Dir, quietly
 
 # Torch names its default dir after the user; from 2.13 a uid with no passwd entry (a container run
 # with --user, OpenShift's arbitrary uids) gets "uid_<uid>" instead of an error (pytorch PR 184208).
