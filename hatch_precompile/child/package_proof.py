@@ -98,7 +98,7 @@ def main(argv: list[str]) -> int:
     import torch
 
     from hatch_precompile.run.steps import exported_step
-    from hatch_precompile.run.torch_internals import aoti
+    from hatch_precompile.run.torch_internals.steps import aoti
 
     given = torch.load(directory / IO_FILE, weights_only=True)
     try:

@@ -19,7 +19,7 @@ the index holds either why it can never be served, or:
   ``settings``, by digest), checked at the same moment.
 
 Beside each entry, ``dynamo/<key>.guards`` holds its guarded codes' guards as torch rebuilds them,
-in words (run/torch_internals/guard_text.py), compared with those torch rebuilds at install. The
+in words (run/torch_internals/served/guard_text.py), compared with those torch rebuilds at install. The
 index also holds the Python optimization level the build's bytecode was compiled at (``python -O``
 strips asserts). Standard library only: ``load()``'s path reads it.
 """

@@ -121,7 +121,7 @@ def profile(frame, event, arg):
         seen.append(1)
 sys.setprofile(profile); threading.setprofile(profile)
 from hatch_precompile.run.caches import warm_shortcuts
-from hatch_precompile.run.torch_internals import prefetch
+from hatch_precompile.run.torch_internals.caches import prefetch
 prefetch.prefetch("triton-key", memo=warm_shortcuts.TritonKeyMemo())
 from torch._inductor import codecache
 key = codecache.triton_key()

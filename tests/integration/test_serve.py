@@ -225,7 +225,7 @@ def _folded_build(tmp_path: Path) -> str:
     """What exporting a small MLP says when the compile may fold small tensors into the code."""
     code = (
         "import torch, tempfile\nfrom torch import nn\nfrom pathlib import Path\n"
-        "from hatch_precompile.builder.steps import export\nfrom hatch_precompile.run.torch_internals import aoti\n"
+        "from hatch_precompile.builder.steps import export\nfrom hatch_precompile.run.torch_internals.steps import aoti\n"
         "aoti.KEEP_CONSTANTS.clear()  # as a torch that folds small tensors into the code\n"
         "m = nn.Sequential(nn.Linear(4, 8), nn.LayerNorm(8), nn.Linear(8, 3)).eval()\n"
         "try:\n    with torch.no_grad():\n"

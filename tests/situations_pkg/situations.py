@@ -21,7 +21,7 @@ if GROUP == "environment":  # set before the package is imported: its config rea
 import collections  # noqa: E402
 import hashlib  # noqa: E402
 
-from hatch_precompile.run.torch_internals import entry_pickle  # noqa: E402
+from hatch_precompile.run.torch_internals.served import entry_pickle  # noqa: E402
 
 ENTRY_READS = collections.Counter()  # how many times each shipped entry's pickle is read, by its digest
 _read = entry_pickle.loads

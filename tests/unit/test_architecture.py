@@ -42,7 +42,7 @@ ENTRY_POINT_MODULES = (f"{PACKAGE}.__main__", f"{PACKAGE}.child.*_child")
 # verify's or snoop's child (child/, and builder/steps/export.py; outside the package, what measures torch from
 # outside). pyproject.toml's per-file-ignores for TID251 must name exactly these.
 TORCH_INTERNALS_ALLOWED = (
-    "hatch_precompile/run/torch_internals/*.py",
+    "hatch_precompile/run/torch_internals/**/*.py",
     "hatch_precompile/builder/steps/torch_export.py",
     "hatch_precompile/child/*.py",
     "hatch_precompile/builder/steps/export.py",
@@ -451,7 +451,9 @@ def banned() -> list[str]:
 
 
 def allowed(path: str) -> bool:
-    return any(fnmatch.fnmatch(path, pattern) for pattern in TORCH_INTERNALS_ALLOWED)
+    """Whether ``path`` matches a pattern as ruff reads it: ``**/`` is any number of folders, none included."""
+    return any(fnmatch.fnmatch(path, pattern) or fnmatch.fnmatch(path, pattern.replace("**/", ""))
+               for pattern in TORCH_INTERNALS_ALLOWED)
 
 
 def torch_private_modules(root: Path = ROOT) -> dict[str, list[str]]:

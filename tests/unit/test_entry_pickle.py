@@ -1,4 +1,4 @@
-"""run/torch_internals/entry_pickle.py on a made-up module in place of torch's decomposition tables:
+"""run/torch_internals/served/entry_pickle.py on a made-up module in place of torch's decomposition tables:
 what only a compile calls is read as a stand-in while its module is not imported, and is the real
 function to whoever calls it, asks it anything, or pickles it again."""
 
@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from hatch_precompile.run.torch_internals import entry_pickle, registry
+from hatch_precompile.run.torch_internals import registry
+from hatch_precompile.run.torch_internals.served import entry_pickle
 
 MODULE = "made_up_decompositions"
 

@@ -289,7 +289,7 @@ def test_only_the_packages_own_calls_are_wrapped_and_the_decorator_is_its_caller
 
 
 def test_an_entry_whose_every_guarded_code_is_traced_is_not_installed(monkeypatch):
-    from hatch_precompile.run.torch_internals import dynamo_cache
+    from hatch_precompile.run.torch_internals.served import dynamo_cache
 
     monkeypatch.setattr(served_compile, "this_process", served_compile.ProcessState())
     served_compile.this_process.packages["unit"] = None  # never read: nothing is installed
@@ -384,7 +384,7 @@ def test_an_entry_no_call_could_run_is_not_shipped_and_the_build_says_why(tmp_pa
     no_graph = "torch did not save its compiled graph (AOTAutograd cache unable to serialize compiled graph: ...)"
     functions, notes = dynamo_pass._index(recorder, tmp_path / "cache", tmp_path / "out", no_graph)
     assert list(functions) == [entries["kept"]] and (tmp_path / "out" / f"{entries['kept']}.entry").is_file()
-    from hatch_precompile.run.torch_internals import guard_text
+    from hatch_precompile.run.torch_internals.served import guard_text
 
     assert guard_text.unpacked((tmp_path / "out" / f"{entries['kept']}.guards").read_bytes()) == recorder.lines
     assert not (tmp_path / "out" / f"{entries['dropped']}.entry").exists()
@@ -480,7 +480,7 @@ foreign = types.FunctionType(plain.__code__, vars(json), "foreign")  # named her
 
 
 def test_a_code_is_named_by_the_globals_it_runs_with_or_traced():
-    from hatch_precompile.run.torch_internals import dynamo_cache
+    from hatch_precompile.run.torch_internals.served import dynamo_cache
 
     def entry(*others):
         return types.SimpleNamespace(codes=[types.SimpleNamespace(python_module=__name__), *others])
@@ -504,7 +504,7 @@ def test_a_code_is_named_by_the_globals_it_runs_with_or_traced():
 
 def test_a_module_dynamo_loads_by_its_address_travels_with_the_entry_or_the_entry_is_refused():
     from hatch_precompile.builder.served import dynamo_packaging
-    from hatch_precompile.run.torch_internals import dynamo_cache
+    from hatch_precompile.run.torch_internals.served import dynamo_cache
 
     recorded = []
     output = types.SimpleNamespace(package=types.SimpleNamespace(add_import_source=lambda *a: recorded.append(a)))
@@ -611,7 +611,7 @@ def _same(frame_locals):
 
 
 def test_a_guarded_codes_graphs_load_when_its_guards_first_hold_and_a_failure_traces_it():
-    from hatch_precompile.run.torch_internals import entry_graphs
+    from hatch_precompile.run.torch_internals.served import entry_graphs
 
     artifacts = {"__compiled_fn_1": _Artifact("eval"), "__compiled_fn_2": _Artifact("train"),
                  "__compiled_fn_3": _Artifact("broken", fails=True)}
@@ -663,7 +663,7 @@ def test_a_guarded_codes_graphs_load_when_its_guards_first_hold_and_a_failure_tr
 def test_what_a_trace_read_is_checked_once_at_its_first_run_and_the_answer_kept():
     """A guarded code's last guard asks once, the first time all its other guards hold: a cold compile
     reads then, and keeps what it read (a hook added later is not seen by either)."""
-    from hatch_precompile.run.torch_internals import entry_graphs
+    from hatch_precompile.run.torch_internals.served import entry_graphs
 
     answers = iter([None, "a hook here"])
     asked, refused = [], []
@@ -712,7 +712,7 @@ def test_why_an_entry_holds_no_graph_is_what_torch_said_and_torch_prints_no_more
 def test_the_second_pass_compiles_each_backward_with_its_forward_and_ships_torchs_own_settings():
     from torch._functorch import config
 
-    from hatch_precompile.run.torch_internals import compiler_settings
+    from hatch_precompile.run.torch_internals.served import compiler_settings
 
     before = compiler_settings.snapshot()
     saving = graph_saving.GraphSaving()

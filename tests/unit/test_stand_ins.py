@@ -1,6 +1,6 @@
 """The stand-ins for what a served torch.compile and a loaded graph would import only to read: the
-minifier's backend wrapper (run/torch_internals/debug_wrapper.py), made as this torch's constructor
-makes it; Inductor's debug module's constants (run/torch_internals/graph_stand_in.py), read from its
+minifier's backend wrapper (run/torch_internals/served/stand_ins/debug_wrapper.py), made as this torch's constructor
+makes it; Inductor's debug module's constants (run/torch_internals/served/stand_ins/graph_stand_in.py), read from its
 source as its import sets them; and the extension builder's paths (extension_paths.py), computed as
 this torch's module computes them."""
 
@@ -12,7 +12,7 @@ import logging
 import sys
 from pathlib import Path
 
-from hatch_precompile.run.torch_internals import debug_wrapper, graph_stand_in
+from hatch_precompile.run.torch_internals.served.stand_ins import debug_wrapper, graph_stand_in
 
 MINIFIER, WRAPPER = "torch._dynamo.repro.after_dynamo", "WrapBackendDebug"
 
@@ -93,7 +93,7 @@ def test_the_debug_stand_in_answers_its_constants_and_imports_the_module_for_any
 
 
 def test_the_extension_paths_stand_in_answers_as_this_torchs_module():
-    from hatch_precompile.run.torch_internals import extension_paths
+    from hatch_precompile.run.torch_internals.served.stand_ins import extension_paths
 
     torch_path = extension_paths.computed_torch_path("torch.utils.cpp_extension")
     assert torch_path, "this torch's cpp_extension paths are not read here: add them to extension_paths.KNOWN"
@@ -122,7 +122,7 @@ def test_cuda_home_is_answered_as_torchs_import_computes_it_without_importing_it
     neither; the real module answers once imported."""
     import torch
 
-    from hatch_precompile.run.torch_internals import extension_paths
+    from hatch_precompile.run.torch_internals.served.stand_ins import extension_paths
 
     name = "torch.utils.cpp_extension"
     cpp_extension = importlib.import_module(name)
@@ -156,7 +156,7 @@ def test_cuda_home_is_answered_as_torchs_import_computes_it_without_importing_it
 
 
 def test_extension_paths_from_source_not_read_are_not_stood_in_for(tmp_path, monkeypatch):
-    from hatch_precompile.run.torch_internals import extension_paths
+    from hatch_precompile.run.torch_internals.served.stand_ins import extension_paths
 
     (tmp_path / "other_extension.py").write_text(
         "import os\n_HERE = os.path.abspath(__file__)\n_TORCH_PATH = os.path.dirname(_HERE)\n"

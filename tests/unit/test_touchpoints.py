@@ -15,7 +15,8 @@ import pytest
 from hatch_precompile.builder.sets import isa
 from hatch_precompile.child import key_details
 from hatch_precompile.run.caches import cache_keys_as_built, tuned_configs
-from hatch_precompile.run.torch_internals import patching, prefetch, registry, settings
+from hatch_precompile.run.torch_internals import patching, registry, settings
+from hatch_precompile.run.torch_internals.caches import prefetch
 
 _names = count()
 

@@ -1,7 +1,7 @@
 """What a served guarded code's trace read that no guard holds, in-process: recorded as the build's
 second pass records it (builder/served/dynamo_reads.py), checked as a user's process checks it at the code's
 first run (run/served/unguarded_reads.py), and said in a user's words; the guards in words compared at
-install (run/torch_internals/guard_text.py); the compile a call runs under (compile_scope)."""
+install (run/torch_internals/served/guard_text.py); the compile a call runs under (compile_scope)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 from hatch_precompile.builder.served import dynamo_reads
 from hatch_precompile.protocol import dynamo_sources, served_compiles
 from hatch_precompile.run.served import unguarded_reads
-from hatch_precompile.run.torch_internals import compile_scope, compiler_settings, guard_text
+from hatch_precompile.run.torch_internals.served import compile_scope, compiler_settings, guard_text
 
 
 @pytest.mark.parametrize("source, said", [

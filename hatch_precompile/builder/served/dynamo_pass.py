@@ -1,19 +1,18 @@
 """The build's second pass: the workloads again, under torch's ``caching_precompile``, for the Dynamo
 cache entries of the package's own ``torch.compile`` calls (served untraced: run/served/served_compile.py).
 
-Started by workload_run.py after the first pass (child/build_child.py), in a fresh process (a
-``torch.compile`` wrapper made at the package's import only records an entry where the flag was
-on when it was made), on a copy of the first pass's cache dir: every graph the first pass compiled
-is found there, so nothing is compiled again, and the first pass's entries (which users' traced
-calls hit) are left as they were. Steps and TorchScript modules are the first pass's, not saved again.
+Started by workload_run.py (``supervisor.command(python, __name__, SPEC)``) after the first pass
+(child/build_child.py), in a fresh process (a ``torch.compile`` wrapper made at the package's import
+only records an entry where the flag was on when it was made), on a copy of the first pass's cache
+dir: every graph the first pass compiled is found there, so nothing is compiled again, and the first
+pass's entries (users' traced calls hit them) are left as they were. Steps and TorchScript modules
+are not saved again.
 
 While the workloads run, it records, for each guarded code torch serializes, which guards torch
 dropped (it cannot pickle an object's identity) and what the object each held to is, where a new
-process can tell it from any other (protocol/served_compiles.py), and the options and callers of each
-``torch.compile`` call. Writes ``dynamo/<key>.entry`` and ``dynamo/served.json`` into the spec's
-``out`` dir, for the functions the package compiled (its modules', or its steps' fallbacks).
-
-    (the child: supervisor.command(python, __name__, SPEC))
+process can tell it from any other (protocol/served_compiles.py), and the options and callers of
+each ``torch.compile`` call. Writes ``dynamo/<key>.entry`` and ``dynamo/served.json`` into the
+spec's ``out`` dir, for the functions the package compiled (its modules', or its steps' fallbacks).
 """
 
 from __future__ import annotations
@@ -48,8 +47,9 @@ from hatch_precompile.protocol import (
     dynamo_sources,
     served_compiles,
 )
-from hatch_precompile.run.torch_internals import guard_text, patching
+from hatch_precompile.run.torch_internals import patching
 from hatch_precompile.run.torch_internals.registry import lookup
+from hatch_precompile.run.torch_internals.served import guard_text
 
 CACHING_PRECOMPILE_VAR = "TORCH_CACHING_PRECOMPILE"  # torch's: read when torch._dynamo.config is imported
 _BYPASS = "Detected a package bypass:"  # torch's warning where it cannot package a compile
@@ -260,7 +260,7 @@ def main(argv: list[str]) -> int:
     import torch
 
     from hatch_precompile.run.caches import warm_shortcuts
-    from hatch_precompile.run.torch_internals import dynamo_cache
+    from hatch_precompile.run.torch_internals.served import dynamo_cache
 
     # A warm run of the first pass's cache, as a user's first process is: no prefix header built
     # for kernels already built (~6 s), no ISA probe compiled again.
@@ -318,7 +318,7 @@ def possible(torch: Any) -> bool:
     """Whether this torch has all that serving an entry takes: the flag, precompile entries on code,
     and Dynamo's cache entries with their guards read back one by one (torch 2.10 on; 2.8 and 2.9
     have some of it, older none). Where not, no second pass: nothing is shipped that load() would refuse."""
-    from hatch_precompile.run.torch_internals import dynamo_cache
+    from hatch_precompile.run.torch_internals.served import dynamo_cache
 
     try:
         from torch._dynamo import config, package  # noqa: TID251

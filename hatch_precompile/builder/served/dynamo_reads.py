@@ -3,10 +3,10 @@ writes it into the index, protocol/served_compiles.py): everything a served call
 the same in the user's process.
 
 - **Its guards as torch will rebuild them**, in words, rebuilt from the state torch just serialized,
-  at the moment it traced (run/torch_internals/guard_text.py). Torch rebuilds them at install from
+  at the moment it traced (run/torch_internals/served/guard_text.py). Torch rebuilds them at install from
   that state, reading again every value it holds by reference (a module's attribute: a config set
   from an environment variable); the install compares the two.
-- **The compiler settings** it compiled under (run/torch_internals/compiler_settings.py).
+- **The compiler settings** it compiled under (run/torch_internals/served/compiler_settings.py).
 - **What it read that no guard holds**: each dict key it looked up and did not find (torch's
   ``getitem_const_raise_exception_if_absent``: a subscript that raised ``KeyError``, as
   ``os.environ.get`` does for an unset variable), each module hook dict it found empty (torch's
@@ -20,7 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from hatch_precompile.protocol import served_compiles
-from hatch_precompile.run.torch_internals import compiler_settings, dynamo_cache, folded_calls, module_state, patching
+from hatch_precompile.run.torch_internals import module_state, patching
+from hatch_precompile.run.torch_internals.served import compiler_settings, dynamo_cache, folded_calls
 
 _EMPTY_HOOKS = "EMPTY_NN_MODULE_HOOKS_DICT"
 

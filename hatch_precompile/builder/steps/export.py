@@ -32,7 +32,8 @@ from hatch_precompile.errors import NotAvailable
 from hatch_precompile.protocol import CACHE_DIR_VAR
 from hatch_precompile.protocol.step_file import CONTRACT_FORMAT, EXPORTED
 from hatch_precompile.run.steps import exported_step
-from hatch_precompile.run.torch_internals import aoti, patching
+from hatch_precompile.run.torch_internals import patching
+from hatch_precompile.run.torch_internals.steps import aoti
 
 
 @dataclasses.dataclass

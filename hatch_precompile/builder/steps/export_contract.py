@@ -16,7 +16,8 @@ from typing import Any
 
 from hatch_precompile.child import package_proof
 from hatch_precompile.run.steps import call_contract
-from hatch_precompile.run.torch_internals import aoti, settings
+from hatch_precompile.run.torch_internals import settings
+from hatch_precompile.run.torch_internals.steps import aoti
 
 
 def module_tensors(args: tuple, positions: list[int]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from hatch_precompile.protocol import step_files
 from hatch_precompile.protocol.step_file import CONTRACT_FORMAT, EXPORTED, LOADER
 from hatch_precompile.run import variables
 from hatch_precompile.run.steps import exported_step
-from hatch_precompile.run.torch_internals import aoti
+from hatch_precompile.run.torch_internals.steps import aoti
 
 
 def proven_in_child(name: str, package: bytes, constants: dict[str, Any], inputs: list[Any]) -> package_proof.Proof:

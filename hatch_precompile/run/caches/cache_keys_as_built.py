@@ -31,7 +31,8 @@ from typing import Any
 
 from hatch_precompile.protocol import DYNAMIC_THREADS_VAR, Manifest
 from hatch_precompile.run.sets import environment_key
-from hatch_precompile.run.torch_internals import patching, prefetch, settings
+from hatch_precompile.run.torch_internals import patching, settings
+from hatch_precompile.run.torch_internals.caches import prefetch
 
 _built_compiler: dict[str, Any] = {}
 

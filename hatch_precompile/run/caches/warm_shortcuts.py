@@ -41,7 +41,8 @@ from typing import Any
 from hatch_precompile.protocol import Manifest
 from hatch_precompile.run.caches import isa_probes
 from hatch_precompile.run.sets import environment_key, memos, usercache
-from hatch_precompile.run.torch_internals import patching, prefetch
+from hatch_precompile.run.torch_internals import patching
+from hatch_precompile.run.torch_internals.caches import prefetch
 
 _pending = threading.local()
 

@@ -4,7 +4,7 @@ For a set that ships Dynamo cache entries (``dynamo/served.json``, protocol/serv
 ``load()`` calls ``intercept``: from then on, ``torch.compile`` called by the package's own code
 (its caller is one of the package's modules) on a function or module its build compiled, with the
 options the build used, returns what torch returns, and that function's entry is installed on its
-code (run/torch_internals/dynamo_cache.py) -- so its first call runs the shipped graphs without
+code (run/torch_internals/served/dynamo_cache.py) -- so its first call runs the shipped graphs without
 tracing, every guard checked. Every other call of ``torch.compile`` is torch's, untouched: another
 package's, a function the build did not compile, other options; torch's ``caching_precompile``
 flag is never set. Where an entry cannot be installed, the function is compiled as without it
@@ -64,7 +64,8 @@ this_process = ProcessState()
 
 def intercept(package: str, found: ArtifactSet, torch: Any) -> str | None:
     """Serve ``package``'s ``torch.compile`` calls from ``found``'s entries; why not (a note), or None."""
-    from hatch_precompile.run.torch_internals import dynamo_cache, patching
+    from hatch_precompile.run.torch_internals import patching
+    from hatch_precompile.run.torch_internals.served import dynamo_cache
 
     if not patching.enabled():
         return None  # HATCH_PRECOMPILE_NO_PATCHES: torch untouched
@@ -152,7 +153,8 @@ def _compiled(original: Callable[..., Any], model: Any, options: dict[str, Any])
     compiler (~1 s; nothing a served call runs needs it): the compiled object's public
     ``get_compiler_config()`` makes it when asked; and without the minifier's imports (its wrapper
     of the backend made by a stand-in, torch's made when Dynamo first compiles a graph)."""
-    from hatch_precompile.run.torch_internals import compiler_config, debug_wrapper
+    from hatch_precompile.run.torch_internals.served import compiler_config
+    from hatch_precompile.run.torch_internals.served.stand_ins import debug_wrapper
 
     with compiler_config.deferred() as backends, debug_wrapper.deferred():
         compiled = original(model, **options)
@@ -179,7 +181,7 @@ def _served(package: str, model: Any, options: dict[str, Any], original: Callabl
     if function is None:
         return original(model, **options)
     compiled = _compiled(original, model, options)
-    from hatch_precompile.run.torch_internals import compile_scope
+    from hatch_precompile.run.torch_internals.served import compile_scope
 
     if not compile_scope.mark(compiled, served_compiles.source_key(function.qualname, function.firstlineno)):
         _said(function, "traced: which torch.compile a call of it runs under cannot be told (torch moved)")
@@ -214,7 +216,7 @@ def _threads_at_first_call(compiled: Any, name: str) -> None:
     again at the first call of ``compiled``: installed at import, the entry is served to a process
     that sets its thread count after (``import pkg; torch.set_num_threads(8)``), as a trace made at
     that call would be."""
-    from hatch_precompile.run.torch_internals import thread_count
+    from hatch_precompile.run.torch_internals.served import thread_count
 
     with this_process.lock:
         guards = this_process.thread_guards.get(name)
@@ -243,13 +245,8 @@ def _install(package: str, model: Any, function: served_compiles.Function, compi
     there now (its guarded codes served, or some never run and said why). Where torch cannot rebuild
     its guards yet (a source they read is not there at ``torch.compile``: a registry a library fills
     as its models are made), it is tried again once, at the first call of ``compiled``."""
-    from hatch_precompile.run.torch_internals import (
-        compile_scope,
-        compiler_settings,
-        dynamo_cache,
-        graph_stand_in,
-        guard_text,
-    )
+    from hatch_precompile.run.torch_internals.served import compile_scope, compiler_settings, dynamo_cache, guard_text
+    from hatch_precompile.run.torch_internals.served.stand_ins import graph_stand_in
 
     name = f"{function.module}.{function.qualname}"
     with this_process.lock:
@@ -346,7 +343,8 @@ def _installed_at_import(package: str, function: served_compiles.Function, modul
 
 def _graphs_ahead(package: str, function: served_compiles.Function) -> None:
     """The graphs of a function installed at its first call, loaded now: that call then only installs."""
-    from hatch_precompile.run.torch_internals import dynamo_cache, graph_stand_in
+    from hatch_precompile.run.torch_internals.served import dynamo_cache
+    from hatch_precompile.run.torch_internals.served.stand_ins import graph_stand_in
 
     try:
         graph_stand_in.install()

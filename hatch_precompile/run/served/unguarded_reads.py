@@ -47,7 +47,7 @@ def check(code: dict[str, Any], settings: dict[str, dict[str, Any]],
 
 
 def _settings_differ(digest: str, build: dict[str, Any]) -> str | None:
-    from hatch_precompile.run.torch_internals import compiler_settings
+    from hatch_precompile.run.torch_internals.served import compiler_settings
 
     found = compiler_settings.snapshot()
     if found is None:
@@ -86,7 +86,7 @@ def _read_differs(read: dict[str, Any], evaluate: Callable[[dict[str, Any], Any]
 
 
 def _fact_differs(read: dict[str, Any]) -> str | None:
-    from hatch_precompile.run.torch_internals import folded_calls
+    from hatch_precompile.run.torch_internals.served import folded_calls
 
     here, raised = folded_calls.answer(read["call"])
     if (here, raised) == (read.get("value"), read.get("raised")):

@@ -31,7 +31,8 @@ from hatch_precompile.errors import StepRefused
 from hatch_precompile.protocol.step_file import EXPORTED, INPUTS, LOADER, MODES, MODULE, PLANNED, SETTINGS
 from hatch_precompile.run.sets import machine
 from hatch_precompile.run.steps import call_contract
-from hatch_precompile.run.torch_internals import aoti, module_state
+from hatch_precompile.run.torch_internals import module_state
+from hatch_precompile.run.torch_internals.steps import aoti
 
 ROUTE = EXPORTED
 

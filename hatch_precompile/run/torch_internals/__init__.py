@@ -1,13 +1,13 @@
 """Every place hatch-precompile touches torch's internals: lazily, once, failing safe.
 
-One module per job: ``registry`` (every touchpoint by name, and the reference table made from it),
-``import_hook`` (run a patch right after a torch module's first import), ``patching`` (wrap a
-function or method with before/instead/after hooks, guarded against changing torch's compile
-bookkeeping), ``settings`` (torch's settings set, its loggers filtered, what Inductor resolved),
-``prefetch`` (cached computations started in the background, answered without a callee, and work
-deferred to the first compile), ``aoti`` (AOTInductor's loader and pytree, for an exported step)
-and ``module_state`` (an ``nn.Module``'s private containers and hooks). What only a build calls
-(AOTInductor's compile, the joint export) is on the build side: ``builder/steps/torch_export.py``.
+Shared by every route, one module per job: ``registry`` (every touchpoint by name, and the
+reference table made from it), ``import_hook`` (run a patch right after a torch module's first
+import), ``patching`` (wrap a function or method with before/instead/after hooks, guarded against
+changing torch's compile bookkeeping), ``settings`` (torch's settings set, its loggers filtered,
+what Inductor resolved) and ``module_state`` (an ``nn.Module``'s private containers and hooks).
+Each route's own touches are in the folder named as its run side's: ``caches/``, ``served/``,
+``steps/``. What only a build calls (AOTInductor's compile, the joint export) is on the build
+side: ``builder/steps/torch_export.py``.
 
 Only this package and what runs in a build's child import torch's private modules (a lint rule
 says so: ``[tool.ruff.lint.flake8-tidy-imports]``).

@@ -49,17 +49,17 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                broken="hooks read the arguments by name (none when the signature cannot be read): no relocation (the build says how many kernels are not relocatable), no shortcut"),
     Touchpoint("post-compile-graph", CODECACHE, "FxGraphCache.cache_hit_post_compile", "wrap",
                "load, served: a cached graph loads without importing the lowerings; its import of "
-               "`torch._inductor.graph`, made to read a test hook, finds a stand-in (run/torch_internals/graph_stand_in.py)",
+               "`torch._inductor.graph`, made to read a test hook, finds a stand-in (run/torch_internals/served/stand_ins/graph_stand_in.py)",
                broken="the real module is imported: the lowerings load with the graph"),
     Touchpoint("decomp-table", "torch._inductor.decomposition", "select_decomp_table", "answer",
                "load, served: an entry's compiled graphs name it among the arguments Inductor compiled them with; "
                "read from the entry's pickle, where its module (every decomposition table) is not imported, as a "
-               "stand-in that imports it when called (run/torch_internals/entry_pickle.py)",
+               "stand-in that imports it when called (run/torch_internals/served/entry_pickle.py)",
                broken="called, or asked for anything: the module is imported and the real function answers"),
     Touchpoint("backend-debug", "torch._dynamo.repro.after_dynamo", "WrapBackendDebug", "answer",
                "load, served: the package's served torch.compile calls wrap the backend without importing the "
                "minifier (its debug tools, AOTAutograd, networkx): a stand-in made as torch's constructor makes it, "
-               "the class's source read and known (run/torch_internals/debug_wrapper.py); torch's own wrapper made "
+               "the class's source read and known (run/torch_internals/served/stand_ins/debug_wrapper.py); torch's own wrapper made "
                "when Dynamo first compiles a graph",
                broken="another class than those read: torch's module is imported, and its wrapper made"),
     Touchpoint("extension-paths", "torch.utils.cpp_extension", "include_paths, library_paths, TORCH_LIB_PATH, CUDA_HOME",
@@ -68,7 +68,7 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "take torch's include and library dirs (and, 2.14+, whether CUDA_HOME is None) from a stand-in, "
                "computed as torch's module computes them, its source for them read and known, without importing it "
                "and setuptools "
-               "(run/torch_internals/extension_paths.py)",
+               "(run/torch_internals/served/stand_ins/extension_paths.py)",
                broken="another source than those read: torch's module is imported"),
     Touchpoint("precompile-header", CODECACHE, "_precompile_header", "wrap",
                "load: skip the header for a kernel already built (run/caches/warm_shortcuts.py)",
@@ -213,34 +213,34 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
     Touchpoint("compiler-config", "torch", "_TorchCompileInductorWrapper.get_compiler_config", "wrap",
                "load: for a call the package's entry serves, asked when the compiled object's "
                "`get_compiler_config()` is, not at the call (it imports Inductor's whole compiler; "
-               "run/torch_internals/compiler_config.py)",
+               "run/torch_internals/served/compiler_config.py)",
                broken="asked at the call, as torch does: the first call costs Inductor's compiler import"),
     Touchpoint("precompile-entry", "torch._C._dynamo.eval_frame", "_load_precompile_entry, _reset_precompile_entries",
                "call", "load and build: whether this torch takes Dynamo cache entries on a function's code "
-               "(run/torch_internals/dynamo_cache.py)",
+               "(run/torch_internals/served/dynamo_cache.py)",
                broken="no second pass at build; at load, the compiled functions are traced"),
     Touchpoint("compile-package", "torch._dynamo.package", "CompilePackage, PrecompileCacheEntry", "call",
                "load: a shipped Dynamo cache entry installed on a compiled function's code, as torch installs its own "
-               "(run/torch_internals/dynamo_cache.py)",
+               "(run/torch_internals/served/dynamo_cache.py)",
                broken="that function is traced; `served()` says why"),
     Touchpoint("guard-load", "torch._dynamo.package", "load_guards_state, load_guard_manager", "wrap",
                "load: while an entry is installed, each guarded code is matched to the index, and its guards "
-               "get one holding each dropped source to its object (run/torch_internals/dynamo_cache.py)",
+               "get one holding each dropped source to its object (run/torch_internals/served/dynamo_cache.py)",
                broken="the entry is taken out again (its guarded codes were not all seen): the function is traced"),
     Touchpoint("guard-create-log", "torch._guards", "log", "logging", "load: while a shipped entry is installed, "
                "torch's error records of a guard it could not rebuild, kept from printing: `served()` says why the "
-               "install failed, and one tried again at the first call may succeed (run/torch_internals/dynamo_cache.py)",
+               "install failed, and one tried again at the first call may succeed (run/torch_internals/served/dynamo_cache.py)",
                broken="torch prints its error and the guard's stack at the install"),
     Touchpoint("guard-state-tensor", "torch._dynamo.guards", "GuardsStatePickler._unpickle_tensor", "wrap",
                "load: while an entry is installed, a tensor whose `.grad` torch pickled as missing (a parameter with "
                "a gradient when it compiled; torch's own unpickler raises) is read back with none "
-               "(run/torch_internals/dynamo_cache.py)",
+               "(run/torch_internals/served/dynamo_cache.py)",
                broken="the entry is not installed: the function is traced"),
     Touchpoint("compiler-settings", "torch._inductor.config, torch._functorch.config, torch._dynamo.config",
                "save_config_portable, get_config_copy, get_hash", "read",
                "build's second pass: the settings each guarded code compiled under; load: this process's, against "
                "them, when the function is compiled and when each guarded code first runs "
-               "(run/torch_internals/compiler_settings.py): no guard checks them",
+               "(run/torch_internals/served/compiler_settings.py): no guard checks them",
                broken="unreadable at build: that guarded code is not served; at load: the compiled functions are traced"),
     Touchpoint("guard-sites", "torch._guards", "GuardsSet.add, Guard.user_stack", "read",
                "build's second pass: where the trace made each dropped identity guard, said in the reason a "
@@ -251,16 +251,16 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
     Touchpoint("guard-text", "torch._dynamo.guards", "GuardManagerWrapper.__str__", "read",
                "build's second pass: each guarded code's guards as torch rebuilds them, in words, at its trace; load: "
                "those torch rebuilt at install, compared line by line, so that a value torch read again here (a "
-               "module's attribute) is the one the trace read (run/torch_internals/guard_text.py)",
+               "module's attribute) is the one the trace read (run/torch_internals/served/guard_text.py)",
                broken="unreadable at build: that guarded code is not served; at load: it is traced"),
     Touchpoint("compile-context", "torch._dynamo.eval_frame", "_TorchDynamoContext.enter_exit_hooks", "setting",
                "load: each compiled object the package's own `torch.compile` returned names its function while a call "
                "of it runs, so that a shipped entry runs only under the package's compile, never under another "
-               "`torch.compile` of the same function (run/torch_internals/compile_scope.py)",
+               "`torch.compile` of the same function (run/torch_internals/served/compile_scope.py)",
                broken="the function is traced, and `served()` says why"),
     Touchpoint("folded-calls", "torch", ", ".join(served_compiles.FOLDED_FACTS), "call",
                "build's second pass: what each call torch folded into a trace answered; load: what it answers here, "
-               "when the guarded code first runs (run/torch_internals/folded_calls.py)",
+               "when the guarded code first runs (run/torch_internals/served/folded_calls.py)",
                broken="an answer that cannot be had is one no build recorded: that guarded code is traced"),
     Touchpoint("dict-absent-key", "torch._dynamo.variables.dicts",
                "ConstDictVariable.getitem_const_raise_exception_if_absent", "wrap",
@@ -274,11 +274,11 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
     Touchpoint("global-state", "torch._C._dynamo.guards", "GlobalStateGuard.__getstate__, __setstate__", "setting",
                "load: an installed entry's global-state guard takes this process's thread count, at install and "
                "again at the compiled function's first call, where the set's kernels read it when they run "
-               "(run/torch_internals/thread_count.py)",
+               "(run/torch_internals/served/thread_count.py)",
                broken="served where the thread count is the build machine's, traced elsewhere"),
     Touchpoint("unique-id", "torch._dynamo.bytecode_transformation", "_unique_id_counter", "setting",
                "load: Dynamo's name counter moved past the globals an installed entry brought, so that a later "
-               "trace names none of them again (run/torch_internals/dynamo_cache.py)",
+               "trace names none of them again (run/torch_internals/served/dynamo_cache.py)",
                broken="the entry is taken out again: the function is traced"),
     Touchpoint("caching-precompile", "torch._dynamo.config", "caching_precompile", "setting", "build's second pass "
                "only, through its environment (`TORCH_CACHING_PRECOMPILE=1`): the Dynamo cache entries "
@@ -323,7 +323,7 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
     Touchpoint("graph-load", "torch._dynamo.precompile_context", "BackendCacheArtifact.after_deserialization, "
                "RootGuardManager.add_epilogue_lambda_guard", "call",
                "load: an installed entry's compiled graphs, each loaded by the last guard of the first guarded code "
-               "that calls it, when that guarded code is first about to run (run/torch_internals/dynamo_cache.py)",
+               "that calls it, when that guarded code is first about to run (run/torch_internals/served/dynamo_cache.py)",
                broken="that guarded code's guard fails (its calls are traced) and `served()` says why; a torch "
                "without epilogue guards has the graphs loaded at install, as its own install does"),
     Touchpoint("eager-backward", "torch._functorch.config", "force_non_lazy_backward_lowering", "setting",

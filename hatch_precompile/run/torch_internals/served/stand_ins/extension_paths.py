@@ -24,9 +24,9 @@ import shutil
 import sys
 from typing import Any, Callable
 
-from hatch_precompile.run.torch_internals.module_stand_in import Unimported, placed
 from hatch_precompile.run.torch_internals.patching import enabled, wrap
 from hatch_precompile.run.torch_internals.registry import lookup
+from hatch_precompile.run.torch_internals.served.stand_ins.module_stand_in import Unimported, placed
 
 FUNCTIONS = ("include_paths", "library_paths")
 NAMES = ("_HERE", "_TORCH_PATH", "TORCH_LIB_PATH", "get_file_path", *FUNCTIONS)

@@ -36,8 +36,8 @@ from typing import Any, Callable, Iterator
 
 from hatch_precompile.errors import DynamoEntryNotYet, DynamoEntryRefused
 from hatch_precompile.run.served import held_objects, unguarded_reads
-from hatch_precompile.run.torch_internals import entry_graphs, entry_pickle, guard_text, thread_count
 from hatch_precompile.run.torch_internals.registry import lookup
+from hatch_precompile.run.torch_internals.served import entry_graphs, entry_pickle, guard_text, thread_count
 
 log = logging.getLogger("hatch_precompile")
 _lock = threading.Lock()  # one install at a time: the wrappers below are the package module's for its duration

@@ -21,9 +21,9 @@ import importlib.util
 import sys
 from typing import Any, Iterator
 
-from hatch_precompile.run.torch_internals.module_stand_in import Unimported, placed
 from hatch_precompile.run.torch_internals.patching import enabled
 from hatch_precompile.run.torch_internals.registry import lookup
+from hatch_precompile.run.torch_internals.served.stand_ins.module_stand_in import Unimported, placed
 
 # sha256 of torch's ``WrapBackendDebug`` class, parsed and written back (``ast.unparse``) -> the
 # attribute in which its constructor keeps the backend.

@@ -5,7 +5,7 @@ it for every compile of that code: another ``torch.compile`` of the same functio
 another backend or mode) would run the package's graphs. Each compiled object the package's own call
 returned pushes its function's key while it runs (torch's ``enter_exit_hooks`` of its compile
 context, run around every call), and an installed guarded code runs only where the innermost
-served compile running is its own function's (run/torch_internals/dynamo_cache.py). A compile of
+served compile running is its own function's (run/torch_internals/served/dynamo_cache.py). A compile of
 anyone else's pushes nothing, so a call through it is traced, under its own backend and options.
 """
 

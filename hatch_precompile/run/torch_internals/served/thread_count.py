@@ -12,8 +12,8 @@ import functools
 import json
 from typing import Any
 
-from hatch_precompile.run.torch_internals import compile_scope
 from hatch_precompile.run.torch_internals.registry import lookup
+from hatch_precompile.run.torch_internals.served import compile_scope
 
 
 def this_process_count(state: Any) -> Any:

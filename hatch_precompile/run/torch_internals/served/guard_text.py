@@ -7,7 +7,7 @@ of a class, a function's defaults -- is read again then, in the user's process: 
 value found there, not the one the build's trace read, and so never fails where they differ. The
 build's second pass writes each guarded code's guards as torch rebuilds them at the moment it
 traced it; the install compares them with the guards torch rebuilt here, line by line, and a guarded
-code whose guards differ is never run (run/torch_internals/dynamo_cache.py).
+code whose guards differ is never run (run/torch_internals/served/dynamo_cache.py).
 """
 
 from __future__ import annotations

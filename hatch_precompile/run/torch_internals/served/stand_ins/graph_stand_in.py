@@ -19,10 +19,10 @@ import importlib.util
 import sys
 from typing import Any, Callable
 
-from hatch_precompile.run.torch_internals import extension_paths
-from hatch_precompile.run.torch_internals.module_stand_in import Unimported, placed
 from hatch_precompile.run.torch_internals.patching import wrap
 from hatch_precompile.run.torch_internals.registry import lookup
+from hatch_precompile.run.torch_internals.served.stand_ins import extension_paths
+from hatch_precompile.run.torch_internals.served.stand_ins.module_stand_in import Unimported, placed
 
 GRAPH = "torch._inductor.graph"
 DEBUG = "torch._inductor.debug"
