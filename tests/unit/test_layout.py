@@ -1,6 +1,7 @@
-"""The rooms stay findable: no module grows past one screenful of jobs, every module path the docs or
-the source names exists, ``docs/architecture.md``'s map names every module, and its "Where to look"
-answers lead to the function that does the job."""
+"""The rooms stay findable: no module grows past one screenful of jobs, no folder of the build or run
+side past a dozen modules, every module path the docs or the source names exists,
+``docs/architecture.md``'s map names every module, its Routes table names folders that exist on both
+sides, and its "Where to look" answers lead to the function that does the job."""
 
 from __future__ import annotations
 
@@ -28,6 +29,67 @@ def test_no_module_passes_the_line_limit():
     long = [f"{p.relative_to(ROOT)}: {n} lines" for p in modules()
             if (n := len(p.read_text().splitlines())) > MAX_LINES]
     assert not long, f"split these by job (at most {MAX_LINES} lines each):\n" + "\n".join(long)
+
+
+# A folder of a dozen modules is a room; one of forty is a corridor. The build and run sides, and each
+# folder under them, hold at most this many modules directly (``__init__.py`` not counted).
+MAX_MODULES_PER_FOLDER = 12
+SIDES = ("builder", "run")
+
+
+def folders(side: str) -> list[Path]:
+    return [PACKAGE / side, *sorted(p for p in (PACKAGE / side).rglob("*") if p.is_dir() and p.name != "__pycache__")]
+
+
+def test_no_folder_of_the_build_or_run_side_passes_a_dozen_modules():
+    crowded = [f"{folder.relative_to(ROOT)}/: {n} modules" for side in SIDES for folder in folders(side)
+               if (n := len([p for p in folder.glob("*.py") if p.name != "__init__.py"])) > MAX_MODULES_PER_FOLDER]
+    assert not crowded, f"group these by route or job (at most {MAX_MODULES_PER_FOLDER} modules a folder):\n" + "\n".join(crowded)
+
+
+def test_every_folder_of_the_build_and_run_sides_is_a_package_that_says_its_job():
+    bare = [str(folder.relative_to(ROOT)) for side in SIDES for folder in folders(side)
+            if not (folder / "__init__.py").is_file() or not ast.get_docstring(ast.parse((folder / "__init__.py").read_text()))]
+    assert not bare, "folders without an __init__.py whose docstring says their job: " + ", ".join(bare)
+
+
+def test_no_folder_is_named_as_build_output():
+    """``build/`` is skipped by tools that map a tree and by many global ignore files (GitHub's Python
+    template has an unanchored ``build/``): the build side would be invisible to them."""
+    named = [str(p.relative_to(ROOT)) for p in PACKAGE.rglob("*") if p.is_dir() and p.name in {"build", "dist"}]
+    assert not named, f"folders named as build output: {named}"
+
+
+# The Routes table: | route | build folder | run folder | what it ships | when | docs |
+ROUTE_ROW = re.compile(r"^\| ([^|]+?) \| `([\w/.]+)` \| `([\w/.]+)` \|(.+)\|$", re.M)
+
+
+def routes() -> list[tuple[str, str, str]]:
+    text = ARCHITECTURE.read_text()
+    section = text[text.index("## Routes"):]
+    section = section[:section.index("\n## ", 4)]
+    return [(route, build, run) for route, build, run, _ in ROUTE_ROW.findall(section)]
+
+
+def test_the_routes_table_names_a_build_and_a_run_folder_for_each_route():
+    found = routes()
+    folders_named = [(route, build, run) for route, build, run in found if build.endswith("/") and run.endswith("/")]
+    assert len(folders_named) >= 3, f"docs/architecture.md's Routes table names too few routes by folder: {found}"
+    missing = [f"{route}: {path}" for route, build, run in found for path in (build, run)
+               if not (PACKAGE / path).exists() or path.endswith("/") != (PACKAGE / path).is_dir()]
+    assert not missing, "docs/architecture.md's Routes table names what does not exist: " + ", ".join(missing)
+    sides = [p.relative_to(PACKAGE).as_posix() + "/" for side in SIDES for p in (PACKAGE / side).iterdir()
+             if p.is_dir() and p.name not in {"__pycache__", "torch_internals"}]
+    unnamed = sorted(set(sides) - {path for row in found for path in row[1:]})
+    assert not unnamed, "route folders the Routes table does not name: " + ", ".join(unnamed)
+
+
+def test_each_route_touches_torch_in_a_folder_named_as_its_run_side():
+    """A route's touches of torch's internals are found from its name: run/<route>/ and
+    run/torch_internals/<route>/."""
+    runs = {p.name for p in (PACKAGE / "run").iterdir() if p.is_dir() and p.name not in {"__pycache__", "torch_internals"}}
+    grouped = {p.name for p in (PACKAGE / "run" / "torch_internals").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert grouped <= runs, f"torch_internals/ groups named as no route's run folder: {sorted(grouped - runs)}"
 
 
 def named_paths(text: str) -> set[str]:
