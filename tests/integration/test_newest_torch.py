@@ -65,13 +65,14 @@ def test_newest_torch_builds_installs_and_starts_warm(hp_dist):
 
 def assert_never_wrong_when_served(python: Path, tmp_path: Path, links: str) -> None:
     """tests/situations_pkg built on this torch serves every compiled function (on 2.14.1, a graph with
-    nothing to compute once failed the whole second pass), and the situations a check sends to tracing
-    compute what a cold compile does (test_served_situations.py runs them all on the suite's torch)."""
+    nothing to compute once failed the whole second pass), and the situations a check sends to tracing,
+    and those of torch's compile controls and worker threads, compute what a cold compile does
+    (test_served_situations.py runs them all on the suite's torch)."""
     proc = run([python, "-m", "pip", "install", "-v", copy_project(tmp_path / "situations_pkg", SITUATIONS)],
                env={"PIP_FIND_LINKS": links, "HATCH_PRECOMPILE_NO_DYNAMO_CACHE": "0"})
     assert BUILT in proc.stdout, proc.stdout[-3000:]
     script = Path(shutil.copy(SITUATIONS / "situations.py", tmp_path / "situations.py"))  # not beside the source
-    for group in ("environment", "after_import", "hooks"):
+    for group in ("environment", "after_import", "hooks", "controls", "threads"):
         assert_served_as_cold(python, script, tmp_path / "situations" / group, group, tmp_path / "situations-cold")
 
 

@@ -106,6 +106,8 @@ def _convert_frame(module):
             return original(*args, **kwargs)
 
         module._compile = _compile
+    if "cache-size" in BROKEN:  # another signature than the hook reads: torch's own calls still work
+        module.compute_cache_size = _NoSignature(module.compute_cache_size)
 
 
 def _from_hatch_precompile() -> bool:
@@ -432,6 +434,16 @@ def _inductor_config(module):
     if "compiler-settings" in BROKEN:  # as if renamed: torch's own cache keys still read it
         cls = type(module)
         cls.save_config_portable = _renamed(cls.save_config_portable)
+    if "inductor-config" in BROKEN and "cpp.dynamic_threads" in getattr(module, "_config", {}):
+        entry = module._config["cpp.dynamic_threads"]  # a default it does not take (torch 2.13+)
+
+        class _NoDefault(type(entry)):
+            def __setattr__(self, name, value):
+                if name == "env_value_default":
+                    raise RuntimeError("misbehaving on purpose")
+                super().__setattr__(name, value)
+
+        entry.__class__ = _NoDefault
 
 
 def _functorch_config(module):
@@ -439,7 +451,38 @@ def _functorch_config(module):
         module._config.pop("force_non_lazy_backward_lowering", None)
 
 
+class _StanceName:
+    """A stance's name that compares as torch's string does, but is none (a stance of another shape)."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __eq__(self, other):
+        return self.name == (other.name if isinstance(other, _StanceName) else other)
+
+    def __hash__(self):
+        return hash(self.name)
+
+    def __repr__(self):
+        return repr(self.name)
+
+
+def _odd_stances(stance_class):
+    """``stance_class`` (torch's DynamoStance), its names made _StanceName: torch's comparisons hold."""
+    class OddStance(stance_class):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            if not isinstance(self.stance, _StanceName):
+                self.stance = _StanceName(self.stance)
+
+    return OddStance
+
+
 def _eval_frame(module):
+    if "compile-stance" in BROKEN:
+        module._stance = _odd_stances(module.DynamoStance)()
+    if "cache-entry-list" in BROKEN:  # torch's own callers import the C function itself
+        module._debug_get_cache_entry_list = _raise
     if "compile-context" in BROKEN:  # a compiled function whose wrapper closes over no compile context
         import functools
 
@@ -471,6 +514,18 @@ def _dynamo_torch_variables(module):
 def _dynamo_config(module):
     if "caching-precompile" in BROKEN:  # TORCH_CACHING_PRECOMPILE=1 not taken
         module.caching_precompile = False
+    if "recompile-limit" in BROKEN:  # a limit of another type, which torch's own comparisons still take
+        module.recompile_limit = 8.0
+
+
+def _dynamo_decorators(module):
+    if "compile-stance" in BROKEN:  # each stance set_stance makes, of another shape
+        module.DynamoStance = _odd_stances(module.DynamoStance)
+
+
+def _dynamo_init(module):
+    if "code-caches-reset" in BROKEN:  # another signature than the hook reads: torch's reset() still calls it
+        module.reset_code_caches = _NoSignature(module.reset_code_caches)
 
 
 def _bytecode_transformation(module):
@@ -525,6 +580,8 @@ PATCHES = {
     "torch._dynamo.output_graph": _output_graph,
     "torch._dynamo.precompile_context": _precompile_context,
     "torch._dynamo.config": _dynamo_config,
+    "torch._dynamo.decorators": _dynamo_decorators,
+    "torch._dynamo": _dynamo_init,
     "torch._guards": _guards_module,
     "torch._dynamo.eval_frame": _eval_frame,
     "torch._dynamo.variables.dicts": _dynamo_dicts,
@@ -549,7 +606,8 @@ BREAKERS = frozenset({
     "global-state", "compiler-settings", "code-source", "guard-pickler", "module-global", "dynamo-entries",
     "graph-load", "eager-backward", "graph-cache-log", "package-bypass", "bypass-log", "guard-text",
     "compile-context", "folded-calls", "dict-absent-key", "folded-call", "guard-create-log", "post-compile-graph",
-    "decomp-table", "backend-debug", "extension-paths", "guard-sites",
+    "decomp-table", "backend-debug", "extension-paths", "guard-sites", "compile-stance", "recompile-limit",
+    "cache-entry-list", "cache-size", "code-caches-reset",
 })
 
 

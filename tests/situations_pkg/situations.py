@@ -20,6 +20,7 @@ if GROUP == "environment":  # set before the package is imported: its config rea
 
 import collections  # noqa: E402
 import hashlib  # noqa: E402
+import pathlib  # noqa: E402
 
 from hatch_precompile.run.torch_internals.served import entry_pickle  # noqa: E402
 
@@ -53,11 +54,21 @@ def frames() -> int:
     return sum(1 for m in get_compilation_metrics() if m.co_name)
 
 
+def kernels() -> int:
+    """How many kernels are built in this process's Inductor cache dir."""
+    return sum(1 for _ in pathlib.Path(os.environ["TORCHINDUCTOR_CACHE_DIR"]).rglob("*.so"))
+
+
+compiled_kernels = {}
+
+
 def situation(run):
-    """Record what ``run`` computed, and how many frames Dynamo traced for it, under its docstring."""
-    before = frames()
+    """Record what ``run`` computed, how many frames Dynamo traced for it and how many kernels it
+    compiled, under its docstring."""
+    before, built = frames(), kernels()
     out = run()
     results[run.__doc__] = [frames() - before, [float(v) for v in out]]
+    compiled_kernels[run.__doc__] = kernels() - built
     return run
 
 
@@ -500,9 +511,171 @@ def distributed():
         dist.destroy_process_group()
 
 
+def controls():
+    """Torch's own controls over when and how a compile runs: stances, the recompile limit, resets."""
+    big, small = M.batch(M.SIZES[0])[0], M.batch(M.SIZES[1])[0]
+    C = M.CONTROLLED
+
+    @contextlib.contextmanager
+    def stance(*args, **kwargs):
+        torch.compiler.set_stance(*args, **kwargs)
+        try:
+            yield
+        finally:
+            torch.compiler.set_stance("default")
+
+    def raised(call, *args):
+        """What ``call`` returned, or [-1] where it raised as torch raises a refused compile."""
+        try:
+            return values(call(*args))
+        except RuntimeError:
+            return [-1.0]
+
+    @situation
+    def _():
+        """set_stance('eager_then_compile'), then two calls"""
+        with stance("eager_then_compile"):
+            return values(C["eager_then_compile"](big), C["eager_then_compile"](big))
+
+    @situation
+    def _():
+        """set_stance('eager_then_compile') as a context manager, then a call after it"""
+        with torch.compiler.set_stance("eager_then_compile"):
+            first = C["stance_context"](big)
+        return values(first, C["stance_context"](big))
+
+    @situation
+    def _():
+        """a warm-up call, then set_stance('eager_on_recompile'), then another batch size"""
+        first = C["eager_on_recompile"](big)
+        with stance("eager_on_recompile"):
+            return values(first, C["eager_on_recompile"](big), C["eager_on_recompile"](small))
+
+    @situation
+    def _():
+        """set_stance('eager_on_recompile') as a decorator, after a warm-up"""
+        @torch.compiler.set_stance("eager_on_recompile")
+        def infer(batch):
+            return C["stance_decorator"](batch)
+
+        first = C["stance_decorator"](big)
+        return values(first, infer(small), C["stance_decorator"](small))
+
+    @situation
+    def _():
+        """recompile_limit = 1, then two batch sizes"""
+        with setting(torch._dynamo.config, "recompile_limit", 1):
+            return values(C["recompile_limit"](big), C["recompile_limit"](small), C["recompile_limit"](small))
+
+    @situation
+    def _():
+        """a warm-up call, then the recompile limit lowered to 1, then another batch size"""
+        first = C["limit_lowered_after"](big)
+        with setting(torch._dynamo.config, "recompile_limit", 1):
+            return values(first, C["limit_lowered_after"](small))
+
+    @situation
+    def _():
+        """set_stance('fail_on_recompile') after a warm-up: the same batch size, then another"""
+        first = C["fail_on_recompile"](big)
+        with stance("fail_on_recompile"):
+            return values(first, C["fail_on_recompile"](big)) + raised(C["fail_on_recompile"], small)
+
+    @situation
+    def _():
+        """skip_guard_eval_unsafe after a warm-up: the same batch size, then another"""
+        first = C["skip_guard_eval"](big)
+        with stance("default", skip_guard_eval_unsafe=True):
+            return values(first, C["skip_guard_eval"](big)) + raised(C["skip_guard_eval"], small)
+
+    @situation
+    def _():
+        """set_stance('force_eager'), then back to the default"""
+        with stance("force_eager"):
+            first = C["force_eager_then_default"](big)
+        return values(first, C["force_eager_then_default"](big))
+
+    @situation
+    def _():
+        """set_stance('default', force_backend='eager'), the RNG seeded"""
+        with stance("default", force_backend="eager"):
+            torch.manual_seed(0)
+            return values(M.compiled_forced(x))
+
+    def reset_then_read(compiled, reset, variable):
+        """A first call, ``reset()``, then ``variable`` (which the trace reads) set, and a call again."""
+        first = compiled(x)
+        reset()
+        os.environ[variable] = "3"
+        try:
+            return values(first, compiled(x))
+        finally:
+            del os.environ[variable]
+
+    @situation
+    def _():
+        """a first call, then torch.compiler.reset(), then a variable its trace reads set"""
+        return reset_then_read(M.reset_scaled, torch.compiler.reset, "SITUATIONS_RESET_FACTOR")
+
+    @situation
+    def _():
+        """a first call, then torch._dynamo.reset(), then a variable its trace reads set"""
+        return reset_then_read(M.dynamo_reset_scaled, torch._dynamo.reset, "SITUATIONS_DYNAMO_RESET_FACTOR")
+
+    @situation
+    def _():
+        """a first call, then torch._dynamo.reset_code_caches(), then a variable its trace reads set"""
+        return reset_then_read(M.code_caches_scaled, torch._dynamo.reset_code_caches, "SITUATIONS_CODE_CACHES_FACTOR")
+
+    @situation
+    def _():
+        """a reset between two models, as a test suite's fixture makes one"""
+        one = M.make(seed=11)
+        first = through(M.predictor(one), one)
+        torch.compiler.reset()
+        two = M.make(seed=12)
+        return first + through(M.predictor(two), two)
+
+
+def threads():
+    """Calls from the threads a server answers on; each function first called there."""
+    import concurrent.futures
+    import threading
+
+    big, small = M.batch(M.SIZES[0])[0], M.batch(M.SIZES[1])[0]
+    C = M.CONTROLLED
+
+    def in_thread(call, *args):
+        out = []
+        worker = threading.Thread(target=lambda: out.append(call(*args)))
+        worker.start()
+        worker.join()
+        return out[0]
+
+    @situation
+    def _():
+        """a first call from a worker thread"""
+        return values(in_thread(C["first_from_worker"], big), C["first_from_worker"](big))
+
+    @situation
+    def _():
+        """a thread pool of four calling at once"""
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            return values(*pool.map(C["pooled"], [big, small, big, small]))
+
+    @situation
+    def _():
+        """a thread that patches Inductor's config"""
+        def patched(batch):
+            with torch._inductor.config.patch(fallback_random=True):
+                return C["patched_in_thread"](batch)
+
+        return values(in_thread(patched, big))
+
+
 {"right": right, "environment": environment, "after_import": after_import, "hooks": hooks, "optimized": optimized,
- "distributed": distributed}[GROUP]()
+ "distributed": distributed, "controls": controls, "threads": threads}[GROUP]()
 status = situations_pkg.precompile_status
-print(json.dumps({"results": results, "served": served_compile.served(), "at_import": served_compile.installed_at_import(),
+print(json.dumps({"results": results, "kernels": compiled_kernels, "served": served_compile.served(), "at_import": served_compile.installed_at_import(),
                   "reason": status.reason,
                   "notes": list(status.notes), "entry_reads": max(ENTRY_READS.values(), default=0)}))

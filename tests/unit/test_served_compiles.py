@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from hatch_precompile.builder.served import dynamo_pass, graph_saving, guard_sites
 from hatch_precompile.errors import ServedError
 from hatch_precompile.protocol import dynamo_sources, served_compiles
-from hatch_precompile.run.served import held_objects, served_compile
+from hatch_precompile.run.served import entry_install, held_objects, served_compile
 
 
 def plain(x):
@@ -273,8 +273,8 @@ def test_only_the_packages_own_calls_are_wrapped_and_the_decorator_is_its_caller
         calls.append((model, options))
         return model
 
-    monkeypatch.setattr(served_compile, "this_process", served_compile.ProcessState())
-    served_compile.this_process.packages[__name__.rsplit(".", 1)[0]] = None  # this test module's package
+    monkeypatch.setattr(entry_install, "this_process", entry_install.ProcessState())
+    entry_install.this_process.packages[__name__.rsplit(".", 1)[0]] = None  # this test module's package
     served = []
     monkeypatch.setattr(served_compile, "_served", lambda package, model, options, original_: served.append(
         (package, model, options)) or original_(model, **options))
@@ -284,60 +284,60 @@ def test_only_the_packages_own_calls_are_wrapped_and_the_decorator_is_its_caller
     assert decorator(plain) is plain
     assert [s[0] for s in served] == ["unit", "unit"] and served[1][2] == {"mode": "max-autotune"}
     assert calls == [(plain, {"dynamic": True}), (plain, {"mode": "max-autotune"})]
-    served_compile.this_process.packages.clear()  # another package's call: torch's, untouched
+    entry_install.this_process.packages.clear()  # another package's call: torch's, untouched
     assert wrapped(plain) is plain and len(served) == 2
 
 
 def test_an_entry_whose_every_guarded_code_is_traced_is_not_installed(monkeypatch):
     from hatch_precompile.run.torch_internals.served import dynamo_cache
 
-    monkeypatch.setattr(served_compile, "this_process", served_compile.ProcessState())
-    served_compile.this_process.packages["unit"] = None  # never read: nothing is installed
+    monkeypatch.setattr(entry_install, "this_process", entry_install.ProcessState())
+    entry_install.this_process.packages["unit"] = None  # never read: nothing is installed
     monkeypatch.setattr(dynamo_cache, "install", lambda *a, **k: pytest.fail("installed an entry no call can run"))
     why = "DICT_VERSION guard on G['CONFIG'] (an object's state, which no new process can check)"
     function = served_compiles.Function("unit.m", "apply", 3, "dynamo/k.entry", "dynamo/k.guards", ({},), {"a" * 64: why})
-    served_compile._install("unit", plain, function)
+    entry_install.install("unit", plain, function)
     assert served_compile.served() == {"unit.m.apply": f"traced: {why}"}
 
 
 def test_an_entry_installed_at_its_modules_import_is_said_once_the_package_compiles_it(monkeypatch):
-    monkeypatch.setattr(served_compile, "this_process", served_compile.ProcessState())
+    monkeypatch.setattr(entry_install, "this_process", entry_install.ProcessState())
     line = Model.forward.__code__.co_firstlineno
     forward = served_compiles.Function(__name__, "Model.forward", line, "dynamo/k.entry", "dynamo/k.guards", ({},),
                                        {"a" * 64: {"held": {}, "reads": {}, "settings": "s"}}, install_at="import")
     index = served_compiles.Index(0, {}, {served_compiles.source_key("Model.forward", line): forward})
     found = types.SimpleNamespace(manifest=types.SimpleNamespace(env={}, settings={}))
-    served_compile.this_process.packages["unit"] = served_compile._Package(found, index)
+    entry_install.this_process.packages["unit"] = entry_install.Package(found, index)
     installs = []
 
-    def install(package, fn, function, compiled=None):  # as _install: once a process
-        if f"{function.module}.{function.qualname}" in served_compile.this_process.tried:
+    def install(package, fn, function, compiled=None):  # as entry_install.install: once a process
+        if f"{function.module}.{function.qualname}" in entry_install.this_process.tried:
             return False
         installs.append(fn)
-        served_compile.this_process.tried.add(f"{function.module}.{function.qualname}")
+        entry_install.this_process.tried.add(f"{function.module}.{function.qualname}")
         if outcome is None:
             raise RuntimeError("torch moved")
-        served_compile._said(function, outcome)
+        entry_install.said(function, outcome)
         return outcome is not None and not outcome.startswith("traced: not there yet")
 
-    monkeypatch.setattr(served_compile, "_install", install)
+    monkeypatch.setattr(entry_install, "install", install)
     module = sys.modules[__name__]
     # Another function under the name (its first line moved): left to torch.compile.
-    served_compile._install_at_import("unit", [dataclasses.replace(forward, firstlineno=line + 1)], module)
+    entry_install._install_at_import("unit", [dataclasses.replace(forward, firstlineno=line + 1)], module)
     # A failing install never reaches the import, and a source not there yet keeps nothing: each is
     # left to torch.compile, which installs it as it would have.
     for outcome in (None, "traced: not there yet"):
-        served_compile._install_at_import("unit", [forward], module)
-        assert not served_compile.this_process.tried and not served_compile.this_process.outcomes
+        entry_install._install_at_import("unit", [forward], module)
+        assert not entry_install.this_process.tried and not entry_install.this_process.outcomes
     outcome = "served: 1 guarded code(s)"
-    served_compile._install_at_import("unit", [forward], module)
+    entry_install._install_at_import("unit", [forward], module)
     assert installs == [Model.forward] * 3 and served_compile.installed_at_import() == [f"{__name__}.Model.forward"]
     assert served_compile.served() == {}  # not asked for yet
     compiled = served_compile._served("unit", Model(), {}, torch.compile)
     assert isinstance(compiled, torch.nn.Module) and len(installs) == 3  # not installed again
     assert served_compile.served() == {f"{__name__}.Model.forward": "served: 1 guarded code(s)"}
     # Said once: a guarded code refused at its first run stays said so through the package's later compiles.
-    served_compile._refused_at_first_run(forward, "its graphs did not load here")
+    entry_install._refused_at_first_run(forward, "its graphs did not load here")
     served_compile._served("unit", Model(), {}, torch.compile)
     assert served_compile.served()[f"{__name__}.Model.forward"].startswith("traced: its graphs did not load here")
     assert len(installs) == 3
@@ -610,6 +610,20 @@ def _same(frame_locals):
     return None
 
 
+class _Gate:  # torch's compile controls, as compile_controls.Gate answers them: open, no reset seen
+    def __init__(self):
+        self.open, self.resets, self.runs = True, 0, 0
+
+    def allows(self, frame_locals):
+        return self.open
+
+    def generation(self):
+        return self.resets
+
+    def has_run(self):
+        self.runs += 1
+
+
 def test_a_guarded_codes_graphs_load_when_its_guards_first_hold_and_a_failure_traces_it():
     from hatch_precompile.run.torch_internals.served import entry_graphs
 
@@ -635,7 +649,7 @@ def test_a_guarded_codes_graphs_load_when_its_guards_first_hold_and_a_failure_tr
     assert sum(a.loads for a in artifacts.values()) == 0  # torch's install loads nothing now
     roots = {name: _Root() for name in state}
     for name, root in roots.items():
-        graphs.last_guard(root, calls[digest[name]], _same, said.append)
+        graphs.last_guard(root, calls[digest[name]], _same, said.append, _Gate())
     (eval_guard,), (broken_guard,) = roots["eval"].last, roots["broken"].last
     assert eval_guard({}) and eval_guard({}) and artifacts["__compiled_fn_1"].loads == 1
     assert artifacts["__compiled_fn_2"].loads == 0  # the training graph: no call of its guarded code yet
@@ -643,16 +657,16 @@ def test_a_guarded_codes_graphs_load_when_its_guards_first_hold_and_a_failure_tr
     assert not broken_guard({}) and not broken_guard({})  # traced, and not tried again
     assert artifacts["__compiled_fn_3"].loads == 1 and said == ["RuntimeError('broken does not load here')"]
     # A torch whose guard managers have no last guards: loaded at install, where a failure refuses the entry.
-    graphs.last_guard(_OlderRoot(), {"__compiled_fn_2"}, _same, said.append)
+    graphs.last_guard(_OlderRoot(), {"__compiled_fn_2"}, _same, said.append, _Gate())
     assert artifacts["__compiled_fn_2"].loads == 1
     with pytest.raises(RuntimeError, match="does not load"):
-        entry_graphs.Graphs(artifacts, said.append).last_guard(_OlderRoot(), {"__compiled_fn_3"}, _same, said.append)
+        entry_graphs.Graphs(artifacts, said.append).last_guard(_OlderRoot(), {"__compiled_fn_3"}, _same, said.append, _Gate())
     # One compile's entry: torch's install loads each graph itself, so that its first call runs at
     # once, with no stand-in between; its last guard loads nothing. What loaded is kept for an install
     # tried again (torch could not rebuild the guards yet), which loads nothing again.
     one = {"__compiled_fn_1": _Artifact("only")}
     root, at_install = _Root(), entry_graphs.Graphs(one, said.append, at_install=True)
-    at_install.last_guard(root, {"__compiled_fn_1"}, _same, said.append)
+    at_install.last_guard(root, {"__compiled_fn_1"}, _same, said.append, _Gate())
     assert root.last[0]({}) and one["__compiled_fn_1"].loads == 0
     graph = at_install.deferred()["__compiled_fn_1"].after_deserialization()
     assert graph("x") == "only(x)" and one["__compiled_fn_1"].loads == 1
@@ -673,18 +687,46 @@ def test_what_a_trace_read_is_checked_once_at_its_first_run_and_the_answer_kept(
         return next(answers)
 
     root = _Root()
-    entry_graphs.Graphs({}, refused.append).last_guard(root, set(), first_run, refused.append)
+    entry_graphs.Graphs({}, refused.append).last_guard(root, set(), first_run, refused.append, _Gate())
     (last,) = root.last
     assert last({"call": 1}) and last({"call": 2}) and asked == [{"call": 1}] and refused == []
     root = _Root()
-    entry_graphs.Graphs({}, refused.append).last_guard(root, set(), lambda L: "a hook here", refused.append)
+    entry_graphs.Graphs({}, refused.append).last_guard(root, set(), lambda L: "a hook here", refused.append, _Gate())
     assert not root.last[0]({}) and not root.last[0]({}) and refused == ["a hook here"]  # said once, kept
     root = _Root()
-    entry_graphs.Graphs({}, refused.append).last_guard(root, set(), lambda L: 1 / 0, refused.append)
+    entry_graphs.Graphs({}, refused.append).last_guard(root, set(), lambda L: 1 / 0, refused.append, _Gate())
     assert not root.last[0]({}) and "cannot be checked here (ZeroDivisionError" in refused[-1]
     older = _OlderRoot()  # no last guards: asked with the other guards, at each call
-    entry_graphs.Graphs({}, refused.append, at_install=True).last_guard(older, set(), first_run, refused.append)
+    entry_graphs.Graphs({}, refused.append, at_install=True).last_guard(older, set(), first_run, refused.append, _Gate())
     assert older.each[0]({}) is False  # the second answer: a hook here
+
+
+def test_torchs_controls_are_asked_at_every_call_and_a_reset_asks_the_first_run_again():
+    """The last guard asks torch's compile controls at each call, before anything else: closed, the
+    call is torch's, and nothing is asked or loaded. A first run's answer holds until torch's next
+    reset, after which it is asked again, as a cold process traces again."""
+    from hatch_precompile.run.torch_internals.served import entry_graphs
+
+    answers = iter([None, "os.environ['X'] is set here", None])
+    asked, refused, gate = [], [], _Gate()
+
+    def first_run(frame_locals):
+        asked.append(frame_locals)
+        return next(answers)
+
+    root = _Root()
+    artifacts = {"__compiled_fn_1": _Artifact("eval")}
+    entry_graphs.Graphs(artifacts, refused.append).last_guard(root, {"__compiled_fn_1"}, first_run, refused.append, gate)
+    (last,) = root.last
+    gate.open = False  # a stance under which torch runs the call eagerly: not asked, not loaded, not run
+    assert not last({"call": 0}) and asked == [] and artifacts["__compiled_fn_1"].loads == 0 and gate.runs == 0
+    gate.open = True
+    assert last({"call": 1}) and last({"call": 2}) and asked == [{"call": 1}] and gate.runs == 1
+    gate.resets = 1  # torch.compiler.reset(): asked again at the next call, and refused this time
+    assert not last({"call": 3}) and not last({"call": 4}) and asked[1:] == [{"call": 3}]
+    assert refused == ["os.environ['X'] is set here"] and gate.runs == 1
+    gate.resets = 2
+    assert last({"call": 5}) and gate.runs == 2 and artifacts["__compiled_fn_1"].loads == 1
 
 
 def _record(level: int, message: str, *args: str) -> logging.LogRecord:

@@ -109,7 +109,9 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "(run/caches/cache_keys_as_built.py)",
                broken="the key as torch made it: the graphs compile again"),
     Touchpoint("inductor-config", CONFIG, "cpp.dynamic_threads", "setting", "load: the set's settings "
-               "(run/caches/cache_keys_as_built.py); applied under HATCH_PRECOMPILE_NO_PATCHES too",
+               "(run/caches/cache_keys_as_built.py), as the process's default (torch 2.13+ keeps a setting set "
+               "per thread context), so that every thread's compiles find the shipped graphs; applied under "
+               "HATCH_PRECOMPILE_NO_PATCHES too",
                broken="a setting it does not take is left alone (logged): the graphs compile again"),
     Touchpoint("compile-command", CPP_BUILDER, "run_compile_cmd", "wrap", "build: portable kernels and their flags "
                "(builder/sets/isa.py, builder/steps/export.py)",
@@ -215,9 +217,10 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "`get_compiler_config()` is, not at the call (it imports Inductor's whole compiler; "
                "run/torch_internals/served/compiler_config.py)",
                broken="asked at the call, as torch does: the first call costs Inductor's compiler import"),
-    Touchpoint("precompile-entry", "torch._C._dynamo.eval_frame", "_load_precompile_entry, _reset_precompile_entries",
-               "call", "load and build: whether this torch takes Dynamo cache entries on a function's code "
-               "(run/torch_internals/served/dynamo_cache.py)",
+    Touchpoint("precompile-entry", "torch._C._dynamo.eval_frame", "_load_precompile_entry, _reset_precompile_entries, "
+               "_debug_get_precompile_entries",
+               "call", "load and build: whether this torch takes Dynamo cache entries on a function's code, and, after "
+               "torch's reset, whether an installed one is still there (run/torch_internals/served/dynamo_cache.py)",
                broken="no second pass at build; at load, the compiled functions are traced"),
     Touchpoint("compile-package", "torch._dynamo.package", "CompilePackage, PrecompileCacheEntry", "call",
                "load: a shipped Dynamo cache entry installed on a compiled function's code, as torch installs its own "
@@ -258,6 +261,31 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "of it runs, so that a shipped entry runs only under the package's compile, never under another "
                "`torch.compile` of the same function (run/torch_internals/served/compile_scope.py)",
                broken="the function is traced, and `served()` says why"),
+    Touchpoint("compile-stance", "torch._dynamo.eval_frame", "_stance", "read",
+               "load: the stance `torch.compiler.set_stance` set, asked each time an installed guarded code's other "
+               "guards hold: where torch would run a call eagerly, raise, or compile it with another backend, the "
+               "shipped code is left out and the call is torch's (run/torch_internals/served/compile_controls.py)",
+               broken="the call is left to torch (traced), and `served()` says why"),
+    Touchpoint("recompile-limit", "torch._dynamo.config", "recompile_limit, accumulated_recompile_limit, "
+               "error_on_recompile", "read",
+               "load: a shipped guarded code's first run is a compile torch counts against the frame's limit, as "
+               "in a cold process (run/torch_internals/served/compile_controls.py)",
+               broken="the call is left to torch (traced), and `served()` says why"),
+    Touchpoint("cache-entry-list", "torch._dynamo.eval_frame", "_debug_get_cache_entry_list", "call",
+               "load: torch's own compiled codes of a frame (their guards, their ID-matched objects), counted with "
+               "the shipped ones for the recompile limit; one that serves a call keeps it "
+               "(run/torch_internals/served/compile_controls.py)",
+               broken="the call is left to torch (traced), and `served()` says why"),
+    Touchpoint("cache-size", CONVERT_FRAME, "compute_cache_size", "wrap",
+               "load: torch's count of a frame's compiled codes, the shipped codes that have run added, so that "
+               "torch reaches its recompile limit where a cold process does "
+               "(run/torch_internals/served/compile_controls.py)",
+               broken="no entry is installed (a shipped code would not count): the functions are traced"),
+    Touchpoint("code-caches-reset", "torch._dynamo", "reset_code_caches", "wrap",
+               "load: `torch.compiler.reset()`, `torch._dynamo.reset()` and `reset_code_caches()` seen, so that "
+               "every shipped guarded code is back to not yet run, its first-run checks made again, as torch "
+               "traces anew (run/torch_internals/served/compile_controls.py)",
+               broken="no entry is installed (a reset would not be seen): the functions are traced"),
     Touchpoint("folded-calls", "torch", ", ".join(served_compiles.FOLDED_FACTS), "call",
                "build's second pass: what each call torch folded into a trace answered; load: what it answers here, "
                "when the guarded code first runs (run/torch_internals/served/folded_calls.py)",

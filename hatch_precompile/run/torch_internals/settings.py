@@ -4,6 +4,7 @@ filtered while a block runs, and what Inductor resolved (its C++ compiler, its c
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import importlib
 import logging
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ log = logging.getLogger("hatch_precompile.touchpoints")
 
 def set_config(name: str, setting: str, value: Any, module: str | None = None) -> None:
     """Through the touchpoint ``name``, set ``setting`` (``"cpp.dynamic_threads"``) of its config module
-    (or of ``module``) once that is imported, if it has it.
+    (or of ``module``) once that is imported, if it has it: for the whole process, every thread.
 
     A setting, not a patch: it applies under the switch too, or the shipped graphs would miss."""
     point = lookup(name, "setting")
@@ -60,6 +61,22 @@ def quiet_logger(name: str, keep: Callable[[logging.LogRecord], bool]) -> Iterat
 def _set(module: ModuleType, name: str, value: Any) -> None:
     owner, _ = resolve(module, name)  # AttributeError (a torch without it): left alone
     setattr(owner, name.rsplit(".", 1)[-1], value)
+    entry = _per_thread(module, name)
+    if entry is not None:
+        # torch 2.13+: a setting set holds in this thread's context only, and every other thread (a
+        # thread pool's workers) reads the default; set as the process's default too, it holds in
+        # every thread but one that sets its own (a config.patch there).
+        entry.env_value_default = value
+
+
+def _per_thread(module: ModuleType, name: str) -> Any:
+    """The config entry of ``name`` where torch keeps what is set per thread context (a ContextVar,
+    torch 2.13+) beside a process default every thread reads; else None."""
+    entries = getattr(module, "_config", None)
+    entry = entries.get(name) if isinstance(entries, dict) else None
+    if isinstance(getattr(entry, "user_override", None), contextvars.ContextVar) and hasattr(entry, "env_value_default"):
+        return entry
+    return None
 
 
 def cpp_compiler() -> Any:

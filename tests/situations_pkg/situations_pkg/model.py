@@ -245,3 +245,87 @@ def on_first_use(fn):
     if fn not in _compiled:
         _compiled[fn] = torch.compile(fn)
     return _compiled[fn]
+
+
+# Torch's compile controls (stances, the recompile limit, resets), and worker threads. Each function
+# computes otherwise where Dynamo compiles it (as transformers' is_torchdynamo_compiling() branches
+# do), so that a call a shipped guarded code ran where torch would have run it eagerly shows; each
+# has a code of its own (a situation decides its first run), and the workload compiles it at two
+# batch sizes (SIZES), a guarded code each.
+SIZES = (8, 4)
+
+
+def eager_then_compile(x: torch.Tensor) -> torch.Tensor:
+    return x * 2 + (1.0 if torch.compiler.is_compiling() else 0.0)
+
+
+def stance_context(x: torch.Tensor) -> torch.Tensor:
+    return x * 2 + (1.0 if torch.compiler.is_compiling() else 0.0)
+
+
+def eager_on_recompile(x: torch.Tensor) -> torch.Tensor:
+    return x * 2 + (1.0 if torch.compiler.is_compiling() else 0.0)
+
+
+def stance_decorator(x: torch.Tensor) -> torch.Tensor:
+    return x * 2 + (1.0 if torch.compiler.is_compiling() else 0.0)
+
+
+def recompile_limit(x: torch.Tensor) -> torch.Tensor:
+    return x * 2 + (1.0 if torch.compiler.is_compiling() else 0.0)
+
+
+def limit_lowered_after(x: torch.Tensor) -> torch.Tensor:
+    return x * 2 + (1.0 if torch.compiler.is_compiling() else 0.0)
+
+
+def fail_on_recompile(x: torch.Tensor) -> torch.Tensor:
+    return x * 2 + (1.0 if torch.compiler.is_compiling() else 0.0)
+
+
+def skip_guard_eval(x: torch.Tensor) -> torch.Tensor:
+    return x * 2 + (1.0 if torch.compiler.is_compiling() else 0.0)
+
+
+def force_eager_then_default(x: torch.Tensor) -> torch.Tensor:
+    return x * 2 + (1.0 if torch.compiler.is_compiling() else 0.0)
+
+
+def first_from_worker(x: torch.Tensor) -> torch.Tensor:
+    return x * 2 + (1.0 if torch.compiler.is_compiling() else 0.0)
+
+
+def pooled(x: torch.Tensor) -> torch.Tensor:
+    return x * 2 + (1.0 if torch.compiler.is_compiling() else 0.0)
+
+
+def patched_in_thread(x: torch.Tensor) -> torch.Tensor:
+    return x * 2 + (1.0 if torch.compiler.is_compiling() else 0.0)
+
+
+CONTROLLED = {fn.__name__: torch.compile(fn, dynamic=False) for fn in (
+    eager_then_compile, stance_context, eager_on_recompile, stance_decorator, recompile_limit, limit_lowered_after, fail_on_recompile, skip_guard_eval, force_eager_then_default, first_from_worker, pooled, patched_in_thread)}
+
+
+def forced(x: torch.Tensor) -> torch.Tensor:  # a forced backend: Inductor's random numbers are not eager's
+    return F.dropout(x, 0.5, training=True) * 2
+
+
+compiled_forced = torch.compile(forced)
+
+
+def reset_read(x: torch.Tensor) -> torch.Tensor:  # a reset, then a variable its trace reads set
+    return x * float(os.environ.get("SITUATIONS_RESET_FACTOR", "1"))
+
+
+def dynamo_reset_read(x: torch.Tensor) -> torch.Tensor:
+    return x * float(os.environ.get("SITUATIONS_DYNAMO_RESET_FACTOR", "1"))
+
+
+def code_caches_read(x: torch.Tensor) -> torch.Tensor:
+    return x * float(os.environ.get("SITUATIONS_CODE_CACHES_FACTOR", "1"))
+
+
+reset_scaled = torch.compile(reset_read)
+dynamo_reset_scaled = torch.compile(dynamo_reset_read)
+code_caches_scaled = torch.compile(code_caches_read)

@@ -30,3 +30,10 @@ def workload() -> None:
         compiled(x)
     for fn in (M.shift, M.bias, M.config_scaled):
         M.on_first_use(fn)(x)
+    for compiled in M.CONTROLLED.values():  # two guarded codes each: a recompile a cold process would make
+        for n in M.SIZES:
+            compiled(M.batch(n)[0])
+    torch.manual_seed(0)
+    M.compiled_forced(x)
+    for compiled in (M.reset_scaled, M.dynamo_reset_scaled, M.code_caches_scaled):
+        compiled(x)

@@ -37,7 +37,13 @@ from typing import Any, Callable, Iterator
 from hatch_precompile.errors import DynamoEntryNotYet, DynamoEntryRefused
 from hatch_precompile.run.served import held_objects, unguarded_reads
 from hatch_precompile.run.torch_internals.registry import lookup
-from hatch_precompile.run.torch_internals.served import entry_graphs, entry_pickle, guard_text, thread_count
+from hatch_precompile.run.torch_internals.served import (
+    compile_controls,
+    entry_graphs,
+    entry_pickle,
+    guard_text,
+    thread_count,
+)
 
 log = logging.getLogger("hatch_precompile")
 _lock = threading.Lock()  # one install at a time: the wrappers below are the package module's for its duration
@@ -52,6 +58,16 @@ def unsupported(torch: Any) -> str | None:
     return None
 
 
+def kept(fn: Any) -> bool:
+    """Whether ``fn``'s code still holds the entries installed on it: torch 2.14's reset drops them with
+    the codes it traced, where the function was one of those (2.13's keeps them)."""
+    lookup("precompile-entry", "call")
+    import torch
+
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    return code is not None and bool(torch._C._dynamo.eval_frame._debug_get_precompile_entries(code))
+
+
 @dataclasses.dataclass(frozen=True)
 class Shipped:
     """One function's shipped entry and what the index says of it."""
@@ -61,6 +77,8 @@ class Shipped:
     guards: dict[str, list[str]]  # each guarded code's guards as the build's trace rebuilt them, in words
     settings: dict[str, dict[str, Any]]  # the compiler settings by digest
     serving: Callable[[], bool]  # whether a call runs under the package's own compile of the function
+    limits: tuple[int | None, ...] = (None,)  # the compiles' own recompile_limit (None: torch's config)
+    left_to_torch: Callable[[str], None] = lambda why: None  # told why torch's controls left a call to torch
 
 
 _ahead: dict[str, dict[str, Any]] = {}  # by the entry's digest: its graphs, loaded before its install
@@ -113,6 +131,9 @@ def install(fn: Any, shipped: Shipped, env_checked: bool, any_threads: bool = Fa
     lookup("compile-package", "call")
     from torch._dynamo import package  # noqa: TID251  (the touchpoint's owner)
 
+    unfollowed = compile_controls.watching()
+    if unfollowed:  # a shipped code would run where torch's own controls would not run a compiled one
+        raise DynamoEntryRefused(unfollowed)
     digest = hashlib.sha256(shipped.data).hexdigest()
     try:
         with _lock:
@@ -168,8 +189,9 @@ def install(fn: Any, shipped: Shipped, env_checked: bool, any_threads: bool = Fa
             manager.root.add_lambda_guard(lambda frame_locals: serving() and check(frame_locals),
                                           ["hatch-precompile: the package's compile; objects found again by name"], None)
             assert isinstance(record, dict)
+            gate = compile_controls.Gate(code, shipped.limits, shipped.left_to_torch)
             graphs.last_guard(manager.root, calls.get(digest, set()),
-                              unguarded_reads.check(record, shipped.settings, scope), refused)
+                              unguarded_reads.check(record, shipped.settings, scope), refused, gate)
             return manager
 
         rebuilding: list[Exception] = []  # what torch raised while it rebuilt a guarded code's guards

@@ -1,5 +1,6 @@
 """An installed entry's compiled graphs, and each guarded code's last guard: run once all its other
-guards hold, the first time the code is about to run, it checks what the trace read that no guard
+guards hold, it asks torch's compile controls (compile_controls.py) at every call, and, the first
+time the code is about to run since torch's last reset, checks what the trace read that no guard
 holds (run/served/unguarded_reads.py) and loads the graphs the code calls.
 
 Torch's install loads every compiled graph of an entry (its generated code, its kernels), whichever
@@ -70,24 +71,36 @@ class Graphs:
         return graph
 
     def last_guard(self, root: Any, names: set[str], first_run: Callable[[Any], str | None],
-                   refused: Callable[[str], None]) -> None:
-        """A guarded code's last guard: ``first_run`` (why what its trace read differs here, or None),
-        asked once and its answer kept, then its graphs ``names`` loaded where not at install. A torch
-        whose guard managers have no such last guards asks ``first_run`` at each call instead, with
-        the other guards, and gets the graphs loaded now; a failure refuses the entry, as in torch's
+                   refused: Callable[[str], None], gate: Any) -> None:
+        """A guarded code's last guard: ``gate.allows`` (torch's compile controls: the stance, the
+        recompile limit) at every call; then, at its first run since torch's last reset,
+        ``first_run`` (why what its trace read differs here, or None), asked once and its answer
+        kept until the next reset, and its graphs ``names`` loaded where not at install. A torch
+        whose guard managers have no such last guards asks both at each call instead, with the
+        other guards, and gets the graphs loaded now; a failure refuses the entry, as in torch's
         install."""
         add_last = getattr(root, "add_epilogue_lambda_guard", None)
         if add_last is None:
             for name in sorted(names if not self.at_install else ()):
                 self.loaded(name)
-            root.add_lambda_guard(lambda frame_locals: first_run(frame_locals) is None,
-                                  ["hatch-precompile: what its trace read is as at build"], None)
+
+            def each_call(frame_locals: Any) -> bool:
+                if not gate.allows(frame_locals) or first_run(frame_locals) is not None:
+                    return False
+                gate.has_run()
+                return True
+
+            root.add_lambda_guard(each_call, ["hatch-precompile: torch's compile controls allow it; what its trace "
+                                              "read is as at build"], None)
             return
-        decided: list[bool] = []
+        decided: dict[int, bool] = {}  # its first run's answer, by the reset it followed
 
         def ready(frame_locals: Any) -> bool:
-            if decided:
-                return decided[0]
+            if not gate.allows(frame_locals):
+                return False
+            now = gate.generation()
+            if now in decided:
+                return decided[now]
             try:
                 why = first_run(frame_locals)
             except Exception as exc:  # a check that cannot be made: traced
@@ -98,14 +111,17 @@ class Graphs:
                         self.loaded(name)
                 except Exception as exc:  # another torch's graphs, a kernel that does not load here
                     self._not_loaded(repr(exc))
-                    decided.append(False)
+                    decided[now] = False
                     return False
             elif why is not None:
                 refused(why)
-            decided.append(why is None)
-            return decided[0]
+            decided[now] = why is None
+            if decided[now]:
+                gate.has_run()
+            return decided[now]
 
-        add_last(ready, ["hatch-precompile: what its trace read is as at build; its compiled graphs loaded"], None)
+        add_last(ready, ["hatch-precompile: torch's compile controls allow it; what its trace read is as at build; "
+                         "its compiled graphs loaded"], None)
 
 
 class _Now:
