@@ -206,8 +206,10 @@ def _served_compiles(python: str, run_dir: Path, spec: dict[str, Any], env: dict
     data = result.data
     traced = (f"; {data['traced']} of their guarded codes are traced (a guard on an object no new process can tell "
               "from another, on an object's state, or reached by a path not evaluated)") if data.get("traced") else ""
+    dependencies = f", {data['by_dependencies']} compiled by its dependencies" if data.get("by_dependencies") else ""
     reporter.info(f"{data.get('functions', 0)} compiled function(s) served without Dynamo tracing them "
-                  f"({data.get('guarded', 0)} guarded code(s)){traced}; second pass {time.perf_counter() - started:.1f} s")
+                  f"({data.get('guarded', 0)} guarded code(s){dependencies}){traced}; second pass "
+                  f"{time.perf_counter() - started:.1f} s")
     unshipped = {}
     for note in data.get("notes") or []:
         reporter.info(f"not served untraced: {note}")

@@ -1,6 +1,7 @@
-"""``dynamo/served.json``: the package's own ``torch.compile`` calls, shipped as torch's Dynamo cache
-entries, and for each guarded code what its trace read, so that it runs only where all of it is
-the same in the user's process as in the build's.
+"""``dynamo/served.json``: the package's compiled functions (its own ``torch.compile`` calls, and those
+a library makes on its behalf: ``made_by``), shipped as torch's Dynamo cache entries, and for each
+guarded code what its trace read, so that it runs only where all of it is the same in the user's
+process as in the build's.
 
 The build's second pass (builder/served/dynamo_pass.py) runs the workloads with torch's
 ``caching_precompile`` and writes one entry per compiled function (``dynamo/<key>.entry``, torch's
@@ -62,9 +63,38 @@ class Function:
     # made); or as soon as its module is imported (the package loaded), where the proof installed it
     # then: a module the package compiles at its first use then starts its first step installed.
     install_at: str = "compile"
+    # Where another library's ``torch.compile`` made it on the package's behalf: that call's module,
+    # function and line (transformers' ``PreTrainedModel.get_compiled_call`` inside ``generate``);
+    # None for the package's own call. Served only where that same call compiles it, at a call the
+    # package's code is running.
+    made_by: dict[str, Any] | None = None
+
+    @property
+    def name(self) -> str:
+        """How ``served()``, the build and ``report`` name it: the function, and the library call that
+        compiled it where that was not the package's."""
+        named = f"{self.module}.{self.qualname}"
+        return named if self.made_by is None else f"{named}, compiled by {site_name(self.made_by)}"
 
 
 INSTALL_AT = ("compile", "first-call", "import")
+
+
+def site(frame: Any) -> dict[str, Any]:
+    """Where a call is made: the module, the function (its qualified name) and the line of ``frame``."""
+    code = frame.f_code
+    return {"module": str(frame.f_globals.get("__name__") or ""), "function": getattr(code, "co_qualname", code.co_name),
+            "line": int(frame.f_lineno or 0)}
+
+
+def site_name(made_by: dict[str, Any]) -> str:
+    return f"{made_by['module']}.{made_by['function']} (line {made_by['line']})"
+
+
+def same_site(made_by: dict[str, Any] | None, here: dict[str, Any]) -> bool:
+    """Whether a call made ``here`` is the one that made a function (its module and function; a line
+    moves with any edit above it, and the entry's own source check holds the rest)."""
+    return made_by is not None and (made_by["module"], made_by["function"]) == (here["module"], here["function"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,13 +238,23 @@ def parse(text: str | bytes) -> Index:
                                 firstlineno=int(raw["firstlineno"]), entry=_str(raw["entry"]), guards=_str(raw["guards"]),
                                 options=tuple(_keywords(o) for o in raw["options"]),
                                 guarded=_guarded(raw["guarded"], settings),
-                                install_at=_one_of(raw.get("install_at", "compile"), INSTALL_AT))
+                                install_at=_one_of(raw.get("install_at", "compile"), INSTALL_AT),
+                                made_by=_site(raw.get("made_by")))
         except (KeyError, TypeError, ValueError, SyntaxError) as exc:
             raise ServedError(f"served.json: function {key!r}: {exc!r}") from None
         if source_key(function.qualname, function.firstlineno) != key:
             raise ServedError(f"served.json: function {key!r} is not keyed by its name and line")
         functions[key] = function
     return Index(data["optimize"], settings, functions)
+
+
+def _site(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not (isinstance(value, dict) and isinstance(value.get("module"), str) and isinstance(value.get("function"), str)
+            and isinstance(value.get("line"), int)):
+        raise TypeError(f"`made_by` {value!r} is not a call's module, function and line")
+    return {"module": value["module"], "function": value["function"], "line": value["line"]}
 
 
 def _one_of(value: Any, allowed: tuple[str, ...]) -> str:

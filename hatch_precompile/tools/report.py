@@ -167,6 +167,7 @@ def _render_one(s: dict[str, Any]) -> list[str]:
     if isinstance(served, dict):
         out.append(f"  compiled functions: served {served.get('served')} of {served.get('functions')} untraced "
                    f"(proven in a fresh process at build: {served.get('proof') or 'nothing to prove'})")
+        out.extend(f"    compiled by a dependency: {name}" for name in served.get("by_dependencies") or ())
         out.extend(f"    not served: {name}: {why}" for name, why in sorted((served.get("not_served") or {}).items()))
     for w in s["workloads"]:
         out.extend(_render_workload(w))

@@ -19,7 +19,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hatch_precompile.builder.served import dynamo_pass, graph_saving, guard_sites
+from hatch_precompile.builder.served import compile_recorder, dynamo_pass, graph_saving, guard_sites
 from hatch_precompile.errors import ServedError
 from hatch_precompile.protocol import dynamo_sources, served_compiles
 from hatch_precompile.run.served import entry_install, held_objects, served_compile
@@ -276,7 +276,7 @@ def test_only_the_packages_own_calls_are_wrapped_and_the_decorator_is_its_caller
     monkeypatch.setattr(entry_install, "this_process", entry_install.ProcessState())
     entry_install.this_process.packages[__name__.rsplit(".", 1)[0]] = None  # this test module's package
     served = []
-    monkeypatch.setattr(served_compile, "_served", lambda package, model, options, original_: served.append(
+    monkeypatch.setattr(served_compile, "_served", lambda package, model, options, original_, at=None: served.append(
         (package, model, options)) or original_(model, **options))
     wrapped = served_compile._compile_wrapper(original)
     assert wrapped(plain, dynamic=True) is plain
@@ -286,6 +286,53 @@ def test_only_the_packages_own_calls_are_wrapped_and_the_decorator_is_its_caller
     assert calls == [(plain, {"dynamic": True}), (plain, {"mode": "max-autotune"})]
     entry_install.this_process.packages.clear()  # another package's call: torch's, untouched
     assert wrapped(plain) is plain and len(served) == 2
+
+
+def test_a_librarys_compile_is_served_only_as_the_build_recorded_it_made_on_the_packages_behalf(monkeypatch):
+    """A library's torch.compile is routed to the package only where the build recorded that very call
+    (its module and function) compiling that function; what it returns is marked to serve only while
+    the package's code runs it. Any other call of the library's, and the package's own compile of a
+    function a library made, are torch's."""
+    library = types.ModuleType("a_library")
+    exec("def get_compiled(compile, fn):\n    return compile(fn)\n\n\ndef elsewhere(compile, fn):\n"
+         "    return compile(fn)\n", library.__dict__)
+    at = {"module": "a_library", "function": "get_compiled", "line": 2}
+    key, module, qualname, line = served_compiles.function_key(plain)
+    function = served_compiles.Function(module, qualname, line, "dynamo/k.entry", "dynamo/k.guards", ({},),
+                                        {"a" * 64: {"held": [], "reads": [], "settings": "s"}}, made_by=at)
+    index = served_compiles.Index(0, {}, {key: function})
+    monkeypatch.setattr(entry_install, "this_process", entry_install.ProcessState())
+    entry_install.this_process.packages["unit"] = entry_install.Package(None, index)
+    routed = []
+    monkeypatch.setattr(served_compile, "_served", lambda package, model, options, original_, at=None: routed.append(
+        (package, at)) or original_(model, **options))
+    wrapped = served_compile._compile_wrapper(lambda model=None, **options: model)
+    assert library.get_compiled(wrapped, plain) is plain and routed == [("unit", dict(at, line=2))]
+    assert library.elsewhere(wrapped, plain) is plain and len(routed) == 1  # another call of the library's
+    assert function.name == f"{module}.{qualname}, compiled by a_library.get_compiled (line 2)"
+    monkeypatch.undo()
+    monkeypatch.setattr(entry_install, "this_process", entry_install.ProcessState())
+    entry_install.this_process.packages["unit"] = entry_install.Package(None, index)
+    assert served_compile._shipped("unit", plain, {}, None) is None  # the package's own compile of it
+    assert entry_install.outcomes()[function.name].startswith("traced: compiled by the package itself")
+    assert served_compile._shipped("unit", plain, {}, at) is function
+
+
+def test_what_a_library_compiled_is_served_while_the_packages_code_runs_it():
+    from hatch_precompile.run.served import dependency_compiles
+
+    library = types.ModuleType("a_library")
+    exec("def call(check):\n    return check()\n\n\ndef store(check, found):\n    found.append(check())\n",
+         library.__dict__)
+    assert library.call(dependency_compiles.running("unit"))  # this test is the package ``unit``'s code
+    assert not library.call(dependency_compiles.running("another_package"))
+    import threading
+
+    found: list[bool] = []
+    worker = threading.Thread(target=library.store, args=(dependency_compiles.running("unit"), found))
+    worker.start()
+    worker.join()
+    assert found == [False]  # a thread the package's code did not start: its own stack holds none of it
 
 
 def test_an_entry_whose_every_guarded_code_is_traced_is_not_installed(monkeypatch):
@@ -366,7 +413,7 @@ def test_an_entry_no_call_could_run_is_not_shipped_and_the_build_says_why(tmp_pa
     import pickle
 
 
-    recorder = dynamo_pass._Recorder("unit")
+    recorder = compile_recorder.Recorder("unit")
     entries = {}
     for name, line, guards in (("kept", 3, b"held"), ("dropped", 7, b"never"), ("graphless", 11, b"bypassed")):
         key = served_compiles.source_key(name, line)
@@ -398,7 +445,7 @@ def test_a_compile_whose_guards_torch_cannot_save_finishes_unserved_and_the_buil
     (and with it the pass): the second pass lets it finish with an empty state (which a bypassed entry
     never takes), names the function and quotes torch. Anything else keeps torch's own check."""
 
-    recorder = dynamo_pass._Recorder("unit")
+    recorder = compile_recorder.Recorder("unit")
     code = scaled_twice.__code__
     reason = "Guard evaluation failed: Can't pickle local object 'make.<locals>.scale'"
     record = logging.LogRecord("torch._dynamo.output_graph", logging.WARNING, __file__, 1,
@@ -555,15 +602,15 @@ def test_every_compile_of_a_function_is_kept_in_its_one_entry():
     eval_mode = _Entry([_Code("forward", ["g1"], ["fn1"], {"__import_a": "a"})], _Sources({"s1"}))
     train_mode = _Entry([_Code("forward", ["g2"], ["fn2", "fn1"]), _Code("resume", ["g3"], ["fn3"], install_to_global=True)],
                         _Sources({"s2"}))
-    merged = dynamo_pass.merged_entry([eval_mode, train_mode])
+    merged = compile_recorder.merged_entry([eval_mode, train_mode])
     (own, resume) = merged.codes
     assert own.guarded_codes == ["g1", "g2"] and own.backend_ids == ["fn1", "fn2"] and own.import_sources == {"__import_a": "a"}
     assert resume.guarded_codes == ["g3"] and merged.source_info.inlined_sources == {"s1", "s2"}
     assert eval_mode.codes[0].guarded_codes == ["g1"]  # each compile's own entry is left as torch made it
     cuda = _Entry([_Code("forward", ["g4"], ["fn4"])], _Sources(set()), device_type="cuda")
-    assert dynamo_pass.merged_entry([eval_mode, cuda]) is cuda  # another device: the last, as torch keeps it
+    assert compile_recorder.merged_entry([eval_mode, cuda]) is cuda  # another device: the last, as torch keeps it
     # A compile re-records its own entry as it grows; another compile of the function is merged with it.
-    recorder = dynamo_pass._Recorder("unit")
+    recorder = compile_recorder.Recorder("unit")
     try:
         recorder._every_compile({"cache_entry": eval_mode, "key": "k"}, None)
         grown = _Entry([eval_mode.codes[0], _Code("resume0", ["g0"], ["fn0"], install_to_global=True)], _Sources(set()))

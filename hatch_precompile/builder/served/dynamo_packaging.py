@@ -44,13 +44,19 @@ def decorated_function(arguments: dict[str, Any]) -> Any:
     nested function (its code, module, defaults and closure), rebuilt from them when it installs,
     with its ``__name__`` set again: torch's rebuild names it by its qualname, and guards rebuilt on
     it (transformers reads ``func.__name__``) would then hold a name no call brings. A nested
-    function, which torch keeps so itself, gets its ``__name__`` kept the same way."""
+    function, which torch keeps so itself, gets its ``__name__`` kept the same way. What
+    ``torch.compile`` returned is left to torch."""
     pickler, obj = arguments.get("self"), arguments.get("obj")
     rebuild = getattr(type(pickler), "_unpickle_nested_function", None)
     if rebuild is None or not isinstance(obj, types.FunctionType):
         return patching.PASS
     if any(id(obj) in getattr(pickler, kept, {}) for kept in ("empty_values", "missing_values")):
         return patching.PASS  # torch's own choice for it comes first
+    if hasattr(obj, "_torchdynamo_orig_callable"):
+        # What torch.compile returned (transformers keeps it on the model, ``_compiled_call``): named as
+        # the function it compiles, it is no decorator's wrapper, and its closure holds the compiled
+        # graphs, which do not pickle. Torch keeps its own placeholder for it.
+        return patching.PASS
     if "<locals>" not in obj.__qualname__:
         found: Any = sys.modules.get(obj.__module__)
         for part in obj.__qualname__.split(".") if found is not None else ():

@@ -93,7 +93,7 @@ def prove(python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str],
         _drop(out_dir, index, set(index.functions))
         verdict.warning(f"no compiled function is served untraced: served from the set in a fresh process, the "
                          f"workloads did not run ({why})")
-        failed = {f"{f.module}.{f.qualname}": f"not proven: {why}" for f in index.functions.values()}
+        failed = {f.name: f"not proven: {why}" for f in index.functions.values()}
         return {"functions": len(index.functions) + len(unshipped), "served": 0,
                 "not_served": {**unshipped, **failed}, "proof": f"failed: {why}"}
     outcomes = proven.data.get("served") or {}
@@ -103,17 +103,19 @@ def prove(python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str],
                             set(proven.data.get("at_import") or ()))
     not_served = {}
     for function in index.functions.values():
-        name = f"{function.module}.{function.qualname}"
+        name = function.name
         outcome = outcomes.get(name)
         if outcome is None:
             not_served[name] = not_loaded or "the workloads, served, did not compile it"
         elif not outcome.startswith("served"):
             not_served[name] = outcome.removeprefix("traced: ")
-    _drop(out_dir, index, {key for key, f in index.functions.items() if f"{f.module}.{f.qualname}" in not_served})
+    _drop(out_dir, index, {key for key, f in index.functions.items() if f.name in not_served})
     for name, why in sorted(not_served.items()):
         verdict.warning(f"not served untraced: {name}: {why}")
     record = {"functions": len(index.functions) + len(unshipped), "served": len(index.functions) - len(not_served),
-              "not_served": {**unshipped, **not_served}, "proof": "ok"}
+              "not_served": {**unshipped, **not_served}, "proof": "ok",
+              "by_dependencies": sorted(f.name for f in index.functions.values()
+                                        if f.made_by is not None and f.name not in not_served)}
     verdict.info(f"{record_line(record, named=False)}, proven in a fresh process "
                   f"({time.perf_counter() - started:.1f} s)")
     return record
@@ -141,7 +143,7 @@ def _install_points(out_dir: Path, index: served_compiles.Index, first_call: set
     def marked_at(name: str) -> str | None:
         return "first-call" if name in first_call else "import" if name in at_import else None
 
-    marked = {key: dataclasses.replace(f, install_at=marked_at(f"{f.module}.{f.qualname}") or f.install_at)
+    marked = {key: dataclasses.replace(f, install_at=marked_at(f.name) or f.install_at)
               for key, f in index.functions.items()}
     if marked == index.functions:
         return index
@@ -182,6 +184,8 @@ def _private(root: Path) -> None:
 def record_line(record: dict[str, Any], named: bool = True) -> str:
     """The ``served`` record in one line, as ``report`` says it (``named``: with each not served, and why)."""
     said = f"served {record['served']} of {record['functions']} compiled function(s) untraced"
+    if record.get("by_dependencies"):  # compiled by a library the package calls, on its behalf
+        said += f" ({len(record['by_dependencies'])} compiled by its dependencies: {'; '.join(record['by_dependencies'])})"
     if named and record.get("not_served"):
         said += "; not: " + "; ".join(f"{name} ({why})" for name, why in sorted(record["not_served"].items()))
     return said

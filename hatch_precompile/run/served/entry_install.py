@@ -56,6 +56,8 @@ def at_imports(package: str, index: served_compiles.Index) -> None:
     trying = variables.try_at_import()
     by_module: dict[str, list[served_compiles.Function]] = {}
     for function in index.functions.values():
+        if function.made_by is not None:  # a library's compile: installed where the library makes it
+            continue
         if function.install_at == "import" or (trying and function.install_at == "compile"):
             by_module.setdefault(function.module, []).append(function)
     for module, functions in by_module.items():  # one import hook a module
@@ -89,7 +91,7 @@ def install(package: str, model: Any, function: served_compiles.Function, compil
     )
     from hatch_precompile.run.torch_internals.served.stand_ins import graph_stand_in
 
-    name = f"{function.module}.{function.qualname}"
+    name = function.name
     with this_process.lock:
         if name in this_process.tried:
             return False  # installed on its code already (every wrapper of it is served), or refused
@@ -160,7 +162,7 @@ def _installed_at_import(package: str, function: served_compiles.Function, modul
     another value than the build's) is said when the package compiles it; where torch did not install
     it (a source its guards read not there yet), nothing is said or kept, and ``torch.compile``
     installs it as it would have."""
-    name = f"{function.module}.{function.qualname}"
+    name = function.name
     found: Any = module
     for part in function.qualname.split("."):
         found = getattr(found, part, None)
@@ -226,7 +228,7 @@ def _refused_at_first_run(function: served_compiles.Function, why: str) -> None:
     """A guarded code was refused when first about to run: it is traced from then on, and said so
     (the first such reason of a function is the one said)."""
     with this_process.lock:
-        before = this_process.outcomes.get(f"{function.module}.{function.qualname}", "")
+        before = this_process.outcomes.get(function.name, "")
     if "; at install, " not in before:
         said(function, f"traced: {why}; at install, {before}")
 
@@ -263,5 +265,5 @@ def _left_to_torch(name: str, why: str) -> None:
 
 def said(function: served_compiles.Function, outcome: str) -> None:
     with this_process.lock:
-        this_process.outcomes[f"{function.module}.{function.qualname}"] = outcome
+        this_process.outcomes[function.name] = outcome
     log.debug("hatch-precompile: %s.%s: %s", function.module, function.qualname, outcome)

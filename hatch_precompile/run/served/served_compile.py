@@ -29,7 +29,7 @@ from typing import Any, Callable
 from hatch_precompile.errors import ServedError, Skip
 from hatch_precompile.protocol import served_compiles
 from hatch_precompile.protocol.names import SERVED_FILE
-from hatch_precompile.run.served import entry_install
+from hatch_precompile.run.served import dependency_compiles, entry_install
 from hatch_precompile.run.sets.artifacts import ArtifactSet
 
 log = logging.getLogger("hatch_precompile")
@@ -99,14 +99,29 @@ def compile_for(package: str, fn: Any, **options: Any) -> Any:
 def _compile_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def compile(model: Any = None, **options: Any) -> Any:
-        package = _package_of(sys._getframe(1).f_globals.get("__name__"))
+        caller = sys._getframe(1)
+        package = _package_of(caller.f_globals.get("__name__"))
+        at = None if package is not None else served_compiles.site(caller)  # a library's call, or a user's
         if model is None:  # @torch.compile(...): the decorator, its caller's as the call it makes
-            return lambda fn: original(fn, **options) if package is None else _served(package, fn, options, original)
-        if package is None:
-            return original(model, **options)
-        return _served(package, model, options, original)
+            return lambda fn: _routed(package, at, fn, options, original)
+        return _routed(package, at, model, options, original)
 
     return compile
+
+
+def _routed(package: str | None, at: dict[str, Any] | None, model: Any, options: dict[str, Any],
+            original: Callable[..., Any]) -> Any:
+    """The package's own call served; another's, where it is a library's compile the build recorded
+    on a package's behalf (dependency_compiles.py); any other, torch's, untouched."""
+    if package is None and at is not None:
+        try:
+            with entry_install.this_process.lock:
+                package = dependency_compiles.made_for(entry_install.this_process.packages, model, at)
+        except Exception:  # never break a torch.compile call
+            log.debug("hatch-precompile: not serving %r", model, exc_info=True)
+    if package is None:
+        return original(model, **options)
+    return _served(package, model, options, original, at)
 
 
 def _compiled(original: Callable[..., Any], model: Any, options: dict[str, Any]) -> Any:
@@ -131,11 +146,13 @@ def _package_of(module: Any) -> str | None:
         return next((p for p in entry_install.this_process.packages if module == p or module.startswith(p + ".")), None)
 
 
-def _served(package: str, model: Any, options: dict[str, Any], original: Callable[..., Any]) -> Any:
+def _served(package: str, model: Any, options: dict[str, Any], original: Callable[..., Any],
+            at: dict[str, Any] | None = None) -> Any:
     """``original(model, **options)``, with the shipped entry of ``model`` installed (now, or at its
-    first call) where one was shipped for this call."""
+    first call) where one was shipped for this call (``at``: the library call that makes it on the
+    package's behalf; None: the package's own)."""
     try:
-        function = _shipped(package, model, options)
+        function = _shipped(package, model, options, at)
     except Exception:  # never break a torch.compile call
         log.debug("hatch-precompile: not serving %r", model, exc_info=True)
         function = None
@@ -144,7 +161,8 @@ def _served(package: str, model: Any, options: dict[str, Any], original: Callabl
     compiled = _compiled(original, model, options)
     from hatch_precompile.run.torch_internals.served import compile_scope
 
-    if not compile_scope.mark(compiled, served_compiles.source_key(function.qualname, function.firstlineno)):
+    when = dependency_compiles.running(package) if at is not None else None  # a library's: the package's calls
+    if not compile_scope.mark(compiled, served_compiles.source_key(function.qualname, function.firstlineno), when):
         entry_install.said(function, "traced: which torch.compile a call of it runs under cannot be told (torch moved)")
         return compiled
     import torch
@@ -154,7 +172,7 @@ def _served(package: str, model: Any, options: dict[str, Any], original: Callabl
             entry_install.said(function, "traced: a module compiled before CUDA was initialised is not served")
             return compiled
         return entry_install.install_at_first_call(package, model, function, compiled)
-    name = f"{function.module}.{function.qualname}"
+    name = function.name
     with entry_install.this_process.lock:
         outcome = entry_install.this_process.at_import.get(name)
         if outcome is not None:  # installed at its module's import: asked for now (once: a refusal at a
@@ -172,7 +190,8 @@ def _served(package: str, model: Any, options: dict[str, Any], original: Callabl
     return compiled
 
 
-def _shipped(package: str, model: Any, options: dict[str, Any]) -> served_compiles.Function | None:
+def _shipped(package: str, model: Any, options: dict[str, Any],
+             at: dict[str, Any] | None) -> served_compiles.Function | None:
     """The shipped function for this call, or None (said in ``served()`` where one was shipped)."""
     found = served_compiles.function_key(model)
     if found is None:
@@ -181,6 +200,10 @@ def _shipped(package: str, model: Any, options: dict[str, Any]) -> served_compil
     with entry_install.this_process.lock:
         function = entry_install.this_process.packages[package].index.functions.get(key)
     if function is None or (function.module, function.qualname) != (module, qualname):
+        return None
+    if at is None and function.made_by is not None:
+        entry_install.said(function, f"traced: compiled by the package itself, where the build's compile of it was "
+                                     f"{served_compiles.site_name(function.made_by)}'s")
         return None
     if not served_compiles.takes(function, options):
         entry_install.said(function, "traced: compiled with other options than the build's")

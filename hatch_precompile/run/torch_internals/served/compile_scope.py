@@ -19,9 +19,10 @@ from hatch_precompile.run.torch_internals.registry import lookup
 _running = threading.local()
 
 
-def mark(compiled: Any, key: str) -> bool:
-    """Have ``compiled`` (what ``torch.compile`` returned) push ``key`` while each call of it runs;
-    whether it could be."""
+def mark(compiled: Any, key: str, when: Callable[[], bool] | None = None) -> bool:
+    """Have ``compiled`` (what ``torch.compile`` returned) push ``key`` while each call of it runs
+    (only each call for which ``when()`` holds, where given: a library's compile, served while the
+    package's code runs it); whether it could be."""
     lookup("compile-context", "setting")
     context = _context_of(compiled)
     hooks = getattr(context, "enter_exit_hooks", None)
@@ -32,10 +33,26 @@ def mark(compiled: Any, key: str) -> bool:
 
     def enter() -> Callable[[], object]:
         stack = _stack()
-        stack.append(key)
+        stack.append(key if when is None or when() else "")  # "": no served compile's, for this call
         return stack.pop  # torch calls it once the call is over, raised or not
 
     enter._hatch_precompile_key = key  # type: ignore[attr-defined]
+    hooks.append(enter)
+    return True
+
+
+def each_call(compiled: Any, run: Callable[[], None]) -> bool:
+    """Have ``run()`` called at every call of ``compiled`` (before its frame is evaluated); whether it
+    could be."""
+    lookup("compile-context", "setting")
+    hooks = getattr(_context_of(compiled), "enter_exit_hooks", None)
+    if not isinstance(hooks, list):
+        return False
+
+    def enter() -> Callable[[], object]:
+        run()
+        return _nothing
+
     hooks.append(enter)
     return True
 
