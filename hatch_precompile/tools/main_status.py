@@ -1,4 +1,5 @@
-"""``hatch-precompile status [NAME...]``: the preferences file, the switches in effect, the per-user cache."""
+"""``hatch-precompile status [NAME...]``: the installed packages that ship artifacts, the preferences
+file, the switches in effect, the per-user cache."""
 
 from __future__ import annotations
 
@@ -12,11 +13,16 @@ from hatch_precompile.tools import arguments
 
 
 def configure(subparsers: Any) -> None:
-    p = arguments.command(subparsers, "status", "preferences file, switches in effect, per-user cache", f"""
-        Where this environment's preferences file is (${PREFERENCES_VAR}, else sys.prefix) and the
-        per-package switches in it, the PRECOMPILE and PRECOMPILE_<NAME> variables set, what `warm`
-        stored in the per-user cache, and for each PACKAGE given whether loading is on and which
-        rule says so (PRECOMPILE_<NAME> > PRECOMPILE > the preferences file > on).""", """
+    p = arguments.command(subparsers, "status", "installed packages with artifacts, preferences, switches, per-user cache",
+                          f"""
+        Each installed package that ships artifacts (found without importing it): whether one of its
+        sets is valid in this environment (and why not), how many compiled functions it serves
+        untraced (its own, and those its dependencies compile on its behalf), and whether loading is
+        on for it. Then where this environment's preferences file is (${PREFERENCES_VAR}, else
+        sys.prefix) and the per-package switches in it, the PRECOMPILE and PRECOMPILE_<NAME>
+        variables set, what `warm` stored in the per-user cache, and for each PACKAGE given whether
+        loading is on and which rule says so (PRECOMPILE_<NAME> > PRECOMPILE > the preferences file
+        > on).""", """
         hatch-precompile status
         hatch-precompile status mypkg other-pkg
         hatch-precompile status --json""")
@@ -25,9 +31,13 @@ def configure(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hatch_precompile.tools import warm
+    from hatch_precompile.tools import installed, warm
 
     say = arguments.result(args)
+    shipping = installed.installed()
+    say("installed packages that ship artifacts:" if shipping else "installed packages that ship artifacts: none")
+    for found in shipping:
+        say(f"  {found.line()}")
     file = switch.path()
     source = f"from {PREFERENCES_VAR}" if variables.preferences_file() else "sys.prefix"
     say(f"preferences file: {file} ({source}; {'exists' if file.is_file() else 'does not exist'})")
@@ -47,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
         say(f"{name}: {'on' if enabled else 'off'} ({why})")
     if args.json:
         arguments.print_json({
+            "installed": [found.as_json() for found in shipping],
             "preferences_file": {"path": str(file), "from": PREFERENCES_VAR if variables.preferences_file() else
                                  "sys.prefix", "exists": file.is_file(),
                                  "switches": {key: value for key, value in entries.values()}},

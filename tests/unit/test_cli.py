@@ -234,8 +234,10 @@ def test_status_and_the_switches_as_json(tmp_path, monkeypatch, capsys):
     assert doc["environment_switches"] == {"PRECOMPILE_OTHER_PKG": "1"}
     assert doc["user_cache"] == {"directory": str(tmp_path / "xdg" / "hatch-precompile"), "packages": []}
     assert doc["packages"] == [{"name": "sample_pkg", "enabled": False, "why": f"{file}: [sample-pkg] enable = false"}]
+    assert doc["installed"] == []  # no installed package of the suite's venv ships artifacts
     code, out, _ = main(capsys, "-q", "status")
-    assert code == 0 and out.startswith(f"preferences file: {file} (from {protocol.PREFERENCES_VAR}; exists)\n")
+    assert code == 0 and out.startswith("installed packages that ship artifacts: none\n"
+                                        f"preferences file: {file} (from {protocol.PREFERENCES_VAR}; exists)\n")
 
 
 @pytest.mark.parametrize(("argv", "command", "kind", "message", "exit_code"), [

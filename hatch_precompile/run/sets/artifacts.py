@@ -82,6 +82,23 @@ def _shipped(package: str) -> verdict.Sets | verdict.Refusal | None:
     return verdict.Sets(root, manifests, warmed=False)
 
 
+def in_dir(package: str, root: Path) -> ArtifactSet | verdict.Refusal | None:
+    """The set ``package`` would use here, its shipped sets read from its ``_precompiled`` dir
+    ``root`` (found without importing the package: ``hatch-precompile status``), else the user's
+    store; a Refusal saying why none fits; None where there are none."""
+    sets = root / SETS_DIR
+    shipped: verdict.Sets | verdict.Refusal | None = None
+    try:
+        if sets.is_dir():
+            shipped = verdict.Sets(root, {e.name: (e / MANIFEST_FILE).read_bytes() for e in sets.iterdir()}, warmed=False)
+    except OSError as exc:
+        shipped = verdict.Refusal(f"cannot read the artifacts of {package!r}: {exc}")
+    chosen = verdict.set_to_use(package, shipped, lambda facts: _warmed(package, facts))
+    if chosen is None or isinstance(chosen, verdict.Refusal):
+        return chosen
+    return ArtifactSet(chosen.sets.root, chosen.name, chosen.manifest, chosen.sets.warmed)
+
+
 def all_sets(package: str) -> list[ArtifactSet]:
     """Every set ``package`` ships whose manifest is sound, whatever environment it is for."""
     try:
