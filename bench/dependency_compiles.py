@@ -81,7 +81,7 @@ def build(python: str, project: Path, out: Path) -> tuple[Path, list[str]]:
     (wheel,) = dist.glob("*.whl")
     with zipfile.ZipFile(wheel) as archive:
         archive.extractall(site)
-    return site, [line for line in proc.stdout.splitlines() if "served" in line and line.startswith("precompile:")]
+    return site, [line for line in (proc.stdout + proc.stderr).splitlines() if "served" in line and line.startswith("precompile:")]
 
 
 def first_call(python: str, site: Path, case: str, env: dict[str, str]) -> dict:
