@@ -322,6 +322,11 @@ def cache(tmp_path, monkeypatch) -> Path:
         if name.startswith("PRECOMPILE") or name == "HATCH_PRECOMPILE_BUILDING":
             monkeypatch.delenv(name)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
+    from hatch_precompile.run import load_caches
+
+    # Sets an earlier test loaded in this worker would follow this test's cache dir (load() installs
+    # every loaded set where torch now reads): each test sees only its own.
+    monkeypatch.setattr(load_caches, "_installed", {})
     return directory
 
 
