@@ -57,6 +57,9 @@ from compile_pkg import model as M, wrapping
 from torch._dynamo.utils import get_compilation_metrics
 from hatch_precompile.run.served import served_compile
 
+# The loss recompiles for each case its guards stop: more than torch's default limit of 8 codes a frame,
+# past which both processes would run it eagerly and the later cases would prove no guard.
+torch._dynamo.config.recompile_limit = 32
 results = {}
 def case(name, run):
     before = sum(1 for m in get_compilation_metrics() if m.co_name)
@@ -202,6 +205,7 @@ def test_every_guard_is_kept_each_call_served_or_traced_as_a_cold_compile_comput
             assert traced == 0, f"{name}: served, so nothing traced"
         else:
             assert name in TRACED and traced >= 1, f"{name}: its guards stop the shipped code, so it is traced"
+            assert traced == cold_traced, f"{name}: traced as the cold compile traces it"
     assert cold["results"]["first call"][0] >= 1  # the cold process really compiled
     first, replaced = served["results"]["another package's compile, a global replaced"][1]
     assert replaced == pytest.approx(first * 1.5)  # its identity guard was not dropped: recompiled for the new object
