@@ -113,9 +113,10 @@ def prove(python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str],
     for name, why in sorted(not_served.items()):
         verdict.warning(f"not served untraced: {name}: {why}")
     record = {"functions": len(index.functions) + len(unshipped), "served": len(index.functions) - len(not_served),
-              "not_served": {**unshipped, **not_served}, "proof": "ok",
-              "by_dependencies": sorted(f.name for f in index.functions.values()
-                                        if f.made_by is not None and f.name not in not_served)}
+              "not_served": {**unshipped, **not_served}, "proof": "ok"}
+    by_dependencies = sorted(f.name for f in index.functions.values() if f.made_by is not None and f.name not in not_served)
+    if by_dependencies:  # a package whose dependencies compile nothing for it keeps the record it had
+        record["by_dependencies"] = by_dependencies
     verdict.info(f"{record_line(record, named=False)}, proven in a fresh process "
                   f"({time.perf_counter() - started:.1f} s)")
     return record
