@@ -57,6 +57,24 @@ def generate():
 
     @situation
     def _():
+        """the library's rotary function replaced by the user's, wrapped as the library wraps it"""
+        from transformers.integrations import use_kernel_forward_from_hub
+        from transformers.models.llama import modeling_llama
+
+        def sharpened(q, k, cos, sin, unsqueeze_dim=1):  # the library's rotary, its attention made one-hot
+            cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+            rotate = modeling_llama.rotate_half
+            return (q * cos + rotate(q) * sin) * 1e4, k * cos + rotate(k) * sin  # other tokens than the library's
+
+        original = modeling_llama.apply_rotary_pos_emb
+        modeling_llama.apply_rotary_pos_emb = use_kernel_forward_from_hub("rotary_pos_emb")(sharpened)
+        try:
+            return tokens(llm.generate(llm.make_model(), llm.prompt()))
+        finally:
+            modeling_llama.apply_rotary_pos_emb = original
+
+    @situation
+    def _():
         """the user's own generate on their own model, outside the package"""
         model = llm.make_model(seed=7)
         with torch.no_grad():
@@ -113,8 +131,6 @@ def generate():
     def _():
         """the package's generate again, after all of these"""
         return tokens(llm.generate(llm.make_model(seed=9), llm.prompt(seed=2)))
-
-
 
     @situation
     def _():

@@ -409,6 +409,8 @@ def _dynamo_guards(module):
         module.GuardManagerWrapper.__str__ = _renamed(module.GuardManagerWrapper.__str__)
     if "guard-pickler" in BROKEN:
         _positional_only(module.GuardsStatePickler, "reducer_override")
+    if "local-type-guard" in BROKEN and hasattr(module, "raise_local_type_error"):
+        module.raise_local_type_error = _NoSignature(module.raise_local_type_error)
     if "guard-filter" in BROKEN or "package-bypass" in BROKEN:
         init = module.CheckFunctionManager.__init__
 
@@ -603,7 +605,7 @@ BREAKERS = frozenset({
     "keep-constants", "pytree", "module-internals", "joint-export", "triton-c-module", "triton-c-module-file",
     "compile-calls", "precompile-entry", "compile-package", "guard-load", "unique-id", "caching-precompile",
     "guard-filter", "guarded-code", "dropped-guards", "guard-state-tensor", "compiler-config",
-    "global-state", "compiler-settings", "code-source", "guard-pickler", "module-global", "dynamo-entries",
+    "global-state", "compiler-settings", "code-source", "guard-pickler", "local-type-guard", "module-global", "dynamo-entries",
     "graph-load", "eager-backward", "graph-cache-log", "package-bypass", "bypass-log", "guard-text",
     "compile-context", "folded-calls", "dict-absent-key", "folded-call", "guard-create-log", "post-compile-graph",
     "decomp-table", "backend-debug", "extension-paths", "guard-sites", "compile-stance", "recompile-limit",

@@ -8,6 +8,7 @@ import dataclasses
 import enum
 import functools
 import hashlib
+import io
 import json
 import logging
 import pickle
@@ -488,6 +489,24 @@ def decorated(x):
     return x + 1
 
 
+def hooked_guards_pickler(hook, tree: dict | None = None):
+    """Torch's guards-state pickler (its guard tree ``tree``) and its stream, ``hook`` answering first,
+    as the guard-pickler touchpoint's hook does: torch answers where it passes."""
+    from torch._dynamo import guards
+
+    from hatch_precompile.run.torch_internals import patching
+
+    stream = io.BytesIO()
+    writer = guards.GuardsStatePickler(tree or {}, {}, {}, stream)
+
+    def reducer_override(obj):
+        ours = hook({"self": writer, "obj": obj})
+        return guards.GuardsStatePickler.reducer_override(writer, obj) if ours is patching.PASS else ours
+
+    writer.reducer_override = reducer_override
+    return writer, stream
+
+
 def test_a_decorated_function_is_kept_in_the_guards_state_as_torch_keeps_a_nested_one():
     import io
 
@@ -501,14 +520,7 @@ def test_a_decorated_function_is_kept_in_the_guards_state_as_torch_keeps_a_neste
     assert pickler.reducer_override(inner)[0] is guards._Missing  # torch keeps a placeholder
     rebuild, args, (_, names) = dynamo_packaging.decorated_function({"self": pickler, "obj": inner})
     assert names == {"__name__": "decorated"}
-    stream = io.BytesIO()
-    writer = guards.GuardsStatePickler({}, {}, {}, stream)
-
-    def reducer_override(obj):  # as the guard-pickler touchpoint's hook runs: ours, else torch's
-        ours = dynamo_packaging.decorated_function({"self": writer, "obj": obj})
-        return guards.GuardsStatePickler.reducer_override(writer, obj) if ours is patching.PASS else ours
-
-    writer.reducer_override = reducer_override
+    writer, stream = hooked_guards_pickler(dynamo_packaging.decorated_function)
     writer.dump(inner)
     again = pickle.loads(stream.getvalue())  # as torch reads a guards state back
     assert again.__code__ == inner.__code__ and again.__globals__ is inner.__globals__ and again(1) == 2

@@ -49,6 +49,8 @@ class Recorder:
         patching.wrap("guarded-code", before=self._guarded_code)
         patching.wrap("code-source", instead=dynamo_packaging.property_accessor)
         patching.wrap("guard-pickler", instead=dynamo_packaging.decorated_function)
+        patching.wrap("guard-pickler", instead=dynamo_packaging.local_class)
+        patching.wrap("local-type-guard", instead=dynamo_packaging.local_type_kept)
         patching.wrap("module-global", after=dynamo_packaging.module_as_import)
         patching.wrap("dynamo-entries", after=self._every_compile)
         patching.wrap("package-bypass", after=self._bypassed)

@@ -1,14 +1,17 @@
 """What torch's Dynamo cache cannot package as it stands, made packageable for the build's second
 pass (builder/served/dynamo_pass.py hooks each into its touchpoint): a frame that is a property's accessor, a
-decorated function kept in a guarded code's state, a module Dynamo's bytecode loads by its address."""
+decorated function kept in a guarded code's state, a module Dynamo's bytecode loads by its address, a
+class made inside a function that a type guard holds."""
 
 from __future__ import annotations
 
 import inspect
+import json
 import sys
 import types
 from typing import Any
 
+from hatch_precompile.run.served import local_classes
 from hatch_precompile.run.torch_internals import patching
 
 
@@ -75,3 +78,48 @@ def module_as_import(arguments: dict[str, Any], name: Any) -> None:
     package = getattr(output, "package", None)
     if isinstance(value, types.ModuleType) and isinstance(name, str) and package is not None:
         package.add_import_source(name, value.__name__)
+
+
+def local_class(arguments: dict[str, Any]) -> Any:
+    """How a guarded code's state keeps a class made inside a function (a type guard's class: the
+    `kernels` package's ``_create_func_module.<locals>.Func``, which transformers' Llama calls), which
+    pickle cannot find by name: as the type of a module's global holding an object of it, checked
+    against the class's description when a new process finds it (run/served/local_classes.py). A
+    module object of such a class is kept with it, where torch keeps a plain ``torch.nn.Module``."""
+    pickler, obj = arguments.get("self"), arguments.get("obj")
+    cls = obj if isinstance(obj, type) else type(obj)
+    if "<locals>" not in getattr(cls, "__qualname__", ""):  # pickle finds it by name: torch's to keep
+        return patching.PASS
+    found = local_classes.global_of(cls)
+    description = local_classes.described(cls) if found is not None else None
+    if found is None or description is None:
+        return patching.PASS
+    kept = json.dumps(description, sort_keys=True)
+    if cls is obj:
+        return local_classes.type_of_global, (*found, kept)
+    return _module_object(pickler, obj, found, kept)
+
+
+def _module_object(pickler: Any, obj: Any, found: tuple[str, str], kept: str) -> Any:
+    """A module object of a kept class, where torch keeps one (its guards read it) and its state is
+    the module's own; what its guards do not read is left out as torch leaves it out."""
+    import torch
+
+    tree, missing = getattr(pickler, "guard_tree_values", None), getattr(pickler, "missing_values", None)
+    if (not isinstance(obj, torch.nn.Module) or not isinstance(tree, dict) or not isinstance(missing, dict)
+            or id(obj) not in tree or type(obj).__getstate__ is not torch.nn.Module.__getstate__):
+        return patching.PASS
+    for value in obj.__dict__.values():  # as torch's own reducer: a value no guard reads is not kept
+        if not isinstance(value, (torch.Tensor, torch.nn.Module)) and id(value) not in tree and not callable(value):
+            missing[id(value)] = value
+    return local_classes.module_of_global_type, (*found, kept, obj.__getstate__())
+
+
+def local_type_kept(arguments: dict[str, Any]) -> Any:
+    """Torch refuses a type guard on a class made inside a function before it pickles anything; a
+    class ``local_class`` keeps is let through (None), any other is refused by torch (PASS)."""
+    obj = arguments.get("obj")
+    cls = type(obj)
+    if local_classes.global_of(cls) is None or local_classes.described(cls) is None:
+        return patching.PASS
+    return None

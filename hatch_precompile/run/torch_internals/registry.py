@@ -337,6 +337,9 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "by their qualname and a guard on the name never holds (builder/served/dynamo_packaging.py)",
                broken="torch's answer: that guarded code's entry fails to install, or a guard on the function's "
                "name fails; either way such a call is traced"),
+    Touchpoint("local-type-guard", "torch._dynamo.guards", "raise_local_type_error", "wrap", "build's second pass: a "
+               "type guard on a class made in a function (`kernels`' `Func`, in transformers' Llama) let through where the "
+               "guard pickler keeps it (builder/served/dynamo_packaging.py)", broken="torch's TypeError: no function served"),
     Touchpoint("module-global", "torch._dynamo.output_graph", "OutputGraph.install_global_by_id", "wrap",
                "build's second pass: a module that Dynamo's bytecode loads by a global named from its address "
                "(`___module_collections_<id>_c12`) recorded as one of the entry's imports, which torch installs "
