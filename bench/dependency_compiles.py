@@ -71,6 +71,7 @@ def build(python: str, project: Path, out: Path) -> tuple[Path, list[str]]:
     """``project`` built with ``python``'s torch and unpacked; the build's lines on what it served."""
     dist = out / "dist"
     shutil.rmtree(dist, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)  # its log is written whether or not the build made a wheel
     proc = subprocess.run([python, "-m", "build", "--wheel", "--no-isolation", "-o", dist, project],
                           env={**os.environ, "HATCH_PRECOMPILE_NO_DYNAMO_CACHE": "0"}, capture_output=True, text=True)
     (out / "build.log").write_text(proc.stdout + proc.stderr)
