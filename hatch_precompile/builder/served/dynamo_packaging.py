@@ -6,7 +6,6 @@ class made inside a function that a type guard holds."""
 from __future__ import annotations
 
 import inspect
-import json
 import sys
 import types
 from typing import Any
@@ -90,17 +89,15 @@ def local_class(arguments: dict[str, Any]) -> Any:
     cls = obj if isinstance(obj, type) else type(obj)
     if "<locals>" not in getattr(cls, "__qualname__", ""):  # pickle finds it by name: torch's to keep
         return patching.PASS
-    found = local_classes.global_of(cls)
-    description = local_classes.described(cls) if found is not None else None
-    if found is None or description is None:
+    found = local_classes.kept(cls)
+    if found is None:
         return patching.PASS
-    kept = json.dumps(description, sort_keys=True)
     if cls is obj:
-        return local_classes.type_of_global, (*found, kept)
-    return _module_object(pickler, obj, found, kept)
+        return local_classes.type_of_global, found
+    return _module_object(pickler, obj, found)
 
 
-def _module_object(pickler: Any, obj: Any, found: tuple[str, str], kept: str) -> Any:
+def _module_object(pickler: Any, obj: Any, found: tuple[str, str, str]) -> Any:
     """A module object of a kept class, where torch keeps one (its guards read it) and its state is
     the module's own; what its guards do not read is left out as torch leaves it out."""
     import torch
@@ -112,14 +109,10 @@ def _module_object(pickler: Any, obj: Any, found: tuple[str, str], kept: str) ->
     for value in obj.__dict__.values():  # as torch's own reducer: a value no guard reads is not kept
         if not isinstance(value, (torch.Tensor, torch.nn.Module)) and id(value) not in tree and not callable(value):
             missing[id(value)] = value
-    return local_classes.module_of_global_type, (*found, kept, obj.__getstate__())
+    return local_classes.module_of_global_type, (*found, obj.__getstate__())
 
 
 def local_type_kept(arguments: dict[str, Any]) -> Any:
     """Torch refuses a type guard on a class made inside a function before it pickles anything; a
     class ``local_class`` keeps is let through (None), any other is refused by torch (PASS)."""
-    obj = arguments.get("obj")
-    cls = type(obj)
-    if local_classes.global_of(cls) is None or local_classes.described(cls) is None:
-        return patching.PASS
-    return None
+    return patching.PASS if local_classes.kept(type(arguments.get("obj"))) is None else None

@@ -68,14 +68,28 @@ def global_of(cls: type) -> tuple[str, str] | None:
 _found: dict[int, tuple[str, str]] = {}  # by the class's id, checked again before it is used
 
 
+def kept(cls: type) -> tuple[str, str, str] | None:
+    """How the build keeps ``cls``: the global holding an object of it and its description (JSON), as
+    ``type_of_global`` takes them; None where it cannot be kept (torch's refusal stands)."""
+    found = global_of(cls)
+    description = described(cls) if found is not None else None
+    return None if found is None or description is None else (*found, json.dumps(description, sort_keys=True))
+
+
 def type_of_global(module: str, name: str, description: str) -> type:
     """The class of the object at ``module.name`` now, where it is described as the build's class
     (``description``, JSON); raises otherwise, and torch then cannot install the entry."""
     found = type(getattr(importlib.import_module(module), name))
+    if _matched.get((module, name, description)) is found:
+        return found  # an entry's state holds the class once per module object of it: described once
     if described(found) != json.loads(description):
         raise TypeError(f"{module}.{name} is of {found.__qualname__}, not the class the build's compile was "
                         "guarded on (another class made inside a function, or one changed since)")
+    _matched[(module, name, description)] = found
     return found
+
+
+_matched: dict[tuple[str, str, str], type] = {}  # each global's class found described as the build's
 
 
 def module_of_global_type(module: str, name: str, description: str, state: dict[str, Any]) -> Any:
@@ -87,4 +101,3 @@ def module_of_global_type(module: str, name: str, description: str, state: dict[
     rebuilt = new(found)
     rebuilt.__dict__.update(state)
     return rebuilt
-
