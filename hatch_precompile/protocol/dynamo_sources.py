@@ -150,6 +150,11 @@ def _path_roots(node: ast.expr) -> set[str]:
             return _path_roots(inner)
         case ast.Subscript(value=inner, slice=ast.Constant(value=key)):
             return _path_roots(inner) if type(key) in (str, int) else set()
+        case ast.Subscript(value=inner, slice=ast.Subscript(value=keys, slice=ast.Constant(value=int()))):
+            # a dict's key by its position (``d[list(dict.keys(d))[11]]``): a registry filled at import
+            mapping_roots = _path_roots(inner)
+            keys_roots = _path_roots(keys) if _is_keys_list(keys) else set()
+            return mapping_roots | keys_roots if mapping_roots and keys_roots else set()
         case ast.Call(func=ast.Name(id="type"), args=[inner], keywords=[]):
             return _path_roots(inner)
         case ast.Call(func=ast.Name(id="dict"), args=[ast.Attribute(attr="__dict__") as inner], keywords=[]):
@@ -161,6 +166,14 @@ def _path_roots(node: ast.expr) -> set[str]:
                       args=[ast.Call(func=ast.Attribute(value=ast.Name(id="dict"), attr="keys"), args=[inner], keywords=[])]):
             return _path_roots(inner)
     return set()
+
+
+def _is_keys_list(node: ast.expr) -> bool:
+    match node:
+        case ast.Call(func=ast.Name(id="list"), keywords=[],
+                      args=[ast.Call(func=ast.Attribute(value=ast.Name(id="dict"), attr="keys"), args=[_], keywords=[])]):
+            return True
+    return False
 
 
 def dropped_guard(source: str, guard_type: str, derived: tuple[str, ...], value: Any,

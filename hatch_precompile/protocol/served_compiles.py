@@ -80,6 +80,20 @@ class Function:
 INSTALL_AT = ("compile", "first-call", "import")
 
 
+# torch.compile called by torch itself on its caller's behalf: ``nn.Module.compile()`` compiles the
+# module's ``_call_impl`` for whoever called ``module.compile()``, whose compile it is.
+_ON_BEHALF = frozenset({("torch.nn.modules.module", "Module.compile"), ("torch.nn.modules.module", "compile")})
+
+
+def caller(frame: Any) -> Any:
+    """The frame whose ``torch.compile`` call ``frame`` makes: itself, or, where ``frame`` is torch's
+    own ``Module.compile``, the frame that called it."""
+    while frame is not None and (frame.f_globals.get("__name__"), getattr(frame.f_code, "co_qualname",
+                                                                          frame.f_code.co_name)) in _ON_BEHALF:
+        frame = frame.f_back
+    return frame
+
+
 def site(frame: Any) -> dict[str, Any]:
     """Where a call is made: the module, the function (its qualified name) and the line of ``frame``."""
     code = frame.f_code
@@ -104,6 +118,9 @@ class Index:
     optimize: int  # sys.flags.optimize of the build
     settings: dict[str, dict[str, Any]]  # digest -> the compiler settings (compiler_settings.snapshot)
     functions: dict[str, Function]
+    # Each compiled function the build did not ship (by its name), and why: said by ``served()``
+    # where the package compiles it, rather than left out.
+    not_served: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def source_key(qualname: str, firstlineno: int) -> str:
@@ -215,7 +232,8 @@ def _read(read: Any) -> dict[str, Any]:
 
 def dumps(index: Index) -> str:
     return json.dumps({"format": SERVED_FORMAT, "optimize": index.optimize, "settings": index.settings,
-                       "functions": {k: dataclasses.asdict(f) for k, f in sorted(index.functions.items())}}, indent=1)
+                       "functions": {k: dataclasses.asdict(f) for k, f in sorted(index.functions.items())},
+                       "not_served": dict(sorted(index.not_served.items()))}, indent=1)
 
 
 def parse(text: str | bytes) -> Index:
@@ -245,7 +263,11 @@ def parse(text: str | bytes) -> Index:
         if source_key(function.qualname, function.firstlineno) != key:
             raise ServedError(f"served.json: function {key!r} is not keyed by its name and line")
         functions[key] = function
-    return Index(data["optimize"], settings, functions)
+    not_served = data.get("not_served") or {}  # absent in an index of an older build
+    if not (isinstance(not_served, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                                 for k, v in not_served.items())):
+        raise ServedError("served.json: `not_served` is not each function's name and why")
+    return Index(data["optimize"], settings, functions, dict(not_served))
 
 
 def _site(value: Any) -> dict[str, Any] | None:

@@ -135,6 +135,29 @@ case("a result rebuilt from a module the code holds by no name", lambda: [v.item
 case("a closure over a function", lambda: [M.doubled(F.softsign)(x).sum().item()])
 case("a closure over another function", lambda: [M.doubled(F.tanhshrink)(x).sum().item()])
 case("a function whose guards torch could not save", lambda: [M.cached(x).sum().item()])
+# The ways users compile (compile_pkg/styles.py). The user's own regional compile comes first: in a cold
+# process, the package's later ones then find torch's code for it, as the served process finds the package's.
+from compile_pkg import styles as S
+import regional_lib
+torch.manual_seed(4)
+case("a library's regional compile made by the user", lambda: [regional_lib.compile_repeated_blocks(
+    S.Stack(), ("Block",))(x).sum().item()])
+def self_compiled(seed):
+    net = S.self_compiled(seed)
+    out = net(x).sum()
+    out.backward()
+    return [out.item()] + [p.grad.double().sum().item() for p in net.parameters()]
+case("a module's own compile(), called by its user", lambda: self_compiled(0))
+case("a module's own compile(), another instance", lambda: self_compiled(6))
+case("blocks compiled in a loop", lambda: [S.regional()(x).sum().item()])
+case("blocks compiled by a library the package calls", lambda: [S.library_regional(2)(x).sum().item()])
+def marked():
+    rows = M.batch(5)[0]
+    torch._dynamo.mark_dynamic(rows, 0)
+    return [S.dynamic_rows(rows).sum().item()]
+case("inputs marked dynamic, another size", marked)
+case("a backend whose graphs torch does not save", lambda: [S.aot_eager_shifted(x).sum().item()])
+case("a module-level numpy array", lambda: [S.compiled_numpy_scaled(x).sum().item()])
 # Another package's compile in the same process keeps every guard torch has: an object replaced.
 class Holder:
     def __init__(self, w):
@@ -154,12 +177,15 @@ print(json.dumps({"results": results, "served": served_compile.served(),
 SERVED = ("first call", "another model instance", "a graph first differentiated by its user", "a compiled module, another instance", "a compiled module in train()",
           "a closure over another object", "a function compiled by decorator", "a loss chosen by a property's getter, a frame of its own",
           "the same, another instance", "a closure over a function", "a forward decorated from another module",
-          "a result rebuilt from a module the code holds by no name")
+          "a result rebuilt from a module the code holds by no name", "a module's own compile(), called by its user",
+          "a module's own compile(), another instance", "blocks compiled in a loop",
+          "blocks compiled by a library the package calls", "inputs marked dynamic, another size")
 TRACED = ("a changed module attribute", "another shape", "another dtype", "an input that requires grad",
           "eval against train", "a mutated global", "a mutated global dict", "a library function monkeypatched",
           "a closure under no_grad", "another package's compile, a global replaced",
           "a closure over another function", "a decorated forward, its wrapper's global changed",
-          "a function whose guards torch could not save")
+          "a function whose guards torch could not save", "a library's regional compile made by the user",
+          "a backend whose graphs torch does not save", "a module-level numpy array")
 
 
 def run_cases(site: Path, tmp_path: Path, name: str, env: dict[str, str] | None = None,
@@ -176,28 +202,46 @@ def test_every_guard_is_kept_each_call_served_or_traced_as_a_cold_compile_comput
     # And torch alone saves no graph for `features`, whose backward the workload never ran.
     # The closure over a function is held at each call to the code the build's held (a source in the call's locals).
     # 10 guarded codes: the module compiled in eval() and in train() keeps both, where torch keeps the last compile.
-    assert "precompile: 9 compiled function(s) served without Dynamo tracing them (10 guarded code(s))" in log, log
+    # Every module.compile() of the package (its model's own, a loop over blocks, a library's regional
+    # compile it calls) compiles torch's Module._call_impl: one entry, 3 guarded codes (the model, the block).
+    assert "precompile: 11 compiled function(s) served without Dynamo tracing them (14 guarded code(s))" in log, log
     # ... and proven so before they shipped: installed and run in a fresh process as a user's. Of the
-    # package's 10 compiled functions, the one whose guards torch cannot save is not served.
-    assert "precompile: served 9 of 10 compiled function(s) untraced, proven in a fresh process" in log, log
+    # package's 14 compiled functions, the three below are not served.
+    assert "precompile: served 11 of 14 compiled function(s) untraced, proven in a fresh process" in log, log
     # `cached` calls a local function's lru_cache, whose guards torch cannot save: torch alone fails the
-    # whole second pass there (an AssertionError after it marked the entry bypassed). It is named, unserved.
-    unserved = [line for line in log.splitlines() if "not served untraced" in line]
-    assert len(unserved) == 1 and unserved[0].startswith(
-        "precompile: not served untraced: compile_pkg.model.cached: torch could not save its guards (") \
-        and "_cached_scale.<locals>.scale" in unserved[0], unserved
+    # whole second pass there (an AssertionError after it marked the entry bypassed). `numpy_scaled` reads a
+    # module's numpy array, whose guard torch fails to create for saving: torch alone fails the pass with
+    # it. `shifted` is compiled with aot_eager, whose graphs torch does not save. Each named, unserved.
+    unserved = {line.split(": ")[2]: line.split(": ", 3)[3] for line in log.splitlines()
+                if line.startswith("precompile: not served untraced: ")}
+    assert sorted(unserved) == ["compile_pkg.model.cached", "compile_pkg.styles.numpy_scaled",
+                                "compile_pkg.styles.shifted"], unserved
+    assert unserved["compile_pkg.model.cached"].startswith("torch could not save its guards (") \
+        and "_cached_scale.<locals>.scale" in unserved["compile_pkg.model.cached"], unserved
+    line = (COMPILE_PKG / "compile_pkg" / "styles.py").read_text().splitlines().index(
+        "def numpy_scaled(x: torch.Tensor) -> torch.Tensor:") + 1
+    assert unserved["compile_pkg.styles.numpy_scaled"] == (
+        f"torch failed to compile numpy_scaled (styles.py:{line}) for saving: torch._dynamo.exc.InternalTorchDynamoError: "
+        "RuntimeError: Boolean value of Tensor with more than one value is ambiguous"), unserved
+    assert unserved["compile_pkg.styles.shifted"].endswith("it was compiled with backend='aot_eager'"), unserved
     served = run_cases(compile_build / "site", tmp_path, "served")
     cold = run_cases(compile_build / "site", tmp_path, "cold", {"PRECOMPILE": "0"})
     assert served["reason"] == "installed" and not served["caching_precompile"]
-    assert sorted(served["served"]) == ["compile_pkg.model.Classifier.forward", "compile_pkg.model.Decorated.forward",
-                                        "compile_pkg.model.MLP.forward",
-                                        "compile_pkg.model.doubled.<locals>.apply", "compile_pkg.model.features",
-                                        "compile_pkg.model.loss_fn",
-                                        "compile_pkg.model.normalized",
-                                        "compile_pkg.model.scaled_by.<locals>.scaled_sum", "compile_pkg.model.summary"], \
-        served["served"]
-    assert all(outcome.startswith(f"served: {2 if name.endswith('MLP.forward') else 1} guarded code(s)")
-               for name, outcome in served["served"].items()), served["served"]
+    shipped = {"compile_pkg.model.Classifier.forward": 1, "compile_pkg.model.Decorated.forward": 1,
+               "compile_pkg.model.MLP.forward": 2, "compile_pkg.model.doubled.<locals>.apply": 1,
+               "compile_pkg.model.features": 1, "compile_pkg.model.loss_fn": 1, "compile_pkg.model.normalized": 1,
+               "compile_pkg.model.scaled_by.<locals>.scaled_sum": 1, "compile_pkg.model.summary": 1,
+               "compile_pkg.styles.rows": 1, "torch.nn.modules.module.Module._call_impl": 3}
+    assert sorted(served["served"]) == sorted({*shipped, *unserved}), served["served"]
+    for name, codes in shipped.items():
+        assert served["served"][name].startswith(f"served: {codes} guarded code(s)"), served["served"]
+    for name, why in unserved.items():  # said where the package compiles it, not left out
+        assert served["served"][name] == f"traced: the build did not serve it untraced: {why}", served["served"]
+    # A call the shipped codes did not serve is said, with the guard that failed: served() never
+    # calls a function served and no more where its calls trace (the loss, at another shape and more).
+    assert re.search(r"; \d+ call\(s\) traced here: 1 of its 1 shipped guarded code\(s\) failed a guard \(",
+                     served["served"]["compile_pkg.model.loss_fn"]), served["served"]
+    assert "call(s) traced here" not in served["served"]["compile_pkg.model.MLP.forward"], served["served"]
     for name, (traced, outputs) in served["results"].items():
         cold_traced, cold_outputs = cold["results"][name]
         assert outputs == pytest.approx(cold_outputs, rel=1e-5, abs=1e-6), name

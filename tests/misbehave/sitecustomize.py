@@ -108,6 +108,13 @@ def _convert_frame(module):
         module._compile = _compile
     if "cache-size" in BROKEN:  # another signature than the hook reads: torch's own calls still work
         module.compute_cache_size = _NoSignature(module.compute_cache_size)
+    if "frame-error" in BROKEN:  # another signature than the hook reads: torch's own calls still work
+        call = module.ConvertFrame.__call__
+
+        def __call__(self, *args, misbehaving=True, **kwargs):
+            return call(self, *args, **kwargs)
+
+        module.ConvertFrame.__call__ = __call__
 
 
 def _from_hatch_precompile() -> bool:
@@ -609,7 +616,7 @@ BREAKERS = frozenset({
     "graph-load", "eager-backward", "graph-cache-log", "package-bypass", "bypass-log", "guard-text",
     "compile-context", "folded-calls", "dict-absent-key", "folded-call", "guard-create-log", "post-compile-graph",
     "decomp-table", "backend-debug", "extension-paths", "guard-sites", "compile-stance", "recompile-limit",
-    "cache-entry-list", "cache-size", "code-caches-reset",
+    "cache-entry-list", "cache-size", "code-caches-reset", "frame-error",
 })
 
 

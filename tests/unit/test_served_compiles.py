@@ -172,6 +172,8 @@ def test_an_identity_guard_that_cannot_be_served_says_where_the_trace_made_it():
     ("type(L['self'].config).__mro__[4].__getattribute__", True),
     ("dict(type(L['self']._modules['h']).__dict__)['forward'].__closure__[0].cell_contents", True),
     ("dict.__getitem__(G['m']._REGISTRY, list(dict.keys(G['m']._REGISTRY))[1])['hi']", False),
+    # diffusers' attention backend registry, a function found by its key's position
+    ("G['__import_d'].Registry._backends[list(dict.keys(G['__import_d'].Registry._backends))[11]]", False),
 ])
 def test_dynamos_paths_are_evaluated(source, local):
     code, reads_locals = dynamo_sources.evaluator(source)
@@ -182,6 +184,7 @@ def test_dynamos_paths_are_evaluated(source, local):
     "G['os'].system('x')", "__import__('os')", "G['f'](1)", "dict(G['x'])", "type(G['a'], G['b'])", "X['a']",
     "list(G['a'])", "G[G['k']]", "L['a'] or G['b']", "(lambda: 1)()", "G['a'][True]", "G['a'].b(", "",
     "dict.update(G['a'], G['b'])", "type(G['a']).mro()",
+    "G['a'][list(G['a'])[1]]", "G['a'][G['b'][1]]", "G['a'][list(dict.keys(G['a']))[G['i']]]",
 ])
 def test_nothing_else_is_ever_evaluated(source):
     assert dynamo_sources.evaluator(source) is None

@@ -88,6 +88,36 @@ def test_every_hook_kind_and_any_signature(fake):
     assert getattr(module.compile_file, patching.MARK) and module.compile_file.__wrapped__ is compile_file
 
 
+def test_an_error_hook_answers_for_a_call_that_raised_or_lets_it_raise(fake):
+    def convert(frame):
+        if frame == "bad":
+            raise RuntimeError("torch failed")
+        return frame
+
+    name, module = fake(convert=convert)
+    seen = []
+
+    def answered(arguments, exc):
+        seen.append((arguments["frame"], str(exc)))
+        return "eager" if arguments["frame"] == "bad" else patching.PASS
+
+    patching.wrap(point(name, "convert"), on_error=answered)
+    assert module.convert("ok") == "ok" and seen == []  # a call that returns never reaches the hook
+    assert module.convert("bad") == "eager" and seen == [("bad", "torch failed")]
+    patching.wrap(point(name, "convert"), on_error=lambda a, exc: (_ for _ in ()).throw(ValueError("hook bug")))
+    assert module.convert("bad") == "eager"  # the first hook answers before the broken one is asked
+
+
+def test_an_error_hook_that_passes_or_fails_leaves_torchs_exception(fake):
+    def convert(frame):
+        raise KeyError(frame)
+
+    name, module = fake(convert=convert)
+    patching.wrap(point(name, "convert"), on_error=lambda a, exc: 1 / 0)
+    with pytest.raises(KeyError):
+        module.convert("x")
+
+
 def test_a_raising_hook_is_as_if_it_had_not_run(fake):
     def boom(*args):
         raise RuntimeError("a hook with a bug")

@@ -42,6 +42,7 @@ class Recorder:
         self.run_by_package: set[str] = set()
         self.compiles: dict[str, dict[int, Any]] = {}  # source key -> each compile's latest entry, by its first code
         self.bypassed: dict[str, str] = {}  # source key -> why torch could not save a compile's guards ("": unsaid)
+        self.failed: dict[str, str] = {}  # source key -> what torch raised while it compiled a frame of it
         self._bypass_reason = ""  # torch's, logged while it builds the guards of the compile under way
 
     def install(self, torch: Any) -> None:
@@ -50,10 +51,12 @@ class Recorder:
         patching.wrap("code-source", instead=dynamo_packaging.property_accessor)
         patching.wrap("guard-pickler", instead=dynamo_packaging.decorated_function)
         patching.wrap("guard-pickler", instead=dynamo_packaging.local_class)
+        patching.wrap("guard-pickler", instead=dynamo_packaging.marked_tensor)
         patching.wrap("local-type-guard", instead=dynamo_packaging.local_type_kept)
         patching.wrap("module-global", after=dynamo_packaging.module_as_import)
         patching.wrap("dynamo-entries", after=self._every_compile)
         patching.wrap("package-bypass", after=self._bypassed)
+        patching.wrap("frame-error", on_error=self._frame_failed)
         self.reads.install()
         point = lookup("dropped-guards", "logging")
         logging.getLogger(point.module).addFilter(self._dropped_log)
@@ -62,31 +65,39 @@ class Recorder:
         original = torch.compile
 
         def compile(model: Any = None, **options: Any) -> Any:
-            at = served_compiles.site(sys._getframe(1))
+            made_in = sys._getframe(1)
+            caller = served_compiles.caller(made_in)  # model.compile(): its caller's
+            at = served_compiles.site(caller)
+            # a library's module.compile() while the package's code runs is the package's (served_compile.py)
+            own = caller is not made_in and dependency_compiles.running(self.package)()
             if model is None:  # the decorator: its caller's call
                 return lambda fn: self._call(fn, options, at, original)
-            return self._call(model, options, at, original)
+            return self._call(model, options, at, original, own)
 
         torch.compile = compile
 
-    def _call(self, model: Any, options: dict[str, Any], at: dict[str, Any], original: Any) -> Any:
-        """``original(model, **options)``, its options recorded where the package made the call; a
-        library's call (``at``), and whether the package's code runs what it returned."""
-        ours = at["module"] == self.package or at["module"].startswith((self.package + ".", "hatch_precompile."))
+    def _call(self, model: Any, options: dict[str, Any], at: dict[str, Any], original: Any, own: bool = False) -> Any:
+        """``original(model, **options)``, its options recorded where the package made the call (or
+        ``own``); a library's call (``at``), and whether the package's code runs what it returned."""
+        ours = own or at["module"] == self.package or at["module"].startswith((self.package + ".", "hatch_precompile."))
         found = served_compiles.function_key(model)
         plain = dict(options) if served_compiles.options_key(options) is not None else None
         if found is None:
             return original(model, **options)
         key, module, qualname, _ = found
+        from hatch_precompile.run.torch_internals.served import compile_scope
+
         if ours:
             if plain not in self.options.setdefault(key, []):
                 self.options[key].append(plain)
             self.modules[key] = (module, qualname)
-            return original(model, **options)
+            compiled = original(model, **options)
+            compile_scope.mark(compiled, key)  # a frame that fails under it is this function's (_frame_failed)
+            return compiled
         compiled = original(model, **options)
         self.library_calls.setdefault(key, []).append((at, plain))
         self.modules.setdefault(key, (module, qualname))
-        from hatch_precompile.run.torch_internals.served import compile_scope
+        compile_scope.mark(compiled, key)
 
         package_running = dependency_compiles.running(self.package)
 
@@ -161,6 +172,28 @@ class Recorder:
             key = served_compiles.source_key(code.co_qualname, code.co_firstlineno)
             self.bypassed.setdefault(key, self._bypass_reason)
         self._bypass_reason = ""
+
+    def _frame_failed(self, arguments: dict[str, Any], exc: Exception) -> Any:
+        """A frame whose compile raised in this pass (the first pass compiled it: what raised is this
+        pass's own, torch's guard creation for saving, say) runs eagerly, as torch runs a frame under
+        ``suppress_errors``, and the function whose compile it ran under is not served, with torch's
+        words; the pass goes on for the others. An exception torch never suppresses goes on."""
+        frame = arguments.get("frame")
+        code = getattr(frame, "f_code", None)
+        if not isinstance(code, types.CodeType) or type(exc).__name__ == "ResumePrologueTracingError":
+            return patching.PASS
+        from hatch_precompile.run.torch_internals.served import compile_scope
+
+        lookup("frame-error", "wrap")
+        from torch._dynamo.convert_frame import ConvertFrameReturn  # noqa: TID251  (the build's child)
+
+        answer = ConvertFrameReturn()  # torch's own answer for a suppressed error: the frame runs as it is
+        key = compile_scope.innermost() or served_compiles.source_key(code.co_qualname, code.co_firstlineno)
+        said = str(exc).strip().splitlines()
+        self.failed.setdefault(key, f"torch failed to compile {code.co_qualname} "
+                                    f"({code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno}) for saving: "
+                                    f"{type(exc).__module__}.{type(exc).__qualname__}: {said[0] if said else ''}")
+        return answer
 
     def _guarded_code(self, arguments: dict[str, Any]) -> None:
         state = arguments.get("guards_state")

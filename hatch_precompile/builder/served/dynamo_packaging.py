@@ -1,7 +1,7 @@
 """What torch's Dynamo cache cannot package as it stands, made packageable for the build's second
 pass (builder/served/dynamo_pass.py hooks each into its touchpoint): a frame that is a property's accessor, a
 decorated function kept in a guarded code's state, a module Dynamo's bytecode loads by its address, a
-class made inside a function that a type guard holds."""
+class made inside a function that a type guard holds, a tensor's dims its caller marked dynamic."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 
 from hatch_precompile.run.served import local_classes
 from hatch_precompile.run.torch_internals import patching
+from hatch_precompile.run.torch_internals.served import entry_pickle
 
 
 def property_accessor(arguments: dict[str, Any]) -> Any:
@@ -116,3 +117,32 @@ def local_type_kept(arguments: dict[str, Any]) -> Any:
     """Torch refuses a type guard on a class made inside a function before it pickles anything; a
     class ``local_class`` keeps is let through (None), any other is refused by torch (PASS)."""
     return patching.PASS if local_classes.kept(type(arguments.get("obj"))) is None else None
+
+
+def marked_tensor(arguments: dict[str, Any]) -> Any:
+    """How a guarded code's state keeps a tensor whose caller marked its dims (``mark_dynamic``): torch
+    keeps the tensor without the marks, and its guard rebuilt from that state then holds that no dim
+    is marked, so that every call with a marked tensor (the workload's own calling style) traces.
+    Kept with its marks, rebuilt by torch's own reduction (run/torch_internals/served/entry_pickle.py)."""
+    pickler, obj = arguments.get("self"), arguments.get("obj")
+    import torch
+
+    if not isinstance(obj, torch.Tensor) or obj.device.type == "meta":
+        return patching.PASS
+    marks: dict[str, Any] = {}
+    for name in entry_pickle.DIM_MARKS:
+        value = getattr(obj, name, None)
+        if isinstance(value, (set, frozenset)) and all(type(v) is int for v in value):
+            marks[name] = sorted(value)
+        elif isinstance(value, dict):
+            marks[name] = dict(value)
+        elif value is not None:
+            return patching.PASS  # a mark of another shape: torch's own answer
+    torchs = getattr(getattr(type(pickler), "reducer_override", None), "__wrapped__", None)
+    if not marks or torchs is None:
+        return patching.PASS
+    reduced = torchs(pickler, obj)
+    if not (isinstance(reduced, tuple) and len(reduced) == 2 and callable(reduced[0])
+            and getattr(reduced[0], "__name__", "").startswith("_unpickle")):
+        return patching.PASS  # torch keeps no tensor here (a value no guard reads): its answer stands
+    return entry_pickle.marked_tensor, (reduced[0], reduced[1], marks)

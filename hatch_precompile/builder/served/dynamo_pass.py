@@ -157,6 +157,9 @@ def _index(recorder: compile_recorder.Recorder, entries: Path, out: Path,
         options = recorder.options[key] if key in recorder.options else made_by[key][1]
         site = None if key in recorder.options else made_by[key][0]
         named = f"{module}.{qualname}" + (f", compiled by {served_compiles.site_name(site)}" if site else "")
+        if key in recorder.failed:  # its frames ran eagerly in this pass: what its entry holds is not all it compiles
+            notes.append(f"{named}: {recorder.failed[key]}")
+            continue
         if not path.is_file():
             notes.append(f"{named}: torch saved no Dynamo cache entry for it (nothing compiled?)")
             continue
@@ -186,7 +189,10 @@ def _index(recorder: compile_recorder.Recorder, entries: Path, out: Path,
             notes.append(f"{named}: torch could not save its guards" + (f" ({why})" if why else ""))
             continue
         if not guarded:  # torch's "Backend not found" when it saved the entry (builder/served/graph_saving.py)
-            notes.append(f"{named}: {no_graph}")
+            backends = {o.get("backend", "inductor") for o in options if o is not None} - {"inductor"}
+            notes.append(f"{named}: " + (f"torch saves only the Inductor backend's compiled graphs with a Dynamo cache "
+                                         f"entry (AOTAutograd's cache), and it was compiled with backend="
+                                         f"{sorted(backends)[0]!r}" if backends else no_graph))
             continue
         found = {sha: recorder.guarded.get(sha, "its guards were not recorded while the workload ran")
                  for sha in sorted(guarded)}

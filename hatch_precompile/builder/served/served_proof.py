@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -39,6 +40,7 @@ from hatch_precompile.protocol import (
     served_compiles,
     set_name,
 )
+from hatch_precompile.run.served import entry_install
 
 _SECOND_PASS_ONLY = ("TORCH_CACHING_PRECOMPILE",)
 
@@ -81,27 +83,48 @@ def prove(python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str],
                          f"{PREFIX} (served, proven)", reporter.line,
                          relay=lambda line: reporter.line(f"  | {line}"), timeout=timeout,
                          heartbeat=heartbeat if heartbeat is not None else 30.0, own_temp=not users_torch)
-    why = ""
-    try:
-        proven = supervisor.run(job, work / "child", python, proof_env)
-    except ChildError as exc:
-        proven, why = None, exc.detail
-    if proven is None or proven.status != "ok":
+    raised: dict[str, str] = {}  # each function a failed replay raised in, and what it raised
+    for attempt in range(_TRIES):
+        why = ""
+        try:
+            proven = supervisor.run(job, work / f"child-{attempt}", python, proof_env)
+        except ChildError as exc:
+            proven, why = None, exc.detail
+        if proven is not None and proven.status == "ok":
+            break
+        failure = proven.failure if proven is not None else None
         if proven is not None:
-            failure = proven.failure
             why = proven.detail or (failure.traceback.strip().splitlines()[-1] if failure else proven.status)
-        _drop(out_dir, index, set(index.functions))
-        verdict.warning(f"no compiled function is served untraced: served from the set in a fresh process, the "
-                         f"workloads did not run ({why})")
-        failed = {f.name: f"not proven: {why}" for f in index.functions.values()}
-        return {"functions": len(index.functions) + len(unshipped), "served": 0,
-                "not_served": {**unshipped, **failed}, "proof": f"failed: {why}"}
+        implicated = _raised_in(index, failure.traceback if failure else "")
+        if not implicated or attempt == _TRIES - 1:
+            _drop(out_dir, index, set(index.functions))
+            _write_not_served(out_dir, {**unshipped, **raised})
+            verdict.warning(f"no compiled function is served untraced: served from the set in a fresh process, the "
+                             f"workloads did not run ({why})")
+            failed = {f.name: f"not proven: {why}" for f in index.functions.values()}
+            return {"functions": len(index.functions) + len(raised) + len(unshipped), "served": 0,
+                    "not_served": {**unshipped, **raised, **failed}, "proof": f"failed: {why}"}
+        # A served call raised: that function is not shipped, and the replay runs again without it.
+        raised.update({index.functions[key].name: f"served in a fresh process, a call of it raised ({why})"
+                       for key in implicated})
+        _drop(out_dir, index, implicated)
+        index = served_compiles.parse(index_file.read_text()) if index_file.is_file() else index
+        manifest = artifact_layout.lay_out(_fresh(staged), spec["package"], result, cache_dir=cache_dir,
+                                           out_dir=out_dir, started=started, reporter=quiet)
+        if manifest is None or not index_file.is_file():
+            return {"functions": len(raised) + len(unshipped), "served": 0,
+                    "not_served": {**unshipped, **raised}, "proof": f"failed: {why}"}
+        manifest = _without_steps(staged, manifest)
+        shutil.rmtree(entry)
+        shutil.copytree(staged, entry)
+        _private(store)
+    assert proven is not None
     outcomes = proven.data.get("served") or {}
     load = proven.data.get("load") or {}
     not_loaded = None if load.get("loaded", True) else f"load() did not install the set: {load.get('reason')}"
     index = _install_points(out_dir, index, set(proven.data.get("first_call") or ()),
                             set(proven.data.get("at_import") or ()))
-    not_served = {}
+    not_served = dict(raised)
     for function in index.functions.values():
         name = function.name
         outcome = outcomes.get(name)
@@ -109,10 +132,16 @@ def prove(python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str],
             not_served[name] = not_loaded or "the workloads, served, did not compile it"
         elif not outcome.startswith("served"):
             not_served[name] = outcome.removeprefix("traced: ")
+        elif entry_install.calls_traced(outcome):  # installed, and still traced at a call the workloads make
+            not_served[name] = "served in a fresh process, the workloads' calls of it traced: " + \
+                outcome.split(" call(s) traced here: ", 1)[1]
     _drop(out_dir, index, {key for key, f in index.functions.items() if f.name in not_served})
+    _write_not_served(out_dir, {**unshipped, **not_served})
     for name, why in sorted(not_served.items()):
-        verdict.warning(f"not served untraced: {name}: {why}")
-    record = {"functions": len(index.functions) + len(unshipped), "served": len(index.functions) - len(not_served),
+        if name not in raised:
+            verdict.warning(f"not served untraced: {name}: {why}")
+    record = {"functions": len(index.functions) + len(raised) + len(unshipped),
+              "served": len(index.functions) - len(not_served) + len(raised),
               "not_served": {**unshipped, **not_served}, "proof": "ok"}
     by_dependencies = sorted(f.name for f in index.functions.values() if f.made_by is not None and f.name not in not_served)
     if by_dependencies:  # a package whose dependencies compile nothing for it keeps the record it had
@@ -120,6 +149,36 @@ def prove(python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str],
     verdict.info(f"{record_line(record, named=False)}, proven in a fresh process "
                   f"({time.perf_counter() - started:.1f} s)")
     return record
+
+
+_TRIES = 3  # replays of the proof: each failed one takes out the functions whose served calls raised
+
+
+def _raised_in(index: served_compiles.Index, traceback: str) -> set[str]:
+    """The keys of the shipped functions a failed replay's traceback runs through (a frame in the
+    function's own file and of its name: Dynamo's code for it keeps both)."""
+    frames = re.findall(r'File "([^"]+)", line \d+, in (\S+)', traceback)
+    found = set()
+    for key, function in index.functions.items():
+        path = function.module.replace(".", "/") + ".py"
+        name = function.qualname.rsplit(".", 1)[-1]
+        if any(file.endswith(path) and code == name for file, code in frames):
+            found.add(key)
+    return found
+
+
+def _fresh(staged: Path) -> Path:
+    shutil.rmtree(staged)
+    return staged
+
+
+def _write_not_served(out_dir: Path, not_served: dict[str, str]) -> None:
+    """Each function the build compiled and does not ship, and why, in the index: ``served()`` says it
+    where the package compiles it."""
+    index_file = out_dir / SERVED_FILE
+    if not_served and index_file.is_file():
+        index = served_compiles.parse(index_file.read_text())
+        index_file.write_text(served_compiles.dumps(dataclasses.replace(index, not_served=dict(not_served))))
 
 
 def _without_steps(staged: Path, manifest: Manifest) -> Manifest:
@@ -171,7 +230,8 @@ def _drop(out_dir: Path, index: served_compiles.Index, keys: set[str]) -> None:
         return
     used = {c["settings"] for f in kept.values() for c in f.guarded.values() if isinstance(c, dict)}
     settings = {digest: values for digest, values in index.settings.items() if digest in used}
-    (out_dir / SERVED_FILE).write_text(served_compiles.dumps(served_compiles.Index(index.optimize, settings, kept)))
+    (out_dir / SERVED_FILE).write_text(served_compiles.dumps(served_compiles.Index(index.optimize, settings, kept,
+                                                                                   index.not_served)))
 
 
 def _private(root: Path) -> None:

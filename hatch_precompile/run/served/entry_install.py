@@ -40,6 +40,8 @@ class ProcessState:
     at_import: dict[str, str | None] = dataclasses.field(default_factory=dict)
     thread_guards: dict[str, list[Any]] = dataclasses.field(default_factory=dict)  # each entry's thread-count guards
     left: dict[str, str] = dataclasses.field(default_factory=dict)  # why torch's controls last left a call to torch
+    traced_calls: dict[str, tuple[int, str]] = dataclasses.field(default_factory=dict)  # calls traced anyway: how
+    # many, and the first one's why
     original: Callable[..., Any] | None = None
     lock: threading.RLock = dataclasses.field(default_factory=threading.RLock)
 
@@ -58,6 +60,9 @@ def at_imports(package: str, index: served_compiles.Index) -> None:
     for function in index.functions.values():
         if function.made_by is not None:  # a library's compile: installed where the library makes it
             continue
+        if function.module != package and not function.module.startswith(package + "."):
+            continue  # torch's Module._call_impl (module.compile()): its entry names the package's modules,
+            # which its install would import, inside the package's own load()
         if function.install_at == "import" or (trying and function.install_at == "compile"):
             by_module.setdefault(function.module, []).append(function)
     for module, functions in by_module.items():  # one import hook a module
@@ -114,7 +119,8 @@ def install(package: str, model: Any, function: served_compiles.Function, compil
                                            compile_scope.serving(served_compiles.source_key(function.qualname,
                                                                                            function.firstlineno)),
                                            tuple(o.get("recompile_limit") for o in function.options),
-                                           functools.partial(_left_to_torch, name))
+                                           functools.partial(_left_to_torch, name),
+                                           functools.partial(_traced_call, name))
             graph_stand_in.install()  # before the entry's graphs load
             thread_guards: list[Any] = []
             counts, reasons = dynamo_cache.install(served_compiles.innermost(model), shipped, env_checked=True,
@@ -252,8 +258,27 @@ def outcomes() -> dict[str, str]:
         said_of = dict(this_process.outcomes)
     with _left_lock:
         left = dict(this_process.left)
-    return {name: f"{outcome}; a call left to torch: {left[name]}" if name in left else outcome
-            for name, outcome in said_of.items()}
+        traced = dict(this_process.traced_calls)
+    found = {}
+    for name, outcome in said_of.items():
+        if name in traced:
+            count, why = traced[name]
+            outcome += f"; {count} call(s) traced here: {why}"
+        found[name] = f"{outcome}; a call left to torch: {left[name]}" if name in left else outcome
+    return found
+
+
+def calls_traced(outcome: str) -> bool:
+    """Whether ``served()``'s words for a function say that calls of it were traced all the same."""
+    return " call(s) traced here: " in outcome
+
+
+def _traced_call(name: str, why: str) -> None:
+    """Torch traced a call of ``name`` that none of its shipped guarded codes served: counted, and the
+    first one's why kept, for ``served()``."""
+    with _left_lock:
+        count, first = this_process.traced_calls.get(name, (0, why))
+        this_process.traced_calls[name] = (count + 1, first)
 
 
 def _left_to_torch(name: str, why: str) -> None:
@@ -264,6 +289,10 @@ def _left_to_torch(name: str, why: str) -> None:
 
 
 def said(function: served_compiles.Function, outcome: str) -> None:
+    said_of(function.name, outcome)
+
+
+def said_of(name: str, outcome: str) -> None:
     with this_process.lock:
-        this_process.outcomes[function.name] = outcome
-    log.debug("hatch-precompile: %s.%s: %s", function.module, function.qualname, outcome)
+        this_process.outcomes[name] = outcome
+    log.debug("hatch-precompile: %s: %s", name, outcome)

@@ -99,14 +99,29 @@ def compile_for(package: str, fn: Any, **options: Any) -> Any:
 def _compile_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def compile(model: Any = None, **options: Any) -> Any:
-        caller = sys._getframe(1)
+        made_in = sys._getframe(1)
+        caller = served_compiles.caller(made_in)  # model.compile(): its caller's call
         package = _package_of(caller.f_globals.get("__name__"))
+        if package is None and caller is not made_in:
+            # A library's module.compile() while the package's code runs (diffusers' compile_repeated_blocks,
+            # called by the package): the module is compiled for every later call of it, as the package asked.
+            package = _package_on_stack(caller)
         at = None if package is not None else served_compiles.site(caller)  # a library's call, or a user's
         if model is None:  # @torch.compile(...): the decorator, its caller's as the call it makes
             return lambda fn: _routed(package, at, fn, options, original)
         return _routed(package, at, model, options, original)
 
     return compile
+
+
+def _package_on_stack(frame: Any) -> str | None:
+    """The first package served here whose code runs ``frame`` or a frame that called it."""
+    while frame is not None:
+        package = _package_of(frame.f_globals.get("__name__"))
+        if package is not None:
+            return package
+        frame = frame.f_back
+    return None
 
 
 def _routed(package: str | None, at: dict[str, Any] | None, model: Any, options: dict[str, Any],
@@ -198,8 +213,13 @@ def _shipped(package: str, model: Any, options: dict[str, Any],
         return None
     key, module, qualname, _ = found
     with entry_install.this_process.lock:
-        function = entry_install.this_process.packages[package].index.functions.get(key)
+        index = entry_install.this_process.packages[package].index
+        function = index.functions.get(key)
     if function is None or (function.module, function.qualname) != (module, qualname):
+        named = f"{module}.{qualname}"
+        why = next((why for name, why in index.not_served.items() if name == named or name.startswith(named + ", ")), None)
+        if why is not None:  # the build compiled it and did not ship it: said, not left out
+            entry_install.said_of(named, f"traced: the build did not serve it untraced: {why}")
         return None
     if at is None and function.made_by is not None:
         entry_install.said(function, f"traced: compiled by the package itself, where the build's compile of it was "

@@ -24,6 +24,7 @@ PASS = object()  # what an ``instead`` hook returns to let torch answer
 Hook = Callable[[dict[str, Any]], Any]
 After = Callable[[dict[str, Any], Any], None]
 Around = Callable[[dict[str, Any]], "Callable[[], None] | None"]  # returns what undoes it, once the call ends
+OnError = Callable[[dict[str, Any], Exception], Any]  # what a call that raised returns instead (PASS: it raises)
 
 
 class _Hooks:
@@ -32,6 +33,7 @@ class _Hooks:
         self.around: list[Around] = []
         self.instead: list[Hook] = []
         self.after: list[After] = []
+        self.on_error: list[OnError] = []
 
 
 _hooks: dict[tuple[str, str], _Hooks] = {}
@@ -42,14 +44,17 @@ def enabled() -> bool:
 
 
 def wrap(name: str, *, before: Hook | None = None, around: Around | None = None, instead: Hook | None = None,
-         after: After | None = None) -> None:
+         after: After | None = None, on_error: OnError | None = None) -> None:
     """Hook into the touchpoint ``name`` (a function or method of torch's) once its module is imported.
-    ``around`` runs before torch's function and returns what undoes it, called however the call ends."""
+    ``around`` runs before torch's function and returns what undoes it, called however the call ends;
+    ``on_error`` is given what torch's function raised, and returns what the call returns instead
+    (PASS, or a hook that fails: the exception goes on as torch raised it)."""
     point = lookup(name, "wrap")
     if not enabled():
         return
     hooks = _hooks.setdefault((point.module, point.qualname), _Hooks())
-    for kind, hook in (("before", before), ("around", around), ("instead", instead), ("after", after)):
+    for kind, hook in (("before", before), ("around", around), ("instead", instead), ("after", after),
+                       ("on_error", on_error)):
         if hook is not None and hook not in getattr(hooks, kind) and hook not in _dropped:
             getattr(hooks, kind).append(hook)
     after_import(point.module, lambda loaded: _install(loaded, point.qualname, hooks, name), name)
@@ -94,7 +99,14 @@ def _install(module: ModuleType, qualname: str, hooks: _Hooks, name: str) -> Non
                 answer = run_hook(hooks.instead, hook, name, "an instead hook", PASS, arguments)
                 if answer is not PASS:
                     return answer
-            result = original(*args, **kwargs)
+            try:
+                result = original(*args, **kwargs)
+            except Exception as exc:
+                for on_error in list(hooks.on_error):
+                    answer = run_hook(hooks.on_error, on_error, name, "an error hook", PASS, arguments, exc)
+                    if answer is not PASS:
+                        return answer
+                raise
         finally:
             for end in reversed(undo):
                 if callable(end):

@@ -127,11 +127,9 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "is made of, AOTAutograd's subclass included (child/key_details.py)",
                broken="no key details recorded (`why` says less)"),
     Touchpoint("fx-key", CODECACHE, "compiled_fx_graph_hash", "wrap", "build, verify, snoop: the FX graph key "
-               "(child/key_details.py)",
-               broken="the key left unknown"),
+               "(child/key_details.py)", broken="the key left unknown"),
     Touchpoint("aot-key", AUTOGRAD_CACHE, "autograd_cache_key", "wrap", "build, verify, snoop: the AOTAutograd key "
-               "(child/key_details.py)",
-               broken="the key left unknown"),
+               "(child/key_details.py)", broken="the key left unknown"),
     Touchpoint("inductor-compile", "torch._inductor.compile_fx", "_compile_fx_inner", "wrap", "build: notes each "
                "graph without a call that Inductor is asked to compile (builder/caches/empty_graphs.py)",
                broken="such graphs are left to torch: returned uncompiled, with no cache entry to ship"),
@@ -162,8 +160,7 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "compiled, its seconds and source location (child/observe.py)",
                broken="no graphs listed; every field is read with a default"),
     Touchpoint("counters", DYNAMO_UTILS, "counters", "read", "build, verify, snoop: cache hits and misses "
-               "(child/observe.py)",
-               broken="empty: `verify` says it cannot tell and exits 1"),
+               "(child/observe.py)", broken="empty: `verify` says it cannot tell and exits 1"),
     Touchpoint("guard-failures", DYNAMO_UTILS, "guard_failures", "read", "build, verify, snoop: recompiles and "
                "why (child/observe.py)",
                broken="no recompiles recorded"),
@@ -321,6 +318,10 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "the compile, and the pass (builder/served/dynamo_pass.py)",
                broken="torch's answer: its AssertionError fails the second pass, and no compiled function is "
                "served untraced"),
+    Touchpoint("frame-error", CONVERT_FRAME, "ConvertFrame.__call__", "wrap", "build's second pass: a frame whose compile "
+               "raises there runs eagerly, as under torch's `suppress_errors`, and its function is not served, named "
+               "with torch's words; the others still are (builder/served/compile_recorder.py)",
+               broken="torch's: the exception fails the second pass, and no compiled function is served untraced"),
     Touchpoint("guarded-code", "torch._dynamo.package", "CompilePackage.add_guarded_code", "wrap", "build's second "
                "pass: which guards each serialized guarded code lost (builder/served/dynamo_pass.py)",
                broken="no guarded code recorded: every one is marked traced"),
@@ -365,20 +366,18 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "traced, and the build says why"),
     Touchpoint("graph-cache-log", AUTOGRAD_CACHE, "log", "logging", "build's second pass: why AOTAutograd did not "
                "save a graph (a bypass, or a graph that does not pickle), named in the build's line on a function "
-               "not served (builder/served/graph_saving.py)",
-               broken="the line says torch saved no compiled graph, without torch's reason"),
-    Touchpoint("bypass-log", "torch._dynamo.output_graph", "log", "logging", "build's second pass: why torch "
-               "could not package a compile, named in the build's line on a function not served, kept from "
-               "printing (builder/served/dynamo_pass.py)",
-               broken="the line says torch could not save the function's guards, without torch's reason; torch "
-               "prints its own warning"),
-    Touchpoint("dropped-guards", "torch._dynamo.guards", "log", "logging", "build's second pass: the guards torch "
-               "says it dropped, checked against those recorded, kept from printing (builder/served/dynamo_pass.py)",
+               "not served (builder/served/graph_saving.py)", broken="the line says torch saved no compiled graph, "
+               "without torch's reason"),
+    Touchpoint("bypass-log", "torch._dynamo.output_graph", "log", "logging", "build's second pass: why torch could "
+               "not package a compile, named in the build's line on a function not served, kept from printing "
+               "(builder/served/dynamo_pass.py)", broken="the line says torch could not save the function's guards, "
+               "without torch's reason; torch prints its own warning"),
+    Touchpoint("dropped-guards", "torch._dynamo.guards", "log", "logging", "build's second pass: the guards torch says "
+               "it dropped, checked against those recorded, kept from printing (builder/served/dynamo_pass.py)",
                broken="only the recorded ones are checked; torch prints a line per dropped guard"),
     Touchpoint("module-internals", "torch.nn.Module", "_modules, _parameters, _buffers, _forward_pre_hooks, "
-               "_forward_hooks, _backward_pre_hooks, _backward_hooks", "read",
-               "load_step: an exported step's module, by identity (what was replaced) and its hooks "
-               "(run/steps/exported_step.py, run/steps/call_contract.py)",
+               "_forward_hooks, _backward_pre_hooks, _backward_hooks", "read", "load_step: an exported step's module, "
+               "by identity (what was replaced) and its hooks (run/steps/exported_step.py, run/steps/call_contract.py)",
                broken="load_step: the call runs the fallback, with the reason in `step.reason`"),
 )}
 

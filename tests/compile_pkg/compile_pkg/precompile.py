@@ -1,10 +1,11 @@
 """The build's workload: train with AdamW through the compiled loss, take features it never
 differentiates, infer, scale, double, classify, run a module whose forward is decorated, summarize,
-and scale by a local function's cache."""
+scale by a local function's cache, and each way of compiling compile_pkg/styles.py holds."""
 
 import torch
 import torch.nn.functional as F
 
+from compile_pkg import styles
 from compile_pkg.model import (
     batch,
     cached,
@@ -40,3 +41,11 @@ def workload() -> None:
     decorated()(x).sum().backward()
     summary(x)
     cached(x)
+    styles.self_compiled()(x).sum().backward()
+    styles.regional()(x)
+    styles.library_regional()(x)
+    rows = x.clone()
+    torch._dynamo.mark_dynamic(rows, 0)
+    styles.dynamic_rows(rows)
+    styles.aot_eager_shifted(x)
+    styles.compiled_numpy_scaled(x)

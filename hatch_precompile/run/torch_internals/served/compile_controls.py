@@ -68,10 +68,13 @@ def watching() -> str | None:
 class Gate:
     """One shipped guarded code's leave to run, asked each time all its other guards hold."""
 
-    def __init__(self, code: Any, limits: tuple[int | None, ...], said: Callable[[str], None]) -> None:
+    def __init__(self, code: Any, limits: tuple[int | None, ...], said: Callable[[str], None],
+                 manager: Any = None, traced: Callable[[str], None] | None = None) -> None:
         self.code = code  # the code object it is installed on (a frame of the function, or a resume function)
         self.limits = limits  # the package's compiles' own ``recompile_limit`` (None: torch's config)
         self.said = said  # told why a call was left to torch
+        self.manager = manager  # its guard manager, asked which guard failed where torch traces a call of its code
+        self.traced = traced  # told where torch traces a call of its code that no guarded code served, and why
         self._ran_in = -1
         with _lock:
             _ran.setdefault(id(code), []).append(self)
@@ -188,6 +191,32 @@ def _with_shipped(arguments: dict[str, Any], size: Any) -> None:
                       "total_cache_entries_all_regions"):
             if isinstance(getattr(size, field, None), int):
                 setattr(size, field, getattr(size, field) + ours)
+    with _lock:
+        gates = list(_ran.get(id(code), ())) if code is not None else []
+    if gates:
+        _tell_traced(gates, getattr(frame, "f_locals", None))
+
+
+def _tell_traced(gates: list[Gate], frame_locals: Any) -> None:
+    """Torch is about to trace a call of a code shipped guarded codes are installed on (torch counts a
+    frame's compiled codes only where none served the call): the function is told, with the first
+    guard that failed for it, so that ``served()`` never calls served a function whose calls trace.
+    A call every guard of which held was left to torch by a control (said already): not told again.
+    Asking the guards again runs no guard that had not run: the last guard, which loads the graphs,
+    runs only once all the others hold, and keeps its answer."""
+    failed = []
+    for gate in gates:
+        try:
+            info = gate.manager.root.check_verbose(frame_locals)
+        except Exception as exc:  # a guard manager of another shape: the trace is told, its why unknown
+            failed.append(f"its guards cannot be asked why ({exc!r})")
+            continue
+        if not info.result:
+            parts = [str(part) for part in (info.verbose_code_parts or ())]
+            failed.append(parts[0].split("  #", 1)[0].strip() if parts else "a guard failed")  # torch's quoted line off
+    told = next((gate.traced for gate in gates if gate.traced is not None), None)
+    if failed and told is not None:
+        told(f"{len(failed)} of its {len(gates)} shipped guarded code(s) failed a guard ({failed[0]})")
 
 
 def after_reset(told: Callable[[], None]) -> None:

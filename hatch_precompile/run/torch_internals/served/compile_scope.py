@@ -92,6 +92,12 @@ def serving(key: str) -> Callable[[], bool]:
     return check
 
 
+def innermost() -> str | None:
+    """The key of the innermost marked compile running on this thread, or None."""
+    stack: list[str] | None = getattr(_running, "stack", None)
+    return stack[-1] or None if stack else None
+
+
 def _stack() -> list[str]:
     stack = getattr(_running, "stack", None)
     if stack is None:

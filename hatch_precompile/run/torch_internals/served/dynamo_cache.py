@@ -79,6 +79,7 @@ class Shipped:
     serving: Callable[[], bool]  # whether a call runs under the package's own compile of the function
     limits: tuple[int | None, ...] = (None,)  # the compiles' own recompile_limit (None: torch's config)
     left_to_torch: Callable[[str], None] = lambda why: None  # told why torch's controls left a call to torch
+    traced_call: Callable[[str], None] = lambda why: None  # told why a call of its codes was traced all the same
 
 
 _ahead: dict[str, dict[str, Any]] = {}  # by the entry's digest: its graphs, loaded before its install
@@ -186,10 +187,15 @@ def install(fn: Any, shipped: Shipped, env_checked: bool, any_threads: bool = Fa
             counts["served"] += 1
             counts["held"] += int(held)
             serving = shipped.serving
+            # One guard: an object is held (a call's first one bound) only by calls under the package's compile.
             manager.root.add_lambda_guard(lambda frame_locals: serving() and check(frame_locals),
-                                          ["hatch-precompile: the package's compile; objects found again by name"], None)
+                                          ["hatch-precompile: the call runs under the package's own compile of it (a "
+                                           "compile of the same code by another caller, or a library's compile run "
+                                           "from outside the package's code, is traced), and each object its trace "
+                                           "held is the build's, found again by name"], None)
             assert isinstance(record, dict)
-            gate = compile_controls.Gate(code, shipped.limits, shipped.left_to_torch)
+            gate = compile_controls.Gate(code, shipped.limits, shipped.left_to_torch, manager=manager,
+                                         traced=shipped.traced_call)
             graphs.last_guard(manager.root, calls.get(digest, set()),
                               unguarded_reads.check(record, shipped.settings, scope), refused, gate)
             return manager

@@ -6,7 +6,11 @@ Its module builds every decomposition table as it is imported (0.16 s on this pr
 test machine), and only a compile calls the function (Inductor lowering a new graph); a loaded
 graph never does. So, where that module is not imported yet, the entry gets a stand-in: called,
 or asked for an attribute, it imports the module and answers with the real function; pickled
-again, it is the real function's name."""
+again, it is the real function's name.
+
+A tensor a guard was built on keeps the dims its caller marked (``torch._dynamo.mark_dynamic``),
+which torch's own pickling drops: ``marked_tensor`` rebuilds it with them (the build's second
+pass keeps them so), so that the guards rebuilt here hold torch's subset rule for those marks."""
 
 from __future__ import annotations
 
@@ -72,3 +76,19 @@ class CompileOnly:
 
     def __repr__(self) -> str:
         return f"<{self._module}.{self._name}, imported when first called>"
+
+
+# The attributes torch's marking APIs set on a tensor that its dimension-marking guard reads
+# (torch/_dynamo/decorators.py, guards.py: the sets, and the dicts read where unbacked dims are marked).
+DIM_MARKS = ("_dynamo_dynamic_indices", "_dynamo_weak_dynamic_indices", "_dynamo_unbacked_indices",
+             "_dynamo_strict_unbacked_indices", "_dynamo_static_indices", "_dynamo_shape_ids", "_dynamo_unbacked_bounds")
+
+
+def marked_tensor(rebuild: Any, arguments: tuple[Any, ...], marks: dict[str, Any]) -> Any:
+    """The tensor torch's ``rebuild(*arguments)`` makes, with each of ``marks`` set on it as its
+    caller had set it when the build traced (sets as sets)."""
+    tensor = rebuild(*arguments)
+    for name, value in marks.items():
+        if name in DIM_MARKS:
+            setattr(tensor, name, set(value) if isinstance(value, list) else dict(value))
+    return tensor

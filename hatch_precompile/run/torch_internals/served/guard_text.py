@@ -12,6 +12,7 @@ code whose guards differ is never run (run/torch_internals/served/dynamo_cache.p
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import zlib
@@ -26,6 +27,7 @@ _THREADS = re.compile(r'"num_threads":\s*\d+')
 # ``  # <unknown>``): which frame it names depends on where torch is installed, not on the guard.
 _QUOTED = re.compile(r"  # (?:.*?  # )?[^#]*?:\d+ in [^\s()]+|  # <unknown>")
 _TREE = re.compile(r"^[| ]*\+- ")
+_BRACES = re.compile(r"\{[^{}]*\}")
 
 
 def lines(manager: Any) -> list[str] | None:
@@ -38,8 +40,27 @@ def lines(manager: Any) -> list[str] | None:
         return None
     if "RootGuardManager" not in text:  # not the tree torch prints: nothing to compare
         return None
-    return [_QUOTED.sub("", _ADDRESS.sub("0x?", _OBJECT_ID.sub(r"\1, <id>)", line))).rstrip()
+    return [_sets_sorted(_QUOTED.sub("", _ADDRESS.sub("0x?", _OBJECT_ID.sub(r"\1, <id>)", line))).rstrip())
             for line in text.splitlines()]
+
+
+def _sets_sorted(line: str) -> str:
+    """``line`` with each set of constants it prints in sorted order: a set of strings prints in the
+    order of their hashes, which differ from one process to the next (``PYTHONHASHSEED``), where
+    the guard holds the same set (diffusers' ``_supported_arg_names``)."""
+    if "{" not in line:
+        return line
+
+    def sorted_set(found: re.Match[str]) -> str:
+        try:
+            value = ast.literal_eval(found.group(0))
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            return found.group(0)
+        if not isinstance(value, set):
+            return found.group(0)
+        return "{" + ", ".join(sorted(repr(element) for element in value)) + "}"
+
+    return _BRACES.sub(sorted_set, line)
 
 
 def difference(build: list[str], here: list[str], any_threads: bool) -> str | None:

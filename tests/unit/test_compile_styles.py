@@ -1,0 +1,212 @@
+"""The ways users write torch.compile, in-process: whose call a ``module.compile()`` is, a tensor's
+marked dims kept in a guarded code's state, a function the build did not ship said by ``served()``,
+a call traced all the same said with the guard that failed, one function's failure in the second
+pass or the proof costing that function only (tests/integration/test_served_compiles.py runs each
+in a real build and fresh processes)."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+import types
+
+import pytest
+import torch
+
+from hatch_precompile.builder.served import compile_recorder, dynamo_packaging, dynamo_pass, served_proof
+from hatch_precompile.errors import ServedError
+from hatch_precompile.protocol import served_compiles
+from hatch_precompile.run.served import entry_install, served_compile
+from hatch_precompile.run.torch_internals import patching
+from hatch_precompile.run.torch_internals.served import compile_controls, compile_scope, entry_pickle, guard_text
+
+PACKAGE = __name__.rsplit(".", 1)[0]  # this test module's package: its code is "the package's"
+
+
+@pytest.fixture
+def routed(monkeypatch):
+    """torch.compile wrapped as load() wraps it, with this test's package served: each call routed to
+    the package, as (package, the library call that made it)."""
+    monkeypatch.setattr(entry_install, "this_process", entry_install.ProcessState())
+    entry_install.this_process.packages[PACKAGE] = None
+    found: list[tuple[str, object]] = []
+    monkeypatch.setattr(served_compile, "_served", lambda package, model, options, original_, at=None: found.append(
+        (package, at)) or original_(model, **options))
+    monkeypatch.setattr(torch, "compile", served_compile._compile_wrapper(lambda model=None, **options: model))
+    return found
+
+
+def test_a_modules_own_compile_is_the_call_of_whoever_called_it(routed):
+    torch.nn.Linear(2, 2).compile()  # torch's Module.compile calls torch.compile: the call is this test's
+    assert routed == [(PACKAGE, None)]
+    library = types.ModuleType("a_library")
+    exec("def compile_blocks(model):\n    model.compile()\n", library.__dict__)
+    library.compile_blocks(torch.nn.Linear(2, 2))  # a library's, while the package's code runs: the package's
+    assert routed[1] == (PACKAGE, None)
+    worker = threading.Thread(target=library.compile_blocks, args=(torch.nn.Linear(2, 2),))
+    worker.start()
+    worker.join()  # the same library call with no frame of the package's: a library's, never the package's
+    assert len(routed) == 2
+
+
+def test_the_caller_of_a_compile_skips_torchs_module_compile_only():
+    frame = types.SimpleNamespace(f_globals={"__name__": "mypkg.model"}, f_code=types.SimpleNamespace(
+        co_qualname="make", co_name="make"), f_back=None)
+    inner = types.SimpleNamespace(f_globals={"__name__": "torch.nn.modules.module"}, f_code=types.SimpleNamespace(
+        co_qualname="Module.compile", co_name="compile"), f_back=frame)
+    assert served_compiles.caller(inner) is frame and served_compiles.caller(frame) is frame
+    other = types.SimpleNamespace(f_globals={"__name__": "torch.nn.modules.module"}, f_code=types.SimpleNamespace(
+        co_qualname="Module.to", co_name="to"), f_back=frame)
+    assert served_compiles.caller(other) is other
+
+
+def _unpickle_tensor(shape):  # torch's reduction of a tensor, as far as the test needs it
+    return torch.zeros(shape)
+
+
+def test_a_tensors_marked_dims_are_kept_with_it_and_rebuilt_by_torchs_own_reduction():
+    def torchs(self, obj):
+        return _unpickle_tensor, (tuple(obj.shape),)
+
+    class Pickler:
+        def reducer_override(self, obj):  # what patching installs: torch's own as __wrapped__
+            raise AssertionError("not called")
+
+    Pickler.reducer_override.__wrapped__ = torchs
+    marked = torch.ones(3, 2)
+    torch._dynamo.mark_dynamic(marked, 0)
+    reducer, arguments = dynamo_packaging.marked_tensor({"self": Pickler(), "obj": marked})
+    assert reducer is entry_pickle.marked_tensor
+    rebuilt = pickle.loads(pickle.dumps((reducer, arguments)))  # a reference a user's process finds by name
+    tensor = rebuilt[0](*rebuilt[1])
+    assert tensor.shape == (3, 2) and tensor._dynamo_dynamic_indices == {0}
+    assert dynamo_packaging.marked_tensor({"self": Pickler(), "obj": torch.ones(3)}) is patching.PASS  # none marked
+    odd = torch.ones(3)
+    odd._dynamo_dynamic_indices = "not a set"
+    assert dynamo_packaging.marked_tensor({"self": Pickler(), "obj": odd}) is patching.PASS  # torch's answer
+    assert dynamo_packaging.marked_tensor({"self": Pickler(), "obj": 3}) is patching.PASS
+
+
+def test_the_index_says_each_function_not_shipped_and_a_process_says_it_where_the_package_compiles_it(monkeypatch):
+    key, module, qualname, line = served_compiles.function_key(test_the_caller_of_a_compile_skips_torchs_module_compile_only)
+    index = served_compiles.Index(0, {}, {}, {f"{module}.{qualname}": "torch failed to compile it for saving: X"})
+    read = served_compiles.parse(served_compiles.dumps(index))
+    assert read.not_served == index.not_served and served_compiles.parse(
+        served_compiles.dumps(served_compiles.Index(0, {}, {}))).not_served == {}
+    with pytest.raises(ServedError, match="not_served"):
+        served_compiles.parse(served_compiles.dumps(index).replace('"torch failed', '["torch failed').replace(
+            ': X"', ': X"]'))
+    monkeypatch.setattr(entry_install, "this_process", entry_install.ProcessState())
+    entry_install.this_process.packages[PACKAGE] = entry_install.Package(None, read)
+    assert served_compile._shipped(PACKAGE, test_the_caller_of_a_compile_skips_torchs_module_compile_only, {}, None) is None
+    assert entry_install.outcomes() == {f"{module}.{qualname}": "traced: the build did not serve it untraced: "
+                                        "torch failed to compile it for saving: X"}
+
+
+class _Manager:
+    def __init__(self, holds: bool, part: str = "", fails: bool = False) -> None:
+        self.root = self
+        self.holds, self.part, self.fails = holds, part, fails
+
+    def check_verbose(self, frame_locals):
+        if self.fails:
+            raise TypeError("another shape")
+        return types.SimpleNamespace(result=self.holds, verbose_code_parts=[self.part] if self.part else [])
+
+
+def test_a_call_traced_all_the_same_is_said_with_the_first_guard_that_failed(monkeypatch):
+    monkeypatch.setattr(entry_install, "this_process", entry_install.ProcessState())
+    told: list[str] = []
+    code = types.SimpleNamespace()
+    gates = [compile_controls.Gate(code, (None,), lambda why: None, manager=_Manager(False, "L['x'].size()[0] == 8  # y"),
+                                   traced=told.append),
+             compile_controls.Gate(code, (None,), lambda why: None, manager=_Manager(True), traced=told.append)]
+    compile_controls._tell_traced(gates, {})
+    assert told == ["1 of its 2 shipped guarded code(s) failed a guard (L['x'].size()[0] == 8)"]
+    compile_controls._tell_traced(gates[1:], {})  # every guard held: left to torch by a control, said already
+    assert len(told) == 1
+    compile_controls._tell_traced([compile_controls.Gate(code, (None,), lambda why: None, manager=_Manager(True, fails=True),
+                                                         traced=told.append)], {})
+    assert told[-1] == "1 of its 1 shipped guarded code(s) failed a guard (its guards cannot be asked why " \
+                       "(TypeError('another shape')))"
+    entry_install.said_of("pkg.f", "served: 1 guarded code(s)")
+    for why in ("first", "second"):
+        entry_install._traced_call("pkg.f", why)
+    outcome = entry_install.outcomes()["pkg.f"]
+    assert outcome == "served: 1 guarded code(s); 2 call(s) traced here: first" and entry_install.calls_traced(outcome)
+    assert not entry_install.calls_traced("served: 1 guarded code(s)")
+
+
+def test_a_set_a_guard_holds_is_compared_whatever_order_its_process_prints_it_in():
+    class Printed:
+        def __init__(self, text: str) -> None:
+            self.text = text
+
+        def __str__(self) -> str:
+            return self.text
+
+    build = guard_text.lines(Printed("RootGuardManager\n| +- EQUALS_MATCH: G['r'].names == {'query', 'key', 'scale'}"))
+    here = guard_text.lines(Printed("RootGuardManager\n| +- EQUALS_MATCH: G['r'].names == {'scale', 'query', 'key'}"))
+    assert build == here and guard_text.difference(build, here, any_threads=False) is None
+    other = guard_text.lines(Printed("RootGuardManager\n| +- EQUALS_MATCH: G['r'].names == {'scale', 'query'}"))
+    assert guard_text.difference(build, other, any_threads=False).startswith("a guard holds")
+    kept = guard_text.lines(Printed("RootGuardManager\n| +- EQUALS_MATCH: G['d'] == {'b': 1, 'a': 2}"))
+    assert kept[1].endswith("{'b': 1, 'a': 2}")  # a dict prints in its own order: left as printed
+
+
+def test_a_frame_whose_compile_raises_in_the_second_pass_runs_eagerly_and_costs_its_function_only():
+    recorder = compile_recorder.Recorder("unit")
+    code = test_a_frame_whose_compile_raises_in_the_second_pass_runs_eagerly_and_costs_its_function_only.__code__
+    answer = recorder._frame_failed({"frame": types.SimpleNamespace(f_code=code)}, RuntimeError("ambiguous\nmore"))
+    from torch._dynamo.convert_frame import ConvertFrameReturn
+
+    assert isinstance(answer, ConvertFrameReturn)
+    (key, why), = recorder.failed.items()
+    assert key == served_compiles.source_key(code.co_qualname, code.co_firstlineno)
+    assert why == (f"torch failed to compile {code.co_qualname} (test_compile_styles.py:{code.co_firstlineno}) for "
+                   "saving: builtins.RuntimeError: ambiguous")
+    compiled = torch.compile(lambda t: t)  # a frame under a marked compile is that compile's function's
+    assert compile_scope.mark(compiled, "k" * 64)
+    context = compile_scope._context_of(compiled)
+    enter = context.enter_exit_hooks[-1]  # the mark's, after torch's own
+    leave = enter()
+    try:
+        recorder._frame_failed({"frame": types.SimpleNamespace(f_code=code)}, RuntimeError("again"))
+    finally:
+        leave()
+    assert recorder.failed["k" * 64].endswith("builtins.RuntimeError: again")
+    resume = type("ResumePrologueTracingError", (Exception,), {})()  # torch never suppresses it
+    assert recorder._frame_failed({"frame": types.SimpleNamespace(f_code=code)}, resume) is patching.PASS
+    assert recorder._frame_failed({}, RuntimeError("no frame")) is patching.PASS
+
+
+def test_a_function_that_failed_in_the_second_pass_or_has_no_graph_of_its_backend_is_not_shipped(tmp_path):
+    recorder = compile_recorder.Recorder("unit")
+    for name, line in (("failed", 3), ("eagerish", 7)):
+        key = served_compiles.source_key(name, line)
+        code = types.SimpleNamespace(python_module="unit.m", guarded_codes=[], bypassed=False)
+        entry = types.SimpleNamespace(dynamo=types.SimpleNamespace(codes=[code], fn_name=name, fn_first_lineno=line))
+        (tmp_path / "cache" / key).mkdir(parents=True)
+        (tmp_path / "cache" / key / "entry").write_bytes(pickle.dumps(entry))
+        recorder.modules[key] = ("unit.m", name)
+        recorder.options[key] = [{"backend": "aot_eager"}] if name == "eagerish" else [{}]
+    recorder.failed[served_compiles.source_key("failed", 3)] = "torch failed to compile failed (m.py:3) for saving: X"
+    functions, notes = dynamo_pass._index(recorder, tmp_path / "cache", tmp_path / "out", "no graph")
+    assert functions == {}
+    assert sorted(notes) == ["unit.m.eagerish: torch saves only the Inductor backend's compiled graphs with a Dynamo "
+                             "cache entry (AOTAutograd's cache), and it was compiled with backend='aot_eager'",
+                             "unit.m.failed: torch failed to compile failed (m.py:3) for saving: X"]
+
+
+def test_a_replay_that_raised_names_the_shipped_functions_its_traceback_runs_through():
+    def function(module: str, qualname: str) -> served_compiles.Function:
+        return served_compiles.Function(module, qualname, 1, "e", "g", ({},), {})
+
+    index = served_compiles.Index(0, {}, {"a": function("pkg.model", "Net.forward"), "b": function("pkg.model", "loss"),
+                                          "c": function("pkg.other", "forward")})
+    traceback = ('Traceback (most recent call last):\n  File "/site/pkg/precompile.py", line 9, in workload\n'
+                 '  File "/site/pkg/model.py", line 20, in forward\n  File "/torch/nn/functional.py", line 3, in relu\n'
+                 'RuntimeError: boom')
+    assert served_proof._raised_in(index, traceback) == {"a"}
+    assert served_proof._raised_in(index, "") == set()
+
