@@ -210,3 +210,52 @@ def test_a_replay_that_raised_names_the_shipped_functions_its_traceback_runs_thr
     assert served_proof._raised_in(index, traceback) == {"a"}
     assert served_proof._raised_in(index, "") == set()
 
+
+
+def test_a_proof_whose_replay_raises_in_a_served_call_drops_that_function_and_proves_the_rest(tmp_path, monkeypatch):
+    """The replay's traceback runs through ``pkg.model.loss``: that function is taken out, the set laid
+    out again without it, and the replay run again, which serves the other; a replay whose traceback
+    names no shipped function serves none (as before)."""
+    from hatch_precompile.builder.reporter import Reporter
+    from hatch_precompile.protocol import ChildResult, Failure
+
+    def function(qualname: str) -> served_compiles.Function:
+        return served_compiles.Function("pkg.model", qualname, 1, f"dynamo/{qualname}.entry",
+                                        f"dynamo/{qualname}.guards", ({},), {"s" * 64: {"held": [], "reads": [],
+                                                                                        "settings": "d"}})
+
+    out = tmp_path / "out"
+    (out / "dynamo").mkdir(parents=True)
+    index = served_compiles.Index(0, {"d": {}}, {served_compiles.source_key(q, 1): function(q) for q in ("loss", "net")})
+    for f in index.functions.values():
+        (out / f.entry).write_bytes(b"entry")
+        (out / f.guards).write_bytes(b"guards")
+    (out / "dynamo" / "served.json").write_text(served_compiles.dumps(index))
+    manifest = types.SimpleNamespace(steps={}, env={"torch": "x"})
+
+    def lay_out(target, *args, **kwargs):
+        target.mkdir(parents=True, exist_ok=True)
+        (target / "laid").write_text(str(sorted(p.name for p in (out / "dynamo").iterdir())))
+        return manifest
+
+    raised = 'Traceback (most recent call last):\n  File "/s/pkg/model.py", line 4, in loss\nRuntimeError: boom'
+    replays = [ChildResult("failed", failure=Failure("pkg.precompile:workload", raised)),
+               ChildResult("ok", data={"served": {"pkg.model.net": "served: 1 guarded code(s)"}})]
+    monkeypatch.setattr(served_proof.artifact_layout, "lay_out", lay_out)
+    monkeypatch.setattr(served_proof.supervisor, "run", lambda job, work, python, env: replays.pop(0))
+    said: list[str] = []
+    reporter = Reporter(said.append, said.append)
+    record = served_proof.prove("python", tmp_path, {"package": "pkg"}, {}, (60.0, None), reporter, {}, tmp_path / "c",
+                                out, False, {})
+    assert record["proof"] == "ok" and record["served"] == 1 and record["functions"] == 2, record
+    assert record["not_served"] == {"pkg.model.loss": "served in a fresh process, a call of it raised "
+                                                      "(RuntimeError: boom)"}
+    shipped = served_compiles.parse((out / "dynamo" / "served.json").read_text())
+    assert [f.qualname for f in shipped.functions.values()] == ["net"] and "pkg.model.loss" in shipped.not_served
+    assert not (out / "dynamo" / "loss.entry").exists() and (out / "dynamo" / "net.entry").exists()
+    replays[:] = [ChildResult("failed", failure=Failure("w", "Traceback:\nRuntimeError: elsewhere"))]
+    (tmp_path / "again").mkdir()
+    record = served_proof.prove("python", tmp_path / "again", {"package": "pkg"}, {}, (60.0, None), reporter, {},
+                                tmp_path / "c", out, False, {})
+    assert record["served"] == 0 and record["proof"] == "failed: RuntimeError: elsewhere", record
+

@@ -261,7 +261,7 @@ def outcomes() -> dict[str, str]:
         traced = dict(this_process.traced_calls)
     found = {}
     for name, outcome in said_of.items():
-        if name in traced:
+        if name in traced and outcome.startswith("served"):  # an outcome of "traced: ..." says so already
             count, why = traced[name]
             outcome += f"; {count} call(s) traced here: {why}"
         found[name] = f"{outcome}; a call left to torch: {left[name]}" if name in left else outcome
