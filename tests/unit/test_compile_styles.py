@@ -253,6 +253,8 @@ def test_a_proof_whose_replay_raises_in_a_served_call_drops_that_function_and_pr
     shipped = served_compiles.parse((out / "dynamo" / "served.json").read_text())
     assert [f.qualname for f in shipped.functions.values()] == ["net"] and "pkg.model.loss" in shipped.not_served
     assert not (out / "dynamo" / "loss.entry").exists() and (out / "dynamo" / "net.entry").exists()
+    assert "precompile: warning: not served untraced: pkg.model.loss: served in a fresh process, a call of it raised " \
+           "(RuntimeError: boom)" in said, said  # the build names it
     replays[:] = [ChildResult("failed", failure=Failure("w", "Traceback:\nRuntimeError: elsewhere"))]
     (tmp_path / "again").mkdir()
     record = served_proof.prove("python", tmp_path / "again", {"package": "pkg"}, {}, (60.0, None), reporter, {},
