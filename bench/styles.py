@@ -25,14 +25,13 @@ import json
 import os
 import platform
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
-import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import dependency_compiles  # noqa: E402
 import pairs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,21 +70,10 @@ def run_case(python: str, site: Path, case: str, env: dict[str, str]) -> dict:
 
 
 def build(python: str, out: Path) -> tuple[Path, list[str]]:
-    """The package built with ``python``'s torch and unpacked; the build's lines on what it served."""
-    dist = out / "dist"
-    shutil.rmtree(dist, ignore_errors=True)
-    env = {**os.environ, "HATCH_PRECOMPILE_NO_DYNAMO_CACHE": "0"}
-    proc = subprocess.run([python, "-m", "build", "--wheel", "--no-isolation", "-o", dist, PROJECT], env=env,
-                          capture_output=True, text=True)
-    (out / "build.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        raise SystemExit(f"the build failed:\n{proc.stdout[-4000:]}{proc.stderr[-4000:]}")
-    site = out / "site"
-    shutil.rmtree(site, ignore_errors=True)
-    (wheel,) = dist.glob("*.whl")
-    with zipfile.ZipFile(wheel) as archive:
-        archive.extractall(site)
-    said = [line for line in (proc.stdout + proc.stderr).splitlines()
+    """The package built with ``python``'s torch and unpacked (as bench/dependency_compiles.py builds
+    its applications); the build's lines on what it served."""
+    site, _ = dependency_compiles.build(python, PROJECT, out)
+    said = [line for line in (out / "build.log").read_text().splitlines()
             if re.match(r"precompile: (warning: )?(served|not served|\d+ compiled function)", line)]
     return site, said
 
