@@ -41,6 +41,7 @@ from hatch_precompile.run.torch_internals.served import (
     compile_controls,
     entry_graphs,
     entry_pickle,
+    guard_states,
     guard_text,
     thread_count,
 )
@@ -103,6 +104,11 @@ def ahead(data: bytes) -> None:
                 return
             _ahead[digest] = {name: artifact.after_deserialization() for name, artifact in entry.backends.items()}
             _read_ahead[digest] = entry  # its Dynamo part untouched: the install need not read it again
+            lookup("guard-load", "wrap")
+            from torch._dynamo import package  # noqa: TID251  (the touchpoint's owner)
+
+            with _missing_grads_as_none():
+                guard_states.read_ahead((g.guards_state for c in codes for g in c.guarded_codes), package.load_guards_state)
         except Exception:
             log.debug("hatch-precompile: an entry's graphs not loaded ahead of its install", exc_info=True)
 
@@ -160,7 +166,8 @@ def install(fn: Any, shipped: Shipped, env_checked: bool, any_threads: bool = Fa
         digests: dict[int, str] = {}
 
         def read_state(raw: bytes) -> Any:
-            state = load_state(raw)
+            state = guard_states.taken(raw)  # read ahead of a first-call install, or now
+            state = state if state is not None else load_state(raw)
             digests[id(state)] = hashlib.sha256(raw).hexdigest()
             if any_threads:
                 guard = thread_count.this_process_count(state)

@@ -1,0 +1,75 @@
+"""A shipped entry's guard states unpickled ahead of its install, for a function installed at its
+first call (run/torch_internals/served/dynamo_cache.py's ``ahead``): that call then only rebuilds
+and checks the guards.
+
+Unpickling a guard state builds many objects (torch's stand-ins of modules and tensors); where it
+is done at the first call, it is 10-25 ms of that call, and on torch 2.14.1 (AMD EPYC, 2 cores) the
+objects it makes started a full garbage collection there (177 ms). Read ahead, it is done while
+the package is imported. It imports nothing: a state that names a module not imported yet is left
+to the install, which reads it as before. Reading a state ahead holds what it names by reference
+as found at that moment, not at the first call; the guards torch then rebuilds are compared with
+the build's all the same (guard_text), so a value that moved in between is traced, never served.
+
+Standard library at import; torch is the caller's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.abc
+import logging
+import sys
+import threading
+from typing import Any, Callable, Iterator
+
+log = logging.getLogger("hatch_precompile")
+_read: dict[str, Any] = {}  # by the raw state's digest: the state, for one install
+_lock = threading.Lock()
+
+
+def digest(raw: bytes) -> str:
+    return hashlib.sha256(raw).hexdigest()
+
+
+def read_ahead(raws: Iterator[bytes], load_state: Callable[[bytes], Any]) -> int:
+    """Each of ``raws`` unpickled now with ``load_state`` (torch's ``load_guards_state``), importing
+    nothing; how many were. A state that cannot be read so is left to the install."""
+    done = 0
+    refuse = _NoNewImports()
+    sys.meta_path.insert(0, refuse)
+    try:
+        for raw in raws:
+            key = digest(raw)
+            with _lock:
+                if key in _read:
+                    continue
+            try:
+                state = load_state(raw)
+            except Exception:  # a module not imported yet, or torch moved: read at the install
+                log.debug("hatch-precompile: a guard state not read ahead of its install", exc_info=True)
+                continue
+            with _lock:
+                _read[key] = state
+            done += 1
+    finally:
+        sys.meta_path.remove(refuse)
+    return done
+
+
+def taken(raw: bytes) -> Any:
+    """The state read ahead from ``raw``, once (an install tried again reads its own), or None."""
+    with _lock:
+        return _read.pop(digest(raw), None)
+
+
+class _NoNewImports(importlib.abc.MetaPathFinder):
+    """Refuses every import not yet done, on the thread reading ahead only (another thread's import,
+    at the same moment, is its own)."""
+
+    def __init__(self) -> None:
+        self.thread = threading.get_ident()
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if threading.get_ident() == self.thread:
+            raise ImportError(f"{fullname} is not imported yet: its guard state is read at the install")
+        return None
