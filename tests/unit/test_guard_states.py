@@ -12,8 +12,8 @@ from hatch_precompile.run.torch_internals.served import guard_states
 def test_a_state_read_ahead_is_taken_by_one_install_only():
     raw = pickle.dumps({"guards": [1, 2, 3]})
     assert guard_states.read_ahead(iter([raw, raw]), pickle.loads) == 1
-    assert guard_states.taken(raw) == {"guards": [1, 2, 3]}
-    assert guard_states.taken(raw) is None  # an install tried again reads its own
+    assert guard_states.taken(guard_states.digest(raw)) == {"guards": [1, 2, 3]}
+    assert guard_states.taken(guard_states.digest(raw)) is None  # an install tried again reads its own
 
 
 def test_a_state_naming_a_module_not_imported_yet_is_left_to_the_install(tmp_path, monkeypatch):
@@ -21,7 +21,7 @@ def test_a_state_naming_a_module_not_imported_yet_is_left_to_the_install(tmp_pat
     monkeypatch.syspath_prepend(str(tmp_path))
     raw = b"cnot_yet_imported_mod\nVALUE\n."  # pickle's GLOBAL: imports the module where it is not
     assert guard_states.read_ahead(iter([raw]), pickle.loads) == 0
-    assert "not_yet_imported_mod" not in sys.modules and guard_states.taken(raw) is None
+    assert "not_yet_imported_mod" not in sys.modules and guard_states.taken(guard_states.digest(raw)) is None
     assert not any(isinstance(f, guard_states._NoNewImports) for f in sys.meta_path)
     assert pickle.loads(raw) == 41  # at the install, read as before
 
@@ -39,4 +39,4 @@ def test_another_threads_import_is_not_refused_while_states_are_read(tmp_path, m
 
     raw = pickle.dumps(("state", 2))
     assert guard_states.read_ahead(iter([raw]), load_state) == 1
-    assert found == [7] and guard_states.taken(raw) == ("state", 2)
+    assert found == [7] and guard_states.taken(guard_states.digest(raw)) == ("state", 2)

@@ -166,9 +166,10 @@ def install(fn: Any, shipped: Shipped, env_checked: bool, any_threads: bool = Fa
         digests: dict[int, str] = {}
 
         def read_state(raw: bytes) -> Any:
-            state = guard_states.taken(raw)  # read ahead of a first-call install, or now
+            key = guard_states.digest(raw)
+            state = guard_states.taken(key)  # read ahead of a first-call install, or now
             state = state if state is not None else load_state(raw)
-            digests[id(state)] = hashlib.sha256(raw).hexdigest()
+            digests[id(state)] = key
             if any_threads:
                 guard = thread_count.this_process_count(state)
                 if guard is not None and thread_guards is not None:

@@ -56,10 +56,11 @@ def read_ahead(raws: Iterator[bytes], load_state: Callable[[bytes], Any]) -> int
     return done
 
 
-def taken(raw: bytes) -> Any:
-    """The state read ahead from ``raw``, once (an install tried again reads its own), or None."""
+def taken(key: str) -> Any:
+    """The state read ahead from the raw state of digest ``key``, once (an install tried again reads
+    its own), or None."""
     with _lock:
-        return _read.pop(digest(raw), None)
+        return _read.pop(key, None)
 
 
 class _NoNewImports(importlib.abc.MetaPathFinder):
