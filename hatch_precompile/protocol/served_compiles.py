@@ -68,6 +68,11 @@ class Function:
     # None for the package's own call. Served only where that same call compiles it, at a call the
     # package's code is running.
     made_by: dict[str, Any] | None = None
+    # Where its compiles compiled one method for modules of two classes or more (``module.compile()``
+    # compiles torch's ``Module._call_impl`` for every class): each class's own entry (by the class's
+    # module and qualified name), installed by a compile of a module of that class; ``entry`` is the first.
+    parts: dict[str, str] = dataclasses.field(default_factory=dict)
+    part: str = ""  # the run's, never written: the class of ``parts`` this view of it installs
 
     @property
     def name(self) -> str:
@@ -129,6 +134,22 @@ def source_key(qualname: str, firstlineno: int) -> str:
     digest.update(qualname.encode())
     digest.update(str(firstlineno).encode())
     return digest.hexdigest()
+
+
+def class_name(obj: Any) -> str:
+    """How ``parts`` names the class of ``obj``."""
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def part_for(function: Function, model: Any) -> Function:
+    """The view of ``function`` a compile of ``model`` installs: itself, or where it is split by class,
+    the part of the class of the module whose method ``model`` is (its ``entry`` empty where the build
+    compiled no module of that class)."""
+    if not function.parts:
+        return function
+    owner = getattr(innermost(model), "__self__", None)
+    label = class_name(owner) if owner is not None else "(no module)"
+    return dataclasses.replace(function, entry=function.parts.get(label, ""), part=label)
 
 
 def innermost(fn: Any) -> Any:
@@ -232,7 +253,8 @@ def _read(read: Any) -> dict[str, Any]:
 
 def dumps(index: Index) -> str:
     return json.dumps({"format": SERVED_FORMAT, "optimize": index.optimize, "settings": index.settings,
-                       "functions": {k: dataclasses.asdict(f) for k, f in sorted(index.functions.items())},
+                       "functions": {k: {n: v for n, v in dataclasses.asdict(f).items() if n != "part"}
+                                     for k, f in sorted(index.functions.items())},
                        "not_served": dict(sorted(index.not_served.items()))}, indent=1)
 
 
@@ -257,7 +279,7 @@ def parse(text: str | bytes) -> Index:
                                 options=tuple(_keywords(o) for o in raw["options"]),
                                 guarded=_guarded(raw["guarded"], settings),
                                 install_at=_one_of(raw.get("install_at", "compile"), INSTALL_AT),
-                                made_by=_site(raw.get("made_by")))
+                                made_by=_site(raw.get("made_by")), parts=_parts(raw.get("parts") or {}))
         except (KeyError, TypeError, ValueError, SyntaxError) as exc:
             raise ServedError(f"served.json: function {key!r}: {exc!r}") from None
         if source_key(function.qualname, function.firstlineno) != key:
@@ -277,6 +299,12 @@ def _site(value: Any) -> dict[str, Any] | None:
             and isinstance(value.get("line"), int)):
         raise TypeError(f"`made_by` {value!r} is not a call's module, function and line")
     return {"module": value["module"], "function": value["function"], "line": value["line"]}
+
+
+def _parts(value: Any) -> dict[str, str]:
+    if not (isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())):
+        raise TypeError(f"`parts` {value!r} is not each class's name and its entry's path")
+    return dict(value)
 
 
 def _one_of(value: Any, allowed: tuple[str, ...]) -> str:

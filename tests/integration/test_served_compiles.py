@@ -174,6 +174,7 @@ print(json.dumps({"results": results, "served": served_compile.served(),
                   "reason": compile_pkg.precompile_status.reason}))
 """
 
+CALL_IMPL = "torch.nn.modules.module.Module._call_impl"  # what every module.compile() compiles
 SERVED = ("first call", "another model instance", "a graph first differentiated by its user", "a compiled module, another instance", "a compiled module in train()",
           "a closure over another object", "a function compiled by decorator", "a loss chosen by a property's getter, a frame of its own",
           "the same, another instance", "a closure over a function", "a forward decorated from another module",
@@ -203,7 +204,8 @@ def test_every_guard_is_kept_each_call_served_or_traced_as_a_cold_compile_comput
     # The closure over a function is held at each call to the code the build's held (a source in the call's locals).
     # 10 guarded codes: the module compiled in eval() and in train() keeps both, where torch keeps the last compile.
     # Every module.compile() of the package (its model's own, a loop over blocks, a library's regional
-    # compile it calls) compiles torch's Module._call_impl: one entry, 3 guarded codes (the model, the block).
+    # compile it calls) compiles torch's Module._call_impl: 3 guarded codes, shipped as one entry per
+    # class (the model's; the block's, from the loop and the library), each installed as its class compiles.
     assert "precompile: 11 compiled function(s) served without Dynamo tracing them (14 guarded code(s))" in log, log
     # ... and proven so before they shipped: installed and run in a fresh process as a user's. Of the
     # package's 14 compiled functions, the three below are not served.
@@ -231,10 +233,13 @@ def test_every_guard_is_kept_each_call_served_or_traced_as_a_cold_compile_comput
                "compile_pkg.model.MLP.forward": 2, "compile_pkg.model.doubled.<locals>.apply": 1,
                "compile_pkg.model.features": 1, "compile_pkg.model.loss_fn": 1, "compile_pkg.model.normalized": 1,
                "compile_pkg.model.scaled_by.<locals>.scaled_sum": 1, "compile_pkg.model.summary": 1,
-               "compile_pkg.styles.rows": 1, "torch.nn.modules.module.Module._call_impl": 3}
-    assert sorted(served["served"]) == sorted({*shipped, *unserved}), served["served"]
+               "compile_pkg.styles.rows": 1}
+    assert sorted(served["served"]) == sorted({*shipped, *unserved, CALL_IMPL}), served["served"]
     for name, codes in shipped.items():
         assert served["served"][name].startswith(f"served: {codes} guarded code(s)"), served["served"]
+    assert re.fullmatch(r"served: compile_pkg\.model\.MLP: 1 guarded code\(s\), \d+ object\(s\) held to the build's; "
+                        r"compile_pkg\.styles\.Block: 2 guarded code\(s\), \d+ object\(s\) held to the build's",
+                        served["served"][CALL_IMPL]), served["served"]
     for name, why in unserved.items():  # said where the package compiles it, not left out
         assert served["served"][name] == f"traced: the build did not serve it untraced: {why}", served["served"]
     # A call the shipped codes did not serve is said, with the guard that failed: served() never
@@ -253,6 +258,33 @@ def test_every_guard_is_kept_each_call_served_or_traced_as_a_cold_compile_comput
     assert cold["results"]["first call"][0] >= 1  # the cold process really compiled
     first, replaced = served["results"]["another package's compile, a global replaced"][1]
     assert replaced == pytest.approx(first * 1.5)  # its identity guard was not dropped: recompiled for the new object
+
+
+MODEL_ONLY = r"""
+import json, torch
+from torch._dynamo import package
+from compile_pkg import model as M, styles as S
+from torch._dynamo.utils import get_compilation_metrics
+from hatch_precompile.run.served import served_compile
+built, build = [], package.load_guard_manager
+package.load_guard_manager = lambda *args: built.append(1) or build(*args)  # each guard manager torch rebuilds
+x, _ = M.batch()
+out = S.self_compiled(0)(x).sum().item()
+print(json.dumps({"served": served_compile.served(), "built": len(built), "out": out,
+                  "traced": sum(1 for m in get_compilation_metrics() if m.co_name)}))
+"""
+
+
+def test_a_process_that_compiles_one_module_class_installs_that_classs_part_only(compile_build, tmp_path):
+    """The model's own compile() installs the model's part of torch's one Module._call_impl entry: its
+    one guarded code's guards are rebuilt, the block's two are not (nor are the sources they inlined
+    checked), and the call is served, equal to a cold compile's."""
+    served = run_cases(compile_build / "site", tmp_path, "model-only", script=MODEL_ONLY)
+    cold = run_cases(compile_build / "site", tmp_path, "model-only-cold", {"PRECOMPILE": "0"}, script=MODEL_ONLY)
+    assert re.fullmatch(r"served: compile_pkg\.model\.MLP: 1 guarded code\(s\), \d+ object\(s\) held to the build's",
+                        served["served"][CALL_IMPL]), served["served"]
+    assert served["built"] == 1 and served["traced"] == 0 and cold["traced"] >= 1, (served, cold)
+    assert served["out"] == pytest.approx(cold["out"], rel=1e-6)
 
 
 MONKEYPATCHED_FIRST = r"""

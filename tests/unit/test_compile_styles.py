@@ -6,6 +6,7 @@ in a real build and fresh processes)."""
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import threading
 import types
@@ -261,3 +262,118 @@ def test_a_proof_whose_replay_raises_in_a_served_call_drops_that_function_and_pr
                                 tmp_path / "c", out, False, {})
     assert record["served"] == 0 and record["proof"] == "failed: RuntimeError: elsewhere", record
 
+
+
+def _code_entry(fn, states, backends, module="torch.nn.modules.module"):
+    from torch._dynamo import package
+
+    return package._DynamoCodeCacheEntry(
+        package.SerializedCode.from_code_object(fn.__code__), module, [fn.__name__],
+        [package._GuardedCodeCacheEntry(state, package.SerializedCode.from_code_object(fn.__code__)) for state in states],
+        {}, list(backends), None, False)
+
+
+def _compile_of(codes, inlined):
+    from torch._dynamo import package
+
+    return package._DynamoCacheEntry(codes, package.SourceInfo({package.InlinedSource(m, 1, 2, "c", "") for m in inlined}),
+                                     "cpu", fn_name="Module._call_impl", fn_first_lineno="1")
+
+
+def test_a_module_compile_entry_splits_by_class_each_with_its_own_codes_graphs_and_sources():
+    """``module.compile()`` compiles torch's one ``Module._call_impl`` for every class: the entry torch
+    saved (all compiles merged) is cut into one part per class, each with that class's guarded codes,
+    the codes only its compiles made (a resume function), its graphs and the sources it inlined (a
+    process that compiles the small model never imports the library the blocks came from)."""
+    from torch._dynamo import package
+
+    def call_impl(): ...
+
+    def resume_in_block(): ...
+
+    net = _compile_of([_code_entry(call_impl, [b"net"], ["__compiled_fn_1"])], ["pkg.model"])
+    block = _compile_of([_code_entry(call_impl, [b"block"], ["__compiled_fn_3"]),
+                         _code_entry(resume_in_block, [b"resume"], ["__compiled_fn_4"])], ["a_library.blocks"])
+    other_block = _compile_of([_code_entry(call_impl, [b"block-2"], ["__compiled_fn_3"])], ["a_library.blocks"])
+    merged = compile_recorder.merged_entry([net, block, other_block])
+    saved = pickle.loads(pickle.dumps(package.PrecompileCacheEntry(merged, {f"__compiled_fn_{n}": n for n in (1, 3, 4)})))
+    recorder = compile_recorder.Recorder("pkg")
+    recorder.compiles["key"] = {id(e.codes[0]): e for e in (net, block, other_block)}
+    assert recorder.parts("key", saved) == {}  # a compile of no known class: one entry, as torch saved it
+    for entry, cls in ((net, "pkg.model.Net"), (block, "a_library.Block"), (other_block, "a_library.Block")):
+        recorder.classes[id(entry.codes[0])] = (entry.codes[0], cls)
+    parts = recorder.parts("key", saved)
+    assert sorted(parts) == ["a_library.Block", "pkg.model.Net"]
+    small, blocks = parts["pkg.model.Net"], parts["a_library.Block"]
+    assert [[g.guards_state for g in c.guarded_codes] for c in small.dynamo.codes] == [[b"net"]]
+    assert [[g.guards_state for g in c.guarded_codes] for c in blocks.dynamo.codes] == [[b"block", b"block-2"], [b"resume"]]
+    assert small.backends == {"__compiled_fn_1": 1} and blocks.backends == {"__compiled_fn_3": 3, "__compiled_fn_4": 4}
+    assert {s.module for s in small.dynamo.source_info.inlined_sources} == {"pkg.model"}
+    assert {s.module for s in blocks.dynamo.source_info.inlined_sources} == {"a_library.blocks"}
+    assert [c.guarded_codes for c in saved.dynamo.codes][0] and len(saved.dynamo.codes[0].guarded_codes) == 3  # untouched
+    assert pickle.loads(pickle.dumps(blocks)).dynamo.codes[1].function_names == ["resume_in_block"]
+    one_class = {id(e.codes[0]): (e.codes[0], "a_library.Block") for e in (block, other_block)}
+    recorder.compiles["key"] = {k: v for k, v in recorder.compiles["key"].items() if k in one_class}
+    assert recorder.parts("key", saved) == {}  # one class: nothing to split
+
+
+def test_a_split_function_installs_the_part_of_the_compiled_modules_class_and_says_each_in_one_line(monkeypatch):
+    monkeypatch.setattr(entry_install, "this_process", entry_install.ProcessState())
+    function = served_compiles.Function(
+        "torch.nn.modules.module", "Module._call_impl", 1, "dynamo/k.a.entry", "dynamo/k.guards", ({},), {},
+        parts={"torch.nn.modules.linear.Linear": "dynamo/k.a.entry", "torch.nn.modules.conv.Conv1d": "dynamo/k.b.entry"})
+    linear = served_compiles.part_for(function, torch.nn.Linear(2, 2)._call_impl)
+    assert (linear.entry, linear.part) == ("dynamo/k.a.entry", "torch.nn.modules.linear.Linear")
+    assert served_compiles.part_for(function, torch.nn.Conv1d(1, 1, 1)).entry == "dynamo/k.b.entry"
+    relu = served_compiles.part_for(function, torch.nn.ReLU()._call_impl)
+    assert relu.entry == "" and relu.part == "torch.nn.modules.activation.ReLU"  # no part: traced, and said
+    plain = dataclasses.replace(function, parts={})
+    assert served_compiles.part_for(plain, torch.nn.ReLU()) is plain
+    assert entry_install.key_of(linear) == "torch.nn.modules.module.Module._call_impl [torch.nn.modules.linear.Linear]"
+    assert entry_install.key_of(plain) == plain.name
+    conv = served_compiles.part_for(function, torch.nn.Conv1d(1, 1, 1))
+    entry_install.said(linear, "served: 1 guarded code(s)")
+    entry_install.said(conv, "served: 2 guarded code(s)")
+    assert entry_install.outcomes()[function.name] == ("served: torch.nn.modules.conv.Conv1d: 2 guarded code(s); "
+                                                      "torch.nn.modules.linear.Linear: 1 guarded code(s)")
+    entry_install.said(relu, "traced: the build's workloads compiled it for modules of other classes only")
+    said = entry_install.outcomes()[function.name]
+    assert said.startswith("traced: torch.nn.modules.activation.ReLU: the build's workloads compiled it for "
+                           "modules of other classes only; served: torch.nn.modules.conv.Conv1d: 2 "), said  # never "served"
+    entry_install._refused_at_first_run(conv, "a guarded code's compiled graphs did not load here (boom)")
+    assert "torch.nn.modules.conv.Conv1d: a guarded code's compiled graphs did not load here (boom); at install, " \
+           "served: 2 guarded code(s)" in entry_install.outcomes()[function.name]
+
+
+def test_an_index_keeps_each_classs_part_and_never_writes_the_runs_view(tmp_path):
+    function = served_compiles.Function("torch.nn.modules.module", "Module._call_impl", 1, "dynamo/k.a.entry",
+                                        "dynamo/k.guards", ({},), {}, parts={"pkg.Net": "dynamo/k.a.entry"})
+    key = served_compiles.source_key("Module._call_impl", 1)
+    text = served_compiles.dumps(served_compiles.Index(0, {}, {key: dataclasses.replace(function, part="pkg.Net")}))
+    assert '"part"' not in text and served_compiles.parse(text).functions[key] == function
+    bad = text.replace('"pkg.Net": "dynamo/k.a.entry"', '"pkg.Net": 3')
+    with pytest.raises(ServedError, match="`parts` .* is not each class's name and its entry's path"):
+        served_compiles.parse(bad)
+
+
+def test_a_part_installs_beside_the_others_on_its_code_and_says_where_torch_dropped_them(monkeypatch):
+    """Torch resets a code's precompile entries as its package is made and installed; for one class's
+    part, the reset is withheld (torch's uninstall imports it at each call), and an install after
+    which the code holds fewer entries than before fails, where the reset was not withheld."""
+    from hatch_precompile.run.torch_internals.served import shared_code
+
+    def fn(): ...
+
+    with shared_code.beside_others(fn.__code__, True):
+        from torch._C._dynamo.eval_frame import _reset_precompile_entries
+        assert _reset_precompile_entries is shared_code._kept
+    from torch._C._dynamo.eval_frame import _reset_precompile_entries
+    assert _reset_precompile_entries is not shared_code._kept
+    with shared_code.beside_others(fn.__code__, False):
+        from torch._C._dynamo.eval_frame import _reset_precompile_entries as plain
+        assert plain is _reset_precompile_entries  # a function not split: torch's own install
+    counts = iter([2, 0])
+    monkeypatch.setattr(shared_code, "entries_on", lambda code: next(counts))  # a torch whose reset went on
+    with pytest.raises(RuntimeError, match="torch dropped the entries of the classes installed before"):
+        with shared_code.beside_others(fn.__code__, True):
+            pass

@@ -44,6 +44,8 @@ class Recorder:
         self.bypassed: dict[str, str] = {}  # source key -> why torch could not save a compile's guards ("": unsaid)
         self.failed: dict[str, str] = {}  # source key -> what torch raised while it compiled a frame of it
         self._bypass_reason = ""  # torch's, logged while it builds the guards of the compile under way
+        # each compile's first code (by id, the object kept) -> the class of the module whose method it compiled
+        self.classes: dict[int, tuple[Any, str]] = {}
 
     def install(self, torch: Any) -> None:
         patching.wrap("guard-filter", before=self._filter)
@@ -93,8 +95,10 @@ class Recorder:
             self.modules[key] = (module, qualname)
             compiled = original(model, **options)
             compile_scope.mark(compiled, key)  # a frame that fails under it is this function's (_frame_failed)
+            self._class_of_compile(compiled, model)
             return compiled
         compiled = original(model, **options)
+        self._class_of_compile(compiled, model)
         self.library_calls.setdefault(key, []).append((at, plain))
         self.modules.setdefault(key, (module, qualname))
         compile_scope.mark(compiled, key)
@@ -107,6 +111,30 @@ class Recorder:
 
         compile_scope.each_call(compiled, ran)
         return compiled
+
+    def _class_of_compile(self, compiled: Any, model: Any) -> None:
+        """The class of the module whose method ``compiled`` compiles (``module.compile()`` compiles
+        torch's ``Module._call_impl``, one code for every class), kept by the compile's first code."""
+        from hatch_precompile.run.torch_internals.served import compile_scope
+
+        owner = getattr(served_compiles.innermost(model), "__self__", None)
+        first = compile_scope.first_code_of(compiled) if owner is not None else None
+        if first is not None:
+            self.classes[id(first)] = (first, served_compiles.class_name(owner))
+
+    def parts(self, key: str, saved: Any) -> dict[str, Any]:
+        """``saved`` (the function's entry as torch saved it, torch's ``PrecompileCacheEntry``) split by
+        the class of the module each compile compiled, where they are of two classes or more: a
+        process that compiles one class installs (and imports the sources of) that class's compiles
+        only. Empty where there is nothing to split, or a compile's class is not known."""
+        compiles = self.compiles.get(key, {})
+        labels = {found: self.classes.get(found, (None, None))[1] for found in compiles}
+        if len(set(labels.values())) < 2 or None in labels.values():
+            return {}
+        by_class: dict[str, list[Any]] = {}
+        for found, entry in compiles.items():
+            by_class.setdefault(str(labels[found]), []).append(entry)
+        return {label: split_entry(saved, entries) for label, entries in sorted(by_class.items())}
 
     def _every_compile(self, arguments: dict[str, Any], _: Any) -> None:
         """Torch records one entry per function, each ``torch.compile`` of it replacing the last one's
@@ -253,6 +281,22 @@ def merged_entry(entries: list[Any]) -> Any:
             same.bypassed = same.bypassed or code.bypassed  # a compile torch would not save: none of it is
     return dataclasses.replace(first, codes=codes, source_info=dataclasses.replace(first.source_info,
                                                                                  inlined_sources=inlined))
+
+
+def split_entry(saved: Any, entries: list[Any]) -> Any:
+    """The part of ``saved`` (a function's whole entry as torch saved it) that ``entries`` (some of
+    its compiles, as recorded) made: their codes, each with their guarded codes only, their backends
+    and the sources they inlined."""
+    mine = [code for entry in entries for code in entry.codes]
+    states = {g.guards_state for code in mine for g in code.guarded_codes}
+    backend_ids = {b for code in mine for b in code.backend_ids}
+    codes = [dataclasses.replace(_copied(code), guarded_codes=[g for g in code.guarded_codes if g.guards_state in states],
+                                 backend_ids=[b for b in code.backend_ids if b in backend_ids])
+             for code in saved.dynamo.codes if any(_same_code(code, own) for own in mine)]
+    inlined = set().union(*(entry.source_info.inlined_sources for entry in entries))
+    dynamo = dataclasses.replace(saved.dynamo, codes=codes,
+                                 source_info=dataclasses.replace(saved.dynamo.source_info, inlined_sources=inlined))
+    return dataclasses.replace(saved, dynamo=dynamo, backends={k: v for k, v in saved.backends.items() if k in backend_ids})
 
 
 def _copied(code: Any) -> Any:

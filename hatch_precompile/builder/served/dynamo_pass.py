@@ -200,13 +200,23 @@ def _index(recorder: compile_recorder.Recorder, entries: Path, out: Path,
             notes.append(f"{named}: every guarded code it compiled would be traced, so its entry is not "
                          f"shipped: {next(iter(found.values()))}")
             continue
-        (out / f"{key}.entry").parent.mkdir(parents=True, exist_ok=True)
-        (out / f"{key}.entry").write_bytes(data)
+        out.mkdir(parents=True, exist_ok=True)
+        try:
+            parts = {label: pickle.dumps(part) for label, part in recorder.parts(key, entry).items()}
+        except Exception:  # torch's entry of another shape: one entry for every class, as torch saved it
+            parts = {}
+        files = {label: f"{key}.{hashlib.sha256(label.encode()).hexdigest()[:16]}.entry" for label in parts}
+        for label, part in parts.items():
+            (out / files[label]).write_bytes(part)
+        if not parts:
+            (out / f"{key}.entry").write_bytes(data)
         lines = {sha: recorder.lines[sha] for sha, code in found.items() if isinstance(code, dict)}
         (out / f"{key}.guards").write_bytes(guard_text.packed(lines))  # type: ignore[arg-type]
+        named_parts = {label: f"{DYNAMO_DIR}/{file}" for label, file in files.items()}
         functions[key] = served_compiles.Function(
-            module, qualname, int(made_for[2]), f"{DYNAMO_DIR}/{key}.entry", f"{DYNAMO_DIR}/{key}.guards",
-            tuple(o for o in options if o is not None), found, made_by=site)
+            module, qualname, int(made_for[2]), next(iter(named_parts.values()), f"{DYNAMO_DIR}/{key}.entry"),
+            f"{DYNAMO_DIR}/{key}.guards", tuple(o for o in options if o is not None), found, made_by=site,
+            parts=named_parts)
     return functions, notes
 
 

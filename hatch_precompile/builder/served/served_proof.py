@@ -221,7 +221,7 @@ def _drop(out_dir: Path, index: served_compiles.Index, keys: set[str]) -> None:
         return
     for key in keys:
         function = index.functions[key]
-        for logical in (function.entry, function.guards):
+        for logical in {function.entry, function.guards, *function.parts.values()}:
             (out_dir / logical).unlink(missing_ok=True)
     kept = {k: f for k, f in index.functions.items() if k not in keys}
     if not kept:

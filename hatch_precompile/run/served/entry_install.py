@@ -42,6 +42,8 @@ class ProcessState:
     left: dict[str, str] = dataclasses.field(default_factory=dict)  # why torch's controls last left a call to torch
     traced_calls: dict[str, tuple[int, str]] = dataclasses.field(default_factory=dict)  # calls traced anyway: how
     # many, and the first one's why
+    parts: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # a function split by class: each
+    # class's outcome
     original: Callable[..., Any] | None = None
     lock: threading.RLock = dataclasses.field(default_factory=threading.RLock)
 
@@ -96,7 +98,7 @@ def install(package: str, model: Any, function: served_compiles.Function, compil
     )
     from hatch_precompile.run.torch_internals.served.stand_ins import graph_stand_in
 
-    name = function.name
+    name = key_of(function)
     with this_process.lock:
         if name in this_process.tried:
             return False  # installed on its code already (every wrapper of it is served), or refused
@@ -119,18 +121,18 @@ def install(package: str, model: Any, function: served_compiles.Function, compil
                                            compile_scope.serving(served_compiles.source_key(function.qualname,
                                                                                            function.firstlineno)),
                                            tuple(o.get("recompile_limit") for o in function.options),
-                                           functools.partial(_left_to_torch, name),
-                                           functools.partial(_traced_call, name))
+                                           functools.partial(_left_to_torch, function.name),
+                                           functools.partial(_traced_call, function.name))
             graph_stand_in.install()  # before the entry's graphs load
             thread_guards: list[Any] = []
             counts, reasons = dynamo_cache.install(served_compiles.innermost(model), shipped, env_checked=True,
                                                    any_threads=bool(found.manifest.settings.get("cpp.dynamic_threads")),
                                                    not_loaded=functools.partial(_not_loaded, function),
                                                    refused=functools.partial(_refused_at_first_run, function),
-                                                   thread_guards=thread_guards)
+                                                   thread_guards=thread_guards, beside_others=bool(function.part))
         except DynamoEntryNotYet as exc:
             if compiled is not None and compile_scope.at_first_call(compiled, functools.partial(
-                    again, package, model, function, name)):
+                    again, package, model, function)):
                 said(function, f"installed at its first call: at torch.compile, {exc}")
             else:
                 said(function, f"traced: {exc}")
@@ -205,14 +207,14 @@ def graphs_ahead(package: str, function: served_compiles.Function) -> None:
         log.debug("hatch-precompile: %s.%s: graphs not loaded ahead", function.module, function.qualname, exc_info=True)
 
 
-def again(package: str, model: Any, function: served_compiles.Function, name: str) -> None:
+def again(package: str, model: Any, function: served_compiles.Function) -> None:
     """The install tried again, at the function's first call."""
     with this_process.lock:
-        this_process.tried.discard(name)
+        this_process.tried.discard(key_of(function))
     install(package, model, function)
     with this_process.lock:
-        if this_process.outcomes.get(name, "").startswith("served"):
-            this_process.first_call.add(name)
+        if _outcome(function).startswith("served"):
+            this_process.first_call.add(function.name)
 
 
 def _after_reset(function: served_compiles.Function, fn: Any) -> None:
@@ -234,7 +236,7 @@ def _refused_at_first_run(function: served_compiles.Function, why: str) -> None:
     """A guarded code was refused when first about to run: it is traced from then on, and said so
     (the first such reason of a function is the one said)."""
     with this_process.lock:
-        before = this_process.outcomes.get(function.name, "")
+        before = _outcome(function)
     if "; at install, " not in before:
         said(function, f"traced: {why}; at install, {before}")
 
@@ -288,8 +290,40 @@ def _left_to_torch(name: str, why: str) -> None:
         this_process.left[name] = why
 
 
+def key_of(function: served_compiles.Function) -> str:
+    """What a function's entry is installed once a process by: its name, and the class of its part."""
+    return f"{function.name} [{function.part}]" if function.part else function.name
+
+
 def said(function: served_compiles.Function, outcome: str) -> None:
-    said_of(function.name, outcome)
+    if not function.part:
+        return said_of(function.name, outcome)
+    with this_process.lock:  # a function split by class: what became of each class's part, in one line
+        parts = this_process.parts.setdefault(function.name, {})
+        parts[function.part] = outcome
+        said_of(function.name, _in_one_line(parts))
+
+
+def _in_one_line(parts: dict[str, str]) -> str:
+    """Each class's outcome: traced where any class's part is (served() never says served for a call
+    that traces), then those not installed yet, then those served."""
+    each = sorted(parts.items())
+    traced = [f"{c}: {o.removeprefix('traced: ')}" for c, o in each if o.startswith("traced")]
+    waiting = [f"{c}: {o}" for c, o in each if not o.startswith(("traced", "served"))]
+    served = [f"{c}: {o.removeprefix('served: ')}" for c, o in each if o.startswith("served")]
+    words = "; ".join(traced + waiting)
+    if not served:
+        return f"traced: {words}" if traced else words
+    if not words:
+        return f"served: {'; '.join(served)}"
+    return f"{'traced: ' if traced else ''}{words}; served: {'; '.join(served)}"
+
+
+def _outcome(function: served_compiles.Function) -> str:
+    """What became of ``function`` (of its part, where it is split by class); the caller holds the lock."""
+    if function.part:
+        return this_process.parts.get(function.name, {}).get(function.part, "")
+    return this_process.outcomes.get(function.name, "")
 
 
 def said_of(name: str, outcome: str) -> None:

@@ -196,12 +196,12 @@ def _served(package: str, model: Any, options: dict[str, Any], original: Callabl
             entry_install.threads_at_first_call(compiled, name)
             return compiled
     if function.install_at == "first-call" and compile_scope.at_first_call(compiled, functools.partial(
-            entry_install.again, package, model, function, name)):
+            entry_install.again, package, model, function)):
         entry_install.said(function, "installed at its first call, where the build's proof installed it")
         entry_install.graphs_ahead(package, function)
         return compiled
     if entry_install.install(package, model, function, compiled):
-        entry_install.threads_at_first_call(compiled, name)
+        entry_install.threads_at_first_call(compiled, entry_install.key_of(function))
     return compiled
 
 
@@ -227,6 +227,10 @@ def _shipped(package: str, model: Any, options: dict[str, Any],
         return None
     if not served_compiles.takes(function, options):
         entry_install.said(function, "traced: compiled with other options than the build's")
+        return None
+    function = served_compiles.part_for(function, model)
+    if not function.entry:
+        entry_install.said(function, "traced: the build's workloads compiled it for modules of other classes only")
         return None
     return function
 

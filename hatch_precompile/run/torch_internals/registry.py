@@ -234,7 +234,7 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
     Touchpoint("guard-state-tensor", "torch._dynamo.guards", "GuardsStatePickler._unpickle_tensor", "wrap",
                "load: while an entry is installed, a tensor whose `.grad` torch pickled as missing (a parameter with "
                "a gradient when it compiled; torch's own unpickler raises) is read back with none "
-               "(run/torch_internals/served/dynamo_cache.py)",
+               "(run/torch_internals/served/guard_states.py)",
                broken="the entry is not installed: the function is traced"),
     Touchpoint("compiler-settings", "torch._inductor.config, torch._functorch.config, torch._dynamo.config",
                "save_config_portable, get_config_copy, get_hash", "read",
@@ -253,11 +253,12 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "those torch rebuilt at install, compared line by line, so that a value torch read again here (a "
                "module's attribute) is the one the trace read (run/torch_internals/served/guard_text.py)",
                broken="unreadable at build: that guarded code is not served; at load: it is traced"),
-    Touchpoint("compile-context", "torch._dynamo.eval_frame", "_TorchDynamoContext.enter_exit_hooks", "setting",
-               "load: each compiled object the package's own `torch.compile` returned names its function while a call "
-               "of it runs, so that a shipped entry runs only under the package's compile, never under another "
-               "`torch.compile` of the same function (run/torch_internals/served/compile_scope.py)",
-               broken="the function is traced, and `served()` says why"),
+    Touchpoint("compile-context", "torch._dynamo.eval_frame", "_TorchDynamoContext.enter_exit_hooks, _package",
+               "setting", "load: each compiled object the package's own `torch.compile` returned names its function "
+               "while a call of it runs, so that a shipped entry runs only under the package's compile, never under "
+               "another `torch.compile` of the same function; build's second pass: the first code of each compile's "
+               "package, told by module class (run/torch_internals/served/compile_scope.py)",
+               broken="the function is traced, and `served()` says why; at build, one entry for every class"),
     Touchpoint("compile-stance", "torch._dynamo.eval_frame", "_stance", "read",
                "load: the stance `torch.compiler.set_stance` set, asked each time an installed guarded code's other "
                "guards hold: where torch would run a call eagerly, raise, or compile it with another backend, the "

@@ -105,6 +105,15 @@ def _stack() -> list[str]:
     return stack
 
 
+def first_code_of(compiled: Any) -> Any:
+    """The record of the compiled function's own code in the package torch's ``caching_precompile``
+    made for ``compiled`` (the first code of every entry that compile records), or None (the flag off,
+    or torch moved): the build tells one compile's entries from another's by it."""
+    lookup("compile-context", "setting")
+    codes = getattr(getattr(_context_of(compiled), "_package", None), "_codes", None)
+    return next(iter(codes.values()), None) if isinstance(codes, dict) else None
+
+
 def _context_of(compiled: Any) -> Any:
     """The compile context (torch's ``_TorchDynamoContext``) behind a compiled module or function."""
     context = getattr(compiled, "dynamo_ctx", None)  # an OptimizedModule's

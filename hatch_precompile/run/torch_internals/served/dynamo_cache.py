@@ -43,6 +43,7 @@ from hatch_precompile.run.torch_internals.served import (
     entry_pickle,
     guard_states,
     guard_text,
+    shared_code,
     thread_count,
 )
 
@@ -107,7 +108,7 @@ def ahead(data: bytes) -> None:
             lookup("guard-load", "wrap")
             from torch._dynamo import package  # noqa: TID251  (the touchpoint's owner)
 
-            with _missing_grads_as_none():
+            with guard_states.missing_grads_as_none():
                 guard_states.read_ahead((g.guards_state for c in codes for g in c.guarded_codes), package.load_guards_state)
         except Exception:
             log.debug("hatch-precompile: an entry's graphs not loaded ahead of its install", exc_info=True)
@@ -116,7 +117,7 @@ def ahead(data: bytes) -> None:
 def install(fn: Any, shipped: Shipped, env_checked: bool, any_threads: bool = False,
             not_loaded: Callable[[str], None] = lambda why: None,
             refused: Callable[[str], None] = lambda why: None,
-            thread_guards: list[Any] | None = None) -> tuple[dict[str, int], list[str]]:
+            thread_guards: list[Any] | None = None, beside_others: bool = False) -> tuple[dict[str, int], list[str]]:
     """Install the entry ``shipped`` on ``fn``'s code; what its guarded codes became (``{"served": n,
     "held": objects held to the build's, "traced": guarded codes never run}``) and why each traced
     one is. Raises DynamoEntryRefused, having left nothing installed (DynamoEntryNotYet where torch
@@ -134,7 +135,8 @@ def install(fn: Any, shipped: Shipped, env_checked: bool, any_threads: bool = Fa
     kernels read the thread count when they run (``cpp.dynamic_threads``), so the entry's guards take
     this process's count instead of the build machine's (``thread_guards`` is given each such guard:
     ``thread_count.threads_now`` sets a later count into them). ``not_loaded`` is told why, where a guarded code's
-    compiled graphs do not load at its first run (it is traced)."""
+    compiled graphs do not load at its first run (it is traced). ``beside_others``: one class's part of
+    an entry split by class, installed beside the parts already on the code (shared_code)."""
     lookup("compile-package", "call")
     from torch._dynamo import package  # noqa: TID251  (the touchpoint's owner)
 
@@ -155,7 +157,8 @@ def install(fn: Any, shipped: Shipped, env_checked: bool, any_threads: bool = Fa
             loaded = _ahead.pop(digest, None)
         graphs = entry_graphs.Graphs(backends, not_loaded, at_install=one_compile, loaded=loaded)
         calls = graphs.called_by(dynamo, package.SerializedCode.to_code_object)
-        compile_package = package.CompilePackage(fn, dynamo)
+        with shared_code.beside_others(getattr(fn, "__code__", None), beside_others):
+            compile_package = package.CompilePackage(fn, dynamo)
     except Exception as exc:  # another torch's entry, the package's source changed, torch moved
         raise DynamoEntryRefused(f"torch does not take the shipped Dynamo cache entry: {exc!r}") from None
     counts = {"served": 0, "held": 0, "traced": 0}
@@ -196,7 +199,7 @@ def install(fn: Any, shipped: Shipped, env_checked: bool, any_threads: bool = Fa
             counts["held"] += int(held)
             serving = shipped.serving
             # One guard: an object is held (a call's first one bound) only by calls under the package's compile.
-            manager.root.add_lambda_guard(lambda frame_locals: serving() and check(frame_locals),
+            manager.root.add_lambda_guard(lambda frame_locals: alive and serving() and check(frame_locals),
                                           ["hatch-precompile: the call runs under the package's own compile of it (a "
                                            "compile of the same code by another caller, or a library's compile run "
                                            "from outside the package's code, is traced), and each object its trace "
@@ -209,12 +212,14 @@ def install(fn: Any, shipped: Shipped, env_checked: bool, any_threads: bool = Fa
             return manager
 
         rebuilding: list[Exception] = []  # what torch raised while it rebuilt a guarded code's guards
+        alive = [True]  # emptied where the install fails beside others: its guarded codes on the code never run
         expected = sum(len(c.guarded_codes) for c in dynamo.codes if not getattr(c, "bypassed", False))
         scopes = [vars(m) for m in {sys.modules.get(getattr(c, "python_module", "")) for c in dynamo.codes} if m]
         names_before = [set(scope) for scope in scopes]
         package.load_guards_state, package.load_guard_manager = read_state, build_manager
         try:
-            with _missing_grads_as_none(), _guard_errors_unlogged():
+            with shared_code.beside_others(getattr(fn, "__code__", None), beside_others), \
+                    guard_states.missing_grads_as_none(), _guard_errors_unlogged():
                 compile_package.install(graphs.deferred())
             if counts["served"] + counts["traced"] != expected:  # torch built guards these wrappers did not see
                 raise RuntimeError(f"{expected} guarded code(s) in the entry, {counts['served'] + counts['traced']} seen")
@@ -224,7 +229,9 @@ def install(fn: Any, shipped: Shipped, env_checked: bool, any_threads: bool = Fa
             _after_installed_names(dynamo)
         except Exception as exc:
             log.debug("hatch-precompile: an entry of %s not installed", getattr(fn, "__qualname__", fn), exc_info=True)
-            _quietly(compile_package.uninstall)
+            alive.clear()
+            if not beside_others:  # its reset would drop the other parts' entries too
+                _quietly(compile_package.uninstall)
             for scope, before in zip(scopes, names_before):  # what uninstall() leaves: the builtins dict, say
                 for name in set(scope) - before:
                     scope.pop(name, None)
@@ -254,7 +261,7 @@ def rebuilt_guards(state: bytes, compile_package: Any) -> list[str] | None:
         own = main_code is not None and (code.co_name, code.co_firstlineno) == (main_code.co_name,
                                                                                main_code.co_firstlineno)
         scope = main.__globals__ if own else vars(sys.modules[entry.python_module])
-        with _missing_grads_as_none():
+        with guard_states.missing_grads_as_none():
             return guard_text.lines(package.load_guard_manager(package.load_guards_state(state), code, scope))
     except Exception:
         return None
@@ -327,29 +334,6 @@ def _codes_of_other_globals(fn: Any, dynamo: Any) -> dict[int, str]:
         except Exception:  # torch finds it or refuses the entry: either way nothing runs over wrong globals
             continue
     return elsewhere
-
-
-@contextlib.contextmanager
-def _missing_grads_as_none() -> Iterator[None]:
-    """Torch pickles a parameter that had a ``.grad`` when it compiled with that grad as "missing",
-    and its own unpickler then raises (torch 2.13, 2.14: a module compiled after a training step);
-    the grad is no part of any guard, so it is read back as none while an entry is installed."""
-    lookup("guard-state-tensor", "wrap")
-    import torch
-    from torch._dynamo import guards  # noqa: TID251
-
-    pickler = guards.GuardsStatePickler
-    original = pickler.__dict__["_unpickle_tensor"]
-    unpickle = original.__func__
-
-    def _unpickle_tensor(cls: Any, meta: Any, device: Any, pytype: Any, keys: Any, grad: Any) -> Any:
-        return unpickle(cls, meta, device, pytype, keys, grad if grad is None or isinstance(grad, torch.Tensor) else None)
-
-    pickler._unpickle_tensor = classmethod(_unpickle_tensor)
-    try:
-        yield
-    finally:
-        pickler._unpickle_tensor = original
 
 
 @contextlib.contextmanager

@@ -15,12 +15,15 @@ Standard library at import; torch is the caller's.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.abc
 import logging
 import sys
 import threading
 from typing import Any, Callable, Iterator
+
+from hatch_precompile.run.torch_internals.registry import lookup
 
 log = logging.getLogger("hatch_precompile")
 _read: dict[str, Any] = {}  # by the raw state's digest: the state, for one install
@@ -74,3 +77,26 @@ class _NoNewImports(importlib.abc.MetaPathFinder):
         if threading.get_ident() == self.thread:
             raise ImportError(f"{fullname} is not imported yet: its guard state is read at the install")
         return None
+
+
+@contextlib.contextmanager
+def missing_grads_as_none() -> Iterator[None]:
+    """Torch pickles a parameter that had a ``.grad`` when it compiled with that grad as "missing",
+    and its own unpickler then raises (torch 2.13, 2.14: a module compiled after a training step);
+    the grad is no part of any guard, so it is read back as none while an entry is installed."""
+    lookup("guard-state-tensor", "wrap")
+    import torch
+    from torch._dynamo import guards  # noqa: TID251
+
+    pickler = guards.GuardsStatePickler
+    original = pickler.__dict__["_unpickle_tensor"]
+    unpickle = original.__func__
+
+    def _unpickle_tensor(cls: Any, meta: Any, device: Any, pytype: Any, keys: Any, grad: Any) -> Any:
+        return unpickle(cls, meta, device, pytype, keys, grad if grad is None or isinstance(grad, torch.Tensor) else None)
+
+    pickler._unpickle_tensor = classmethod(_unpickle_tensor)
+    try:
+        yield
+    finally:
+        pickler._unpickle_tensor = original
