@@ -23,6 +23,7 @@ from hatch_precompile.child import supervisor
 from hatch_precompile.errors import CannotCompile, ChildError, Unusable, WorkloadFailed
 from hatch_precompile.protocol import CACHE_DIR_VAR, DIRNAME, DYNAMO_DIR, SERVED_FILE, ChildResult, Manifest
 from hatch_precompile.run import variables
+from hatch_precompile.run.caches import relocate
 
 
 def capture(
@@ -129,7 +130,7 @@ def _run_set(
             reporter.info(note)
     result = {**child.data, "workloads": child.workloads}
     if options.get("dynamo_cache", True) and child.data.get("dynamo_pass") and not variables.no_dynamo_cache(env):
-        unshipped = _served_compiles(python, run_dir, spec, env, limits, reporter, out_dir, users_torch)
+        unshipped = _served_compiles(python, run_dir, spec, env, limits, reporter, out_dir, users_torch, result)
         proven = _proven(python, run_dir, spec, env, limits, reporter, result, cache_dir, out_dir, users_torch,
                          unshipped)
         if proven is not None:
@@ -174,10 +175,11 @@ def _proven(python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str
 
 def _served_compiles(python: str, run_dir: Path, spec: dict[str, Any], env: dict[str, str],
                      limits: tuple[float, float | None], reporter: Reporter, out_dir: Path,
-                     users_torch: bool) -> dict[str, str]:
+                     users_torch: bool, built: dict[str, Any]) -> dict[str, str]:
     """The second pass (builder/served/dynamo_pass.py): the package's torch.compile calls as Dynamo cache entries,
-    into ``out_dir/dynamo``; each compiled function it did not ship, and why. Its failure costs the
-    set nothing but those entries, said in one line."""
+    into ``out_dir/dynamo``, and the kernels it built into ``built`` (the first pass's result); each
+    compiled function it did not ship, and why. Its failure costs the set nothing but those entries,
+    said in one line."""
     started = time.perf_counter()
     work = run_dir / "dynamo-pass"
     first = Path(env[CACHE_DIR_VAR])
@@ -203,6 +205,7 @@ def _served_compiles(python: str, run_dir: Path, spec: dict[str, Any], env: dict
     if made.is_dir():
         shutil.move(str(made), str(out_dir / DYNAMO_DIR))
         _ship_generated_modules(copy, first)
+        _ship_built_kernels(copy, first, result.data, built)
     data = result.data
     traced = (f"; {data['traced']} of their guarded codes are traced (a guard on an object no new process can tell "
               "from another, on an object's state, or reached by a path not evaluated)") if data.get("traced") else ""
@@ -228,6 +231,28 @@ def _ship_generated_modules(second: Path, first: Path) -> None:
         if not shipped.exists():
             shipped.parent.mkdir(exist_ok=True)
             shutil.copy2(module, shipped)
+
+
+def _ship_built_kernels(second: Path, first: Path, made: dict[str, Any], built: dict[str, Any]) -> None:
+    """The CPU kernels the second pass built that the first did not (``made``: its record of each
+    one's command), copied into the first's cache dir and recorded with its kernels (``built``, the
+    first pass's result): a served process finds them built, where it would otherwise build them at
+    its first call. Only where every flag set the second pass compiled with is one the first pass's
+    kernels used, so the set's CPU features still cover them; else they stay out, built where needed."""
+    commands, first_flags = made.get("kernel_commands") or {}, {tuple(f) for f in built.get("flag_sets") or ()}
+    flags = {tuple(f) for f in made.get("flag_sets") or ()}
+    if not commands or not flags or not flags <= first_flags:  # no flags read: what they were cannot be told
+        return
+    for key, command in sorted(commands.items()):
+        if key in built["kernel_commands"]:
+            continue
+        source = second / relocate.cache_relpath(key, "")
+        for path in sorted(source.parent.glob(key + ".*")):
+            target = first / path.relative_to(second)
+            target.parent.mkdir(exist_ok=True)
+            if not target.exists():
+                shutil.copy2(path, target)
+        built["kernel_commands"][key] = command
 
 
 def _run_child(

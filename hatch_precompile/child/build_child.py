@@ -105,6 +105,7 @@ def main(argv: list[str]) -> int:
         "import_seconds": round(import_seconds, 3),
         "compile_times": _compile_times(),
         "kernel_commands": kernel_commands,
+        "flag_sets": sorted(list(flag_set) for flag_set in compile_flags.flag_sets) if compile_flags.applied else None,
         "never_saved": step_capture.never_saved(spec.get("package")),
         "dynamo_pass": dynamo_pass.possible(torch),
         "extern_kernels": kernel_bindings.proven(),

@@ -377,3 +377,34 @@ def test_a_part_installs_beside_the_others_on_its_code_and_says_where_torch_drop
     with pytest.raises(RuntimeError, match="torch dropped the entries of the classes installed before"):
         with shared_code.beside_others(fn.__code__, True):
             pass
+
+
+def test_the_kernels_only_the_second_pass_built_ship_with_the_first_passs_where_its_flags_cover_them(tmp_path):
+    """The backward of a module compiled in train() is lowered by torch for its entry in the second pass
+    only: its kernels are copied into the first pass's cache and recorded for relocation, so a served
+    process finds them built. Built with flags the first pass's kernels never used, they stay out."""
+    from hatch_precompile.builder import workload_run
+    from hatch_precompile.run.caches import relocate
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    for key in ("cfirst", "cbackward"):
+        for suffix in (".main.cpp", ".main.so"):
+            (second / relocate.cache_relpath(key, suffix)).parent.mkdir(parents=True, exist_ok=True)
+            (second / relocate.cache_relpath(key, suffix)).write_text(key + suffix)
+    (first / relocate.cache_relpath("cfirst", ".main.so")).parent.mkdir(parents=True)
+    (first / relocate.cache_relpath("cfirst", ".main.so")).write_text("the first pass's own")
+    made = {"kernel_commands": {"cfirst": ["main.cpp", "g++ a"], "cbackward": ["main.cpp", "g++ b"]},
+            "flag_sets": [["-mavx2"]]}
+    other = {**made, "flag_sets": [["-mavx512f"]]}
+    built = {"kernel_commands": {"cfirst": ["main.cpp", "g++ a"]}, "flag_sets": [["-mavx2"], ["-mfma"]]}
+    workload_run._ship_built_kernels(second, first, other, built)
+    assert built["kernel_commands"] == {"cfirst": ["main.cpp", "g++ a"]}
+    assert not (first / relocate.cache_relpath("cbackward", ".main.so")).exists()
+    workload_run._ship_built_kernels(second, first, made, built)
+    assert built["kernel_commands"]["cbackward"] == ["main.cpp", "g++ b"]
+    assert (first / relocate.cache_relpath("cbackward", ".main.so")).read_text() == "cbackward.main.so"
+    assert (first / relocate.cache_relpath("cbackward", ".main.cpp")).is_file()
+    assert (first / relocate.cache_relpath("cfirst", ".main.so")).read_text() == "the first pass's own"
+    unread = {"kernel_commands": {"cother": ["main.cpp", "g++ c"]}, "flag_sets": []}  # flags not read: not shipped
+    workload_run._ship_built_kernels(second, first, unread, built)
+    assert "cother" not in built["kernel_commands"]

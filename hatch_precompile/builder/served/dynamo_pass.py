@@ -28,6 +28,7 @@ from typing import Any
 
 from hatch_precompile.builder.caches import empty_graphs
 from hatch_precompile.builder.served import compile_recorder, graph_saving
+from hatch_precompile.builder.sets import isa
 from hatch_precompile.child import observe, progress, workload_loop
 from hatch_precompile.protocol import (
     BUILDING_VAR,
@@ -76,6 +77,12 @@ def main(argv: list[str]) -> int:
         return EXIT_OK
     recorder = compile_recorder.Recorder(package)
     recorder.install(torch)
+    # What this pass builds that the first did not (the backward of a module compiled in train() whose
+    # workload never ran it: torch lowers it for the entry) ships with the first's kernels (workload_run.py),
+    # built with the same arch flags, each command recorded for relocation.
+    kernel_commands = observe.record_kernel_commands()
+    flags = isa.CompileFlags(portable=spec.get("cpu_target", "portable") == "portable")
+    flags.install()
     saving = graph_saving.GraphSaving()
     saving.install()
     # As the first pass compiled them: a graph with no call is keyed and found in its cache (torch
@@ -115,6 +122,8 @@ def main(argv: list[str]) -> int:
         "guarded": sum(len(f.guarded) for f in functions.values()),
         "traced": sum(isinstance(v, str) for f in functions.values() for v in f.guarded.values()),
         "by_dependencies": sum(f.made_by is not None for f in functions.values()),
+        "kernel_commands": kernel_commands if flags.applied else {},
+        "flag_sets": sorted(list(flag_set) for flag_set in flags.flag_sets),
     }))
     return EXIT_OK
 
