@@ -72,9 +72,12 @@ def pytest_collection_modifyitems(items):
                else len(LONGEST_MODULES))
 
 
-# Minutes each, serially (the durations .ci/run prints): 3 and 2 GB torch installs, then frontends' flows.
-LONGEST_MODULES = ("test_newest_torch.py", "test_newest_torch_steps.py", "test_oldest_torch.py", "test_install_flow.py",
-                   "test_pinned_installs.py", "test_bake.py")
+# Longest first, by each module's time on its worker in the last clean clone (SUITE_COMMAND_TIMES, 2026-12-07:
+# 5.6 to 1.7 minutes): the 3 GB torch installs, the served route's builds and situations, frontends' flows.
+LONGEST_MODULES = ("test_newest_torch.py", "test_newest_torch_steps.py", "test_served_situations.py",
+                   "test_served_compiles.py", "test_pinned_installs.py", "test_install_flow.py", "test_cli.py",
+                   "test_dependency_compiles.py", "test_serve.py", "test_exported.py", "test_bake.py",
+                   "test_touchpoints.py", "test_oldest_torch.py", "test_why.py")
 
 
 GPUS_VISIBLE = False  # test_gpu.py turns it on for its own processes

@@ -116,3 +116,34 @@ def test_status_lists_each_installed_package_that_ships_artifacts_and_what_it_se
     elsewhere = run([sys.executable, "-m", "hatch_precompile", "status"], env={**env, "ATEN_CPU_CAPABILITY": "default"})
     assert "deps_pkg 0.1.0" in elsewhere.stdout and "none valid here: built for cpu_capability=" in elsewhere.stdout, \
         elsewhere.stdout
+
+
+AHEAD = r"""
+import json, sys
+from torch._functorch._aot_autograd import aot_autograd_result as R
+loaded, load = [], R.BundledAOTAutogradCacheArtifact.after_deserialization
+def counted(self):  # torch's loading of one compiled graph, counted
+    loaded.append(self.key)
+    return load(self)
+R.BundledAOTAutogradCacheArtifact.after_deserialization = counted
+from deps_pkg import llm
+from torch._dynamo.utils import get_compilation_metrics
+from hatch_precompile.run.served import served_compile
+model = llm.make_model()
+before = len(loaded)
+out = llm.generate(model, llm.prompt()).tolist()
+print(json.dumps({"before": before, "after": len(loaded), "out": out, "served": served_compile.served(),
+                  "traced": sum(1 for m in get_compilation_metrics() if m.co_name)}))
+"""
+
+
+def test_a_compile_generate_makes_finds_its_graphs_loaded_before_the_first_generate(deps_site, tmp_path):
+    """transformers compiles the model's call inside generate(), so its install is part of the first
+    generate; the graphs of that entry are loaded once Dynamo is imported (as transformers' model is
+    made), and the first generate only installs the guards."""
+    proc = run([sys.executable, "-c", AHEAD], cwd=tmp_path,
+               env={"PYTHONPATH": str(deps_site / "site"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")})
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    (outcome,) = [said for key, said in found["served"].items() if key.startswith(GENERATE)]
+    assert outcome.startswith("served: 1 guarded code(s)"), found["served"]
+    assert found["before"] >= 1 and found["after"] == found["before"] and found["traced"] == 0, found

@@ -53,14 +53,18 @@ this_process = ProcessState()
 
 def at_imports(package: str, index: served_compiles.Index) -> None:
     """Each entry the build's proof installed at its module's import, installed so here (in the proof's
-    own child, each entry is tried so)."""
+    own child, each entry is tried so); the graphs of each a library compiles on the package's behalf,
+    loaded as soon as Dynamo is imported (dynamo_cache.ahead): before the library's first call, where
+    the process imports Dynamo before it (transformers' models do, as they are made)."""
     from hatch_precompile.run import variables
     from hatch_precompile.run.torch_internals import import_hook
 
     trying = variables.try_at_import()
     by_module: dict[str, list[served_compiles.Function]] = {}
     for function in index.functions.values():
-        if function.made_by is not None:  # a library's compile: installed where the library makes it
+        if function.made_by is not None:  # a library's compile: installed where the library makes it, often
+            # inside its own first call (generate); its graphs loaded once Dynamo is (never imported for it)
+            import_hook.after_import("torch._dynamo", functools.partial(_graphs_ahead_of, package, function))
             continue
         if function.module != package and not function.module.startswith(package + "."):
             continue  # torch's Module._call_impl (module.compile()): its entry names the package's modules,
@@ -205,6 +209,10 @@ def graphs_ahead(package: str, function: served_compiles.Function) -> None:
         dynamo_cache.ahead(this_process.packages[package].found.read(function.entry))
     except Exception:  # loaded at the install instead
         log.debug("hatch-precompile: %s.%s: graphs not loaded ahead", function.module, function.qualname, exc_info=True)
+
+
+def _graphs_ahead_of(package: str, function: served_compiles.Function, dynamo: Any) -> None:
+    graphs_ahead(package, function)
 
 
 def again(package: str, model: Any, function: served_compiles.Function) -> None:
