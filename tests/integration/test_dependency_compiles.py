@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, run
 
-from integration.test_served_compiles import built_with_both_passes
+from integration.test_served_compiles import GRAPH_LOADS_COUNTED, built_with_both_passes
 from integration.test_served_situations import EITHER, SERVED, TRACED, assert_served_as_cold
 
 pytestmark = pytest.mark.slow  # builds a wheel, runs torch in fresh processes
@@ -118,14 +118,7 @@ def test_status_lists_each_installed_package_that_ships_artifacts_and_what_it_se
         elsewhere.stdout
 
 
-AHEAD = r"""
-import json, sys
-from torch._functorch._aot_autograd import aot_autograd_result as R
-loaded, load = [], R.BundledAOTAutogradCacheArtifact.after_deserialization
-def counted(self):  # torch's loading of one compiled graph, counted
-    loaded.append(self.key)
-    return load(self)
-R.BundledAOTAutogradCacheArtifact.after_deserialization = counted
+AHEAD = GRAPH_LOADS_COUNTED + r"""
 from deps_pkg import llm
 from torch._dynamo.utils import get_compilation_metrics
 from hatch_precompile.run.served import served_compile

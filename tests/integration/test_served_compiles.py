@@ -313,14 +313,18 @@ def test_a_function_monkeypatched_before_the_packages_import_is_traced_and_named
         "traced: G['F'].gelu is another object than the build's (__main__.<lambda>)"), found["served"]
 
 
-INFERENCE_ONLY = r"""
+# A script's opening: torch's loading of each compiled graph counted, in ``loaded``.
+GRAPH_LOADS_COUNTED = r"""
 import json, torch
 from torch._functorch._aot_autograd import aot_autograd_result as R
 loaded, load = [], R.BundledAOTAutogradCacheArtifact.after_deserialization
-def counted(self):  # torch's loading of one compiled graph, counted
+def counted(self):
     loaded.append(self.key)
     return load(self)
 R.BundledAOTAutogradCacheArtifact.after_deserialization = counted
+"""
+
+INFERENCE_ONLY = GRAPH_LOADS_COUNTED + r"""
 from compile_pkg import model as M
 from torch._dynamo.utils import get_compilation_metrics
 from hatch_precompile.run.served import served_compile
