@@ -120,7 +120,7 @@ def install(fn: Any, shipped: Shipped, env_checked: bool, any_threads: bool = Fa
             thread_guards: list[Any] | None = None, beside_others: bool = False) -> tuple[dict[str, int], list[str]]:
     """Install the entry ``shipped`` on ``fn``'s code; what its guarded codes became (``{"served": n,
     "held": objects held to the build's, "traced": guarded codes never run}``) and why each traced
-    one is. Raises DynamoEntryRefused, having left nothing installed (DynamoEntryNotYet where torch
+    one is. Raises DynamoEntryRefused, having left nothing installed that runs (DynamoEntryNotYet where torch
     raised while it rebuilt the guards: a source it evaluates may not be there yet, such as a key of
     a registry a library fills as its models are made).
 
