@@ -408,3 +408,29 @@ def test_the_kernels_only_the_second_pass_built_ship_with_the_first_passs_where_
     unread = {"kernel_commands": {"cother": ["main.cpp", "g++ c"]}, "flag_sets": []}  # flags not read: not shipped
     workload_run._ship_built_kernels(second, first, unread, built)
     assert "cother" not in built["kernel_commands"]
+
+
+def test_an_entry_installs_at_its_modules_import_unless_that_would_be_inside_the_packages_own_load(monkeypatch):
+    """The package's own modules, and a library's not imported yet (torchvision's ResNet, compiled as
+    a module by the package), install as their module is imported; a library module imported already
+    (torch's ``Module._call_impl``, which every ``module.compile()`` compiles) would install inside
+    the package's ``load()``, importing what its entry names there, and a function split by class
+    installs each part at the compile of a module of that class. A library's compile on the package's
+    behalf has its graphs loaded once Dynamo is imported."""
+    from hatch_precompile.run.torch_internals import import_hook
+
+    hooked: list[str] = []
+    monkeypatch.setattr(import_hook, "after_import", lambda module, patch, touchpoint=None: hooked.append(module))
+
+    def function(module: str, qualname: str, **kw) -> served_compiles.Function:
+        return served_compiles.Function(module, qualname, 1, "dynamo/e.entry", "dynamo/e.guards", ({},), {},
+                                        install_at="import", **kw)
+
+    functions = [function("pkg.model", "loss"), function("a_library_never_imported.models", "ResNet.forward"),
+                 function("torch.nn.modules.module", "Module._call_impl"),
+                 function("pkg.blocks", "Block.forward", parts={"pkg.blocks.Block": "dynamo/e.entry"}),
+                 function("torch.nn.modules.module", "Module._wrapped_call_impl",
+                          made_by={"module": "transformers.modeling_utils", "function": "f", "line": 1})]
+    index = served_compiles.Index(0, {}, {str(n): f for n, f in enumerate(functions)})
+    entry_install.at_imports("pkg", index)
+    assert sorted(hooked) == ["a_library_never_imported.models", "pkg.model", "torch._dynamo"]

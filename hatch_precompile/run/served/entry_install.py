@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import sys
 import threading
 from typing import Any, Callable
 
@@ -66,9 +67,12 @@ def at_imports(package: str, index: served_compiles.Index) -> None:
             # inside its own first call (generate); its graphs loaded once Dynamo is (never imported for it)
             import_hook.after_import("torch._dynamo", functools.partial(_graphs_ahead_of, package, function))
             continue
-        if function.module != package and not function.module.startswith(package + "."):
-            continue  # torch's Module._call_impl (module.compile()): its entry names the package's modules,
-            # which its install would import, inside the package's own load()
+        if function.parts:  # split by class: a part is installed by a compile of a module of its class
+            continue
+        if function.module != package and not function.module.startswith(package + ".") \
+                and function.module in sys.modules:
+            continue  # a library's module imported already (torch's, for Module._call_impl): installed now,
+            # inside the package's own load(), its install would import the modules its entry names
         if function.install_at == "import" or (trying and function.install_at == "compile"):
             by_module.setdefault(function.module, []).append(function)
     for module, functions in by_module.items():  # one import hook a module
