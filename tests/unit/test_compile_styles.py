@@ -434,3 +434,19 @@ def test_an_entry_installs_at_its_modules_import_unless_that_would_be_inside_the
     index = served_compiles.Index(0, {}, {str(n): f for n, f in enumerate(functions)})
     entry_install.at_imports("pkg", index)
     assert sorted(hooked) == ["a_library_never_imported.models", "pkg.model", "torch._dynamo"]
+
+
+def test_a_compiles_first_code_is_told_only_where_torch_made_it_a_package():
+    """The build tells one compile's entries from another's by the first code of the package torch's
+    caching_precompile makes for each compile; with the flag off (or torch moved) there is none, and
+    the function's compiles are shipped as one entry."""
+    def shifted(x):
+        return x + 1
+
+    assert compile_scope.first_code_of(torch.compile(shifted)) is None
+    assert compile_scope.first_code_of(shifted) is None
+    with torch._dynamo.config.patch(caching_precompile=True):
+        one, other = torch.compile(shifted), torch.compile(shifted)
+    first = compile_scope.first_code_of(one)
+    assert first is not None and first.python_module == __name__
+    assert compile_scope.first_code_of(other) is not first  # each compile its own
