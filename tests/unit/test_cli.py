@@ -283,7 +283,9 @@ def test_report_finding_nothing_is_one_document_with_the_error(tmp_path, capsys)
 def test_verbose_turns_on_the_debug_log_here_and_in_the_children(monkeypatch, capsys):
     import logging
 
-    monkeypatch.delenv(protocol.DEBUG_VAR, raising=False)
+    # set (not deleted) first, so that the "1" -v sets is undone after: deleting an absent variable
+    # records nothing, and the worker's later fresh processes would all log at debug level
+    monkeypatch.setenv(protocol.DEBUG_VAR, "0")
     logger = logging.getLogger("hatch_precompile")
     monkeypatch.setattr(logger, "handlers", [])
     monkeypatch.setattr(logger, "level", logging.NOTSET)
