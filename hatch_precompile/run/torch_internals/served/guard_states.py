@@ -9,6 +9,8 @@ the package is imported. It imports nothing: a state that names a module not imp
 to the install, which reads it as before. Reading a state ahead holds what it names by reference
 as found at that moment, not at the first call; the guards torch then rebuilds are compared with
 the build's all the same (guard_text), so a value that moved in between is traced, never served.
+Every read of a guard state, ahead or at the install, takes a parameter's grad torch pickled as
+missing as none (``missing_grads_as_none``).
 
 Standard library at import; torch is the caller's.
 """
