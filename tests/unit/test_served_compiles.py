@@ -566,7 +566,7 @@ def test_a_code_is_named_by_the_globals_it_runs_with_or_traced():
 
 def test_a_module_dynamo_loads_by_its_address_travels_with_the_entry_or_the_entry_is_refused():
     from hatch_precompile.builder.served import dynamo_packaging
-    from hatch_precompile.run.torch_internals.served import dynamo_cache
+    from hatch_precompile.run.torch_internals.served import dynamo_cache, entry_graphs
 
     recorded = []
     output = types.SimpleNamespace(package=types.SimpleNamespace(add_import_source=lambda *a: recorded.append(a)))
@@ -579,10 +579,14 @@ def test_a_module_dynamo_loads_by_its_address_travels_with_the_entry_or_the_entr
         guarded = types.SimpleNamespace(dynamo_code=compile(source, "<dynamo>", "exec"))
         return types.SimpleNamespace(codes=[types.SimpleNamespace(python_module=__name__, guarded_codes=[guarded])])
 
-    assert dynamo_cache._missing_global(entry("def f():\n    return ___module_json_1_c2.dumps(1)"), lambda c: c) == \
+    def missing(source):  # as the install asks: the globals each guarded code loads, read once
+        dynamo = entry(source)
+        return dynamo_cache._missing_global(dynamo, entry_graphs.globals_by_code(dynamo, lambda c: c))
+
+    assert missing("def f():\n    return ___module_json_1_c2.dumps(1)") == \
         "its compiled code loads '___module_json_1_c2', which the entry does not bring (torch's)"
     # the package's own globals (one its module defines after the compiling line), builtins, installed names
-    assert dynamo_cache._missing_global(entry("defined_later(len(__name__), plain)"), lambda c: c) is None
+    assert missing("defined_later(len(__name__), plain)") is None
 
 
 @dataclasses.dataclass
@@ -703,7 +707,7 @@ def test_a_guarded_codes_graphs_load_when_its_guards_first_hold_and_a_failure_tr
                                              guarded("broken", "def resume():\n    return __compiled_fn_3(x)")]),
         types.SimpleNamespace(bypassed=True, guarded_codes=[guarded("eval", "__compiled_fn_2(x)")]),  # never installed
     ])
-    calls = graphs.called_by(entry, lambda c: c)
+    calls = graphs.called_by(entry, entry_graphs.globals_by_code(entry, lambda c: c))
     digest = {name: hashlib.sha256(raw).hexdigest() for name, raw in state.items()}
     assert calls == {digest["eval"]: {"__compiled_fn_1"}, digest["train"]: {"__compiled_fn_2"},
                      digest["broken"]: {"__compiled_fn_3"}}

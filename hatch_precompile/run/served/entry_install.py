@@ -45,6 +45,8 @@ class ProcessState:
     # many, and the first one's why
     parts: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # a function split by class: each
     # class's outcome
+    # a function installed at its first call: its entry's bytes and guards' words, read (every hash checked) ahead
+    read_ahead: dict[str, tuple[bytes, dict[str, list[str]]]] = dataclasses.field(default_factory=dict)
     original: Callable[..., Any] | None = None
     lock: threading.RLock = dataclasses.field(default_factory=threading.RLock)
 
@@ -102,7 +104,6 @@ def install(package: str, model: Any, function: served_compiles.Function, compil
         compile_scope,
         compiler_settings,
         dynamo_cache,
-        guard_text,
     )
     from hatch_precompile.run.torch_internals.served.stand_ins import graph_stand_in
 
@@ -124,13 +125,15 @@ def install(package: str, model: Any, function: served_compiles.Function, compil
             return False
         try:
             found = this_process.packages[package].found
-            shipped = dynamo_cache.Shipped(found.read(function.entry), function.guarded,
-                                           guard_text.unpacked(found.read(function.guards)), index.settings,
+            read = this_process.read_ahead.pop(name, None)
+            data, guards = read if read is not None else _entry_read(found, function)
+            shipped = dynamo_cache.Shipped(data, function.guarded, guards, index.settings,
                                            compile_scope.serving(served_compiles.source_key(function.qualname,
                                                                                            function.firstlineno)),
                                            tuple(o.get("recompile_limit") for o in function.options),
                                            functools.partial(_left_to_torch, function.name),
-                                           functools.partial(_traced_call, function.name))
+                                           functools.partial(_traced_call, function.name),
+                                           found.manifest.files[function.entry].sha256)
             graph_stand_in.install()  # before the entry's graphs load
             thread_guards: list[Any] = []
             counts, reasons = dynamo_cache.install(served_compiles.innermost(model), shipped, env_checked=True,
@@ -203,14 +206,28 @@ def _installed_at_import(package: str, function: served_compiles.Function, modul
                 this_process.tried.discard(name)
 
 
+def _entry_read(found: ArtifactSet, function: served_compiles.Function) -> tuple[bytes, dict[str, list[str]]]:
+    """``function``'s shipped entry and its guards in words, each checked against the manifest."""
+    from hatch_precompile.run.torch_internals.served import guard_text
+
+    return found.read(function.entry), guard_text.unpacked(found.read(function.guards))
+
+
 def graphs_ahead(package: str, function: served_compiles.Function) -> None:
-    """The graphs of a function installed at its first call, loaded now: that call then only installs."""
-    from hatch_precompile.run.torch_internals.served import dynamo_cache
+    """The graphs of a function installed at its first call, loaded now, and all else its install reads
+    that no call changes (its files, the globals its codes load, the compiler settings' snapshot,
+    remembered while they stay): that call then only installs."""
+    from hatch_precompile.run.torch_internals.served import compiler_settings, dynamo_cache
     from hatch_precompile.run.torch_internals.served.stand_ins import graph_stand_in
 
     try:
         graph_stand_in.install()
-        dynamo_cache.ahead(this_process.packages[package].found.read(function.entry))
+        found = this_process.packages[package].found
+        read = _entry_read(found, function)
+        with this_process.lock:
+            this_process.read_ahead[key_of(function)] = read
+        dynamo_cache.ahead(read[0], found.manifest.files[function.entry].sha256)
+        compiler_settings.snapshot()
     except Exception:  # loaded at the install instead
         log.debug("hatch-precompile: %s.%s: graphs not loaded ahead", function.module, function.qualname, exc_info=True)
 

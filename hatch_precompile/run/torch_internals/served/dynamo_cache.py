@@ -82,19 +82,21 @@ class Shipped:
     limits: tuple[int | None, ...] = (None,)  # the compiles' own recompile_limit (None: torch's config)
     left_to_torch: Callable[[str], None] = lambda why: None  # told why torch's controls left a call to torch
     traced_call: Callable[[str], None] = lambda why: None  # told why a call of its codes was traced all the same
+    digest: str | None = None  # the sha256 of ``data``, where the manifest gave it (else hashed here)
 
 
 _ahead: dict[str, dict[str, Any]] = {}  # by the entry's digest: its graphs, loaded before its install
-_read_ahead: dict[str, Any] = {}  # by the entry's digest: the entry those graphs came from, for its first install
+# by the entry's digest: the entry those graphs came from and the globals each guarded code loads, for its first install
+_read_ahead: dict[str, tuple[Any, dict[int, frozenset[str]]]] = {}
 
 
-def ahead(data: bytes) -> None:
+def ahead(data: bytes, digest: str | None = None) -> None:
     """The graphs of the entry ``data`` (torch's pickled entry) loaded now, for its install at the
     function's first call: one compile's entry (an entry of several loads each graph when first run).
     Loading reads no guard's source, so it does not wait for what the guards do (a registry filled as
     models are made). Where it fails, the install loads them, as without."""
     lookup("graph-load", "call")
-    digest = hashlib.sha256(data).hexdigest()
+    digest = digest or hashlib.sha256(data).hexdigest()
     with _lock:
         if digest in _ahead:
             return
@@ -104,9 +106,11 @@ def ahead(data: bytes) -> None:
             if any(len(c.guarded_codes) > 1 for c in codes):
                 return
             _ahead[digest] = {name: artifact.after_deserialization() for name, artifact in entry.backends.items()}
-            _read_ahead[digest] = entry  # its Dynamo part untouched: the install need not read it again
             lookup("guard-load", "wrap")
             from torch._dynamo import package  # noqa: TID251  (the touchpoint's owner)
+
+            # its Dynamo part untouched: the install need not read it again, nor the globals its codes load
+            _read_ahead[digest] = entry, entry_graphs.globals_by_code(entry.dynamo, package.SerializedCode.to_code_object)
 
             with guard_states.missing_grads_as_none():
                 guard_states.read_ahead((g.guards_state for c in codes for g in c.guarded_codes), package.load_guards_state)
@@ -143,12 +147,13 @@ def install(fn: Any, shipped: Shipped, env_checked: bool, any_threads: bool = Fa
     unfollowed = compile_controls.watching()
     if unfollowed:  # a shipped code would run where torch's own controls would not run a compiled one
         raise DynamoEntryRefused(unfollowed)
-    digest = hashlib.sha256(shipped.data).hexdigest()
+    digest = shipped.digest or hashlib.sha256(shipped.data).hexdigest()
     try:
         with _lock:
-            entry = _read_ahead.pop(digest, None)  # once: an install tried again reads its own
+            entry, loads = _read_ahead.pop(digest, (None, None))  # once: an install tried again reads its own
         entry = entry if entry is not None else entry_pickle.loads(shipped.data)
         dynamo, backends = entry.dynamo, entry.backends
+        loads = loads if loads is not None else entry_graphs.globals_by_code(dynamo, package.SerializedCode.to_code_object)
         if env_checked:  # asking CUDA here would initialise it in the parent of fork-started workers
             dynamo.check_versions = lambda: None
         elsewhere = _codes_of_other_globals(fn, dynamo)
@@ -156,7 +161,7 @@ def install(fn: Any, shipped: Shipped, env_checked: bool, any_threads: bool = Fa
         with _lock:
             loaded = _ahead.pop(digest, None)
         graphs = entry_graphs.Graphs(backends, not_loaded, at_install=one_compile, loaded=loaded)
-        calls = graphs.called_by(dynamo, package.SerializedCode.to_code_object)
+        calls = graphs.called_by(dynamo, loads)
         with shared_code.beside_others(getattr(fn, "__code__", None), beside_others):
             compile_package = package.CompilePackage(fn, dynamo)
     except Exception as exc:  # another torch's entry, the package's source changed, torch moved
@@ -223,7 +228,7 @@ def install(fn: Any, shipped: Shipped, env_checked: bool, any_threads: bool = Fa
                 compile_package.install(graphs.deferred())
             if counts["served"] + counts["traced"] != expected:  # torch built guards these wrappers did not see
                 raise RuntimeError(f"{expected} guarded code(s) in the entry, {counts['served'] + counts['traced']} seen")
-            missing = _missing_global(dynamo, package.SerializedCode.to_code_object)
+            missing = _missing_global(dynamo, loads)
             if missing:
                 raise RuntimeError(missing)
             _after_installed_names(dynamo)
@@ -278,7 +283,7 @@ def _guards_differ(manager: Any, build: list[str] | None, any_threads: bool) -> 
     return guard_text.difference(build, here, any_threads)
 
 
-def _missing_global(dynamo: Any, to_code: Callable[[Any], Any]) -> str | None:
+def _missing_global(dynamo: Any, loads: dict[int, frozenset[str]]) -> str | None:
     """A global that a guarded code's compiled bytecode loads and that the installed entry did not
     bring, or None. Torch names some objects its bytecode rebuilds by their address in the build's
     process (``___module_collections_<id>_c12``) and does not save them with the entry: such a code
@@ -288,7 +293,7 @@ def _missing_global(dynamo: Any, to_code: Callable[[Any], Any]) -> str | None:
             continue
         scope = vars(sys.modules[code.python_module])
         for guarded in code.guarded_codes:
-            for name in entry_graphs.globals_loaded(to_code(guarded.dynamo_code)):
+            for name in sorted(loads.get(id(guarded), ())):
                 if _dynamos(name) and name not in scope and not hasattr(builtins, name):
                     return f"its compiled code loads {name!r}, which the entry does not bring (torch's)"
     return None

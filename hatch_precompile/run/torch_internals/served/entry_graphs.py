@@ -39,14 +39,14 @@ class Graphs:
         self._lock = threading.RLock()  # two threads' first calls load a graph once
         self._not_loaded = not_loaded
 
-    def called_by(self, dynamo: Any, to_code: Callable[[Any], Any]) -> dict[str, set[str]]:
-        """The graphs each guarded code's bytecode calls, by the digest of its guards' state."""
+    def called_by(self, dynamo: Any, loads: dict[int, frozenset[str]]) -> dict[str, set[str]]:
+        """The graphs each guarded code's bytecode calls, by the digest of its guards' state (``loads``:
+        globals_by_code's)."""
         calls: dict[str, set[str]] = {}
         for code in dynamo.codes:
             for guarded in [] if getattr(code, "bypassed", False) else code.guarded_codes:
                 digest = hashlib.sha256(guarded.guards_state).hexdigest()
-                names = set(globals_loaded(to_code(guarded.dynamo_code)))
-                calls.setdefault(digest, set()).update(names & set(self._artifacts))
+                calls.setdefault(digest, set()).update(loads.get(id(guarded), frozenset()) & set(self._artifacts))
         return calls
 
     def deferred(self) -> dict[str, Any]:
@@ -149,6 +149,13 @@ class _Deferred:
             return loaded(name)(*args, **kwargs)
 
         return compiled_graph
+
+
+def globals_by_code(dynamo: Any, to_code: Callable[[Any], Any]) -> dict[int, frozenset[str]]:
+    """The globals each guarded code's compiled bytecode loads, by the guarded code's id: read once an
+    entry (where its graphs load ahead, before the first call that installs it)."""
+    return {id(guarded): frozenset(globals_loaded(to_code(guarded.dynamo_code)))
+            for code in dynamo.codes if not getattr(code, "bypassed", False) for guarded in code.guarded_codes}
 
 
 def globals_loaded(compiled: Any) -> Iterator[str]:
