@@ -119,13 +119,27 @@ def test_status_lists_each_installed_package_that_ships_artifacts_and_what_it_se
 
 
 AHEAD = GRAPH_LOADS_COUNTED + r"""
+from hatch_precompile.run.sets.artifacts import ArtifactSet
+from hatch_precompile.run.torch_internals.served import entry_pickle
+from torch._dynamo import package
+reads = []  # what the first generate's install would read again: a shipped file, an entry, a guard state
+def counting(owner, name, kind):
+    real = getattr(owner, name)
+    def call(*args, **kwargs):
+        reads.append(kind)
+        return real(*args, **kwargs)
+    setattr(owner, name, call)
+counting(ArtifactSet, "read", "file")
+counting(entry_pickle, "loads", "entry")
+counting(package, "load_guards_state", "guard state")
 from deps_pkg import llm
 from torch._dynamo.utils import get_compilation_metrics
 from hatch_precompile.run.served import served_compile
 model = llm.make_model()
-before = len(loaded)
+before, read_before = len(loaded), len(reads)
 out = llm.generate(model, llm.prompt()).tolist()
 print(json.dumps({"before": before, "after": len(loaded), "out": out, "served": served_compile.served(),
+                  "read ahead": read_before, "read at the call": reads[read_before:],
                   "traced": sum(1 for m in get_compilation_metrics() if m.co_name)}))
 """
 
@@ -133,10 +147,14 @@ print(json.dumps({"before": before, "after": len(loaded), "out": out, "served": 
 def test_a_compile_generate_makes_finds_its_graphs_loaded_before_the_first_generate(deps_site, tmp_path):
     """transformers compiles the model's call inside generate(), so its install is part of the first
     generate; the graphs of that entry are loaded once Dynamo is imported (as transformers' model is
-    made), and the first generate only installs the guards."""
+    made) with the entry, its files (hash-checked) and its guard states, and the first generate only
+    installs the guards: it reads no shipped file and unpickles no entry."""
     proc = run([sys.executable, "-c", AHEAD], cwd=tmp_path,
                env={"PYTHONPATH": str(deps_site / "site"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")})
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     (outcome,) = [said for key, said in found["served"].items() if key.startswith(GENERATE)]
     assert outcome.startswith("served: 1 guarded code(s)"), found["served"]
     assert found["before"] >= 1 and found["after"] == found["before"] and found["traced"] == 0, found
+    # (a guard state that names a module not imported yet is read at the install: unpickling it
+    # ahead would import that module)
+    assert found["read ahead"] >= 3 and not {"file", "entry"} & set(found["read at the call"]), found
