@@ -144,6 +144,7 @@ def install(package: str, model: Any, function: served_compiles.Function, compil
         except DynamoEntryNotYet as exc:
             if compiled is not None and compile_scope.at_first_call(compiled, functools.partial(
                     again, package, model, function)):
+                this_process.read_ahead[name] = data, guards  # read and checked once: the retry installs only
                 said(function, f"installed at its first call: at torch.compile, {exc}")
             else:
                 said(function, f"traced: {exc}")
