@@ -423,7 +423,13 @@ def test_an_entry_no_call_could_run_is_not_shipped_and_the_build_says_why(tmp_pa
         key = served_compiles.source_key(name, line)
         code = types.SimpleNamespace(python_module="unit.m", guarded_codes=[types.SimpleNamespace(guards_state=guards)],
                                      bypassed=guards == b"bypassed")  # torch's mark: "Backend not found"
-        entry = types.SimpleNamespace(dynamo=types.SimpleNamespace(codes=[code], fn_name=name, fn_first_lineno=line))
+        codes = [code]
+        if name == "dropped":  # a frame it called whose guards torch did not save: a compiled optimizer's step
+            python = types.SimpleNamespace(co_qualname="Adam.step", co_name="step", co_firstlineno=214)
+            codes.append(types.SimpleNamespace(python_module="torch.optim.adam", guarded_codes=[], bypassed=True,
+                                               python_code=python))
+            recorder.bypassed[served_compiles.source_key("Adam.step", 214)] = "Graph contains named parameters ..."
+        entry = types.SimpleNamespace(dynamo=types.SimpleNamespace(codes=codes, fn_name=name, fn_first_lineno=line))
         (tmp_path / "cache" / key).mkdir(parents=True)
         (tmp_path / "cache" / key / "entry").write_bytes(pickle.dumps(entry))
         recorder.options[key], recorder.modules[key] = [{}], ("unit.m", name)
@@ -440,7 +446,8 @@ def test_an_entry_no_call_could_run_is_not_shipped_and_the_build_says_why(tmp_pa
     assert guard_text.unpacked((tmp_path / "out" / f"{entries['kept']}.guards").read_bytes()) == recorder.lines
     assert not (tmp_path / "out" / f"{entries['dropped']}.entry").exists()
     assert not (tmp_path / "out" / f"{entries['graphless']}.entry").exists()
-    assert notes == [f"unit.m.dropped: every guarded code it compiled would be traced, so its entry is not shipped: {why}",
+    assert notes == [f"unit.m.dropped: every guarded code it compiled would be traced, so its entry is not shipped: {why}"
+                     "; torch saved no guards for Adam.step (Graph contains named parameters ...)",
                      f"unit.m.graphless: {no_graph}"]
 
 
@@ -477,6 +484,23 @@ def test_a_compile_whose_guards_torch_cannot_save_finishes_unserved_and_the_buil
     recorder.options[key], recorder.modules[key] = [{}], ("unit.m", "scaled_twice")
     functions, notes = dynamo_pass._index(recorder, tmp_path / "cache", tmp_path / "out", "no graph")
     assert functions == {} and notes == [f"unit.m.scaled_twice: torch could not save its guards ({reason})"]
+
+
+def test_a_frame_torch_bypassed_after_its_trace_keeps_torch_s_reason_for_the_build_s_note():
+    """A compiled optimizer's step: torch bypasses the frame once its graph holds the parameters, then still
+    builds and hands over its guards; the reason it logged is kept by the frame's code, once. A package of
+    another shape (no ``_current_entry``) is read as no bypass, and nothing raises."""
+    recorder = compile_recorder.Recorder("unit")
+    reason = "Graph contains named parameters due to static addresses."
+    record = logging.LogRecord("torch._dynamo.output_graph", logging.WARNING, __file__, 1,
+                               "Detected a package bypass: %s", (reason,), None)
+    python = types.SimpleNamespace(co_qualname="Adam.step", co_firstlineno=214)
+    for package in (types.SimpleNamespace(), types.SimpleNamespace(_current_entry=None),
+                    types.SimpleNamespace(_current_entry=types.SimpleNamespace(bypassed=True, python_code=python))):
+        assert recorder._bypass_log(record) is False
+        recorder._guarded_code({"self": package, "guards_state": None})
+    assert recorder.bypassed == {served_compiles.source_key("Adam.step", 214): reason}
+    assert recorder._bypass_reason == "" and recorder.guarded == {}
 
 
 def scaled_twice(fn):

@@ -224,6 +224,16 @@ class Recorder:
         return answer
 
     def _guarded_code(self, arguments: dict[str, Any]) -> None:
+        # A frame torch bypassed after its trace (a graph holding parameters: a compiled optimizer's step)
+        # still reaches here, its guards saved nowhere: its reason is kept for the build's note on the function.
+        frame = getattr(arguments.get("self"), "_current_entry", None)
+        if self._bypass_reason and getattr(frame, "bypassed", False):
+            python = getattr(frame, "python_code", None)
+            qualname = getattr(python, "co_qualname", None) or getattr(python, "co_name", None)
+            if isinstance(qualname, str):
+                key = served_compiles.source_key(qualname, getattr(python, "co_firstlineno", 0))
+                self.bypassed.setdefault(key, self._bypass_reason)
+            self._bypass_reason = ""
         state = arguments.get("guards_state")
         if not isinstance(state, bytes) or not state:  # empty: a bypassed compile's (_bypassed)
             return None

@@ -207,7 +207,7 @@ def _index(recorder: compile_recorder.Recorder, entries: Path, out: Path,
                  for sha in sorted(guarded)}
         if all(isinstance(why, str) for why in found.values()):  # installing it would load graphs no call runs
             notes.append(f"{named}: every guarded code it compiled would be traced, so its entry is not "
-                         f"shipped: {next(iter(found.values()))}")
+                         f"shipped: {next(iter(found.values()))}{_unsaved(recorder, codes)}")
             continue
         out.mkdir(parents=True, exist_ok=True)
         try:
@@ -227,6 +227,20 @@ def _index(recorder: compile_recorder.Recorder, entries: Path, out: Path,
             f"{DYNAMO_DIR}/{key}.guards", tuple(o for o in options if o is not None), found, made_by=site,
             parts=named_parts)
     return functions, notes
+
+
+def _unsaved(recorder: compile_recorder.Recorder, codes: list[Any]) -> str:
+    """The frames of an entry torch saved no guards for (bypassed: a compiled optimizer's step, whose
+    graph holds the parameters themselves), with torch's reason, as the end of the build's note."""
+    said = []
+    for code in codes:
+        if not getattr(code, "bypassed", False):
+            continue
+        python = getattr(code, "python_code", None)
+        qualname = str(getattr(python, "co_qualname", None) or getattr(python, "co_name", "?"))
+        why = recorder.bypassed.get(served_compiles.source_key(qualname, getattr(python, "co_firstlineno", 0)), "")
+        said.append(f"{qualname}" + (f" ({why})" if why else ""))
+    return f"; torch saved no guards for {', '.join(said)}" if said else ""
 
 
 def _made_by(recorder: compile_recorder.Recorder,

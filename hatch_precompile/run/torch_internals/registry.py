@@ -324,8 +324,8 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "with torch's words; the others still are (builder/served/compile_recorder.py)",
                broken="torch's: the exception fails the second pass, and no compiled function is served untraced"),
     Touchpoint("guarded-code", "torch._dynamo.package", "CompilePackage.add_guarded_code", "wrap", "build's second "
-               "pass: which guards each serialized guarded code lost (builder/served/dynamo_pass.py)",
-               broken="no guarded code recorded: every one is marked traced"),
+               "pass: which guards each serialized guarded code lost, and (its `_current_entry`) which frame torch "
+               "bypassed (builder/served/dynamo_pass.py)", broken="none recorded: every one traced; no bypass named"),
     Touchpoint("code-source", "torch._dynamo.package", "_get_code_source", "wrap", "build's second pass: the "
                "code of a frame that is a property's getter (transformers' `loss_function`) named by the property's "
                "accessor, where torch's lookup stops at the property (builder/served/dynamo_packaging.py)",
