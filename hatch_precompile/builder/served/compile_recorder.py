@@ -21,6 +21,16 @@ from hatch_precompile.run.torch_internals.registry import lookup
 _BYPASS = "Detected a package bypass:"  # torch's warning where it cannot package a compile
 
 
+def entry_code_key(code: Any) -> tuple[str | None, str]:
+    """The qualified name and source key of one code of torch's entry (its ``python_code``), as a
+    compile's own code is keyed here; (None, "") where the entry is of another shape."""
+    python = getattr(code, "python_code", None)
+    qualname = getattr(python, "co_qualname", None) or getattr(python, "co_name", None)
+    if not isinstance(qualname, str):
+        return None, ""
+    return qualname, served_compiles.source_key(qualname, getattr(python, "co_firstlineno", 0))
+
+
 class Recorder:
     """What the workloads' compiles leave for the index: dropped guards by guarded code, calls by function."""
 
@@ -228,10 +238,8 @@ class Recorder:
         # still reaches here, its guards saved nowhere: its reason is kept for the build's note on the function.
         frame = getattr(arguments.get("self"), "_current_entry", None)
         if self._bypass_reason and getattr(frame, "bypassed", False):
-            python = getattr(frame, "python_code", None)
-            qualname = getattr(python, "co_qualname", None) or getattr(python, "co_name", None)
-            if isinstance(qualname, str):
-                key = served_compiles.source_key(qualname, getattr(python, "co_firstlineno", 0))
+            qualname, key = entry_code_key(frame)
+            if qualname is not None:
                 self.bypassed.setdefault(key, self._bypass_reason)
             self._bypass_reason = ""
         state = arguments.get("guards_state")

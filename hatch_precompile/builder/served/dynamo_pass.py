@@ -236,10 +236,9 @@ def _unsaved(recorder: compile_recorder.Recorder, codes: list[Any]) -> str:
     for code in codes:
         if not getattr(code, "bypassed", False):
             continue
-        python = getattr(code, "python_code", None)
-        qualname = str(getattr(python, "co_qualname", None) or getattr(python, "co_name", "?"))
-        why = recorder.bypassed.get(served_compiles.source_key(qualname, getattr(python, "co_firstlineno", 0)), "")
-        said.append(f"{qualname}" + (f" ({why})" if why else ""))
+        qualname, key = compile_recorder.entry_code_key(code)
+        why = recorder.bypassed.get(key, "")
+        said.append((qualname or "?") + (f" ({why})" if why else ""))
     return f"; torch saved no guards for {', '.join(said)}" if said else ""
 
 
