@@ -5,7 +5,7 @@ Torch drops the guards it cannot serialize (an object's identity: ID_MATCH, CLOS
 WEAKREF_ALIVE, DICT_VERSION, and those derived from them); the second pass drops CLASS_MATCH,
 FUNCTION_MATCH and MODULE_MATCH too, which torch cannot serialize but keeps. A dropped guard on an object a new process
 can tell from any other by what it is (a module, a class, a function with its code, a builtin, an
-enum member) is recorded with its ``describe``d form and its source: Dynamo's name for the path to it,
+enum member; an optimizer, by its class) is recorded with its ``describe``d form and its source: Dynamo's name for the path to it,
 from the code's globals (``G['F'].gelu``) or from the call's locals (``L['self'].__class__``,
 ``dict(type(L['self']).__dict__)['forward'].__closure__[0].cell_contents``). ``evaluator`` accepts only
 such paths (names, attributes, keys, and Dynamo's ``type``/``dict``/``list`` forms) and compiles them
@@ -34,6 +34,9 @@ DROPPED = ("ID_MATCH", "CLOSURE_MATCH", "WEAKREF_ALIVE", "DICT_VERSION")
 # and holds them as it holds those.
 HELD_TOO = ("CLASS_MATCH", "FUNCTION_MATCH", "MODULE_MATCH")
 DEEPCOPY_MEMO = "deepcopy-memo"  # a held identity guard copy.deepcopy's memo made, held by aliasing
+# An optimizer Dynamo holds by identity is held by its class: every part of it the trace read (its
+# param groups, its state, its hooks) has guards of its own (run/served/held_objects.py).
+OPTIMIZER = "optimizer"
 BY_NAME = ("ID_MATCH", "CLOSURE_MATCH", "FUNCTION_MATCH", "CLASS_MATCH", "MODULE_MATCH", "BUILTIN_MATCH")
 # What a source may use besides the code's globals (G) and the call's locals (L): Dynamo's forms.
 SOURCE_HELPERS = {"type": type, "dict": dict, "list": list}
@@ -45,9 +48,13 @@ def describe(value: Any, depth: int = 0) -> dict[str, Any] | None:
     made inside a function: two such are told apart by nothing); a function by those, its code
     (digested), its defaults and what its closure holds; a builtin by its type and names; an enum
     member by its class and name; a code object by its digest; a plain constant by its type and
-    value. None for anything else (an instance, a tensor), which no process can be held to."""
+    value; an optimizer (``torch.optim.Optimizer``'s, not inside another object) by its class.
+    None for anything else (an instance, a tensor), which no process can be held to."""
     if depth > 4:
         return None
+    if depth == 0 and is_optimizer(value):
+        owner = describe(type(value), 1)
+        return None if owner is None else {"kind": OPTIMIZER, "class": owner}
     if type(value) in (type(None), bool, int, float, str, bytes):  # not a subclass: its methods may be anything
         return {"kind": "value", "repr": repr(value)}
     if isinstance(value, enum.Enum):
@@ -90,6 +97,12 @@ def describe(value: Any, depth: int = 0) -> dict[str, Any] | None:
         return {"kind": "builtin", "type": type(value).__name__, "module": module, "qualname": qualname,
                 "self": bound}
     return None
+
+
+def is_optimizer(value: Any) -> bool:
+    """Whether ``value`` is an instance of ``torch.optim.Optimizer`` (read without importing torch)."""
+    return not isinstance(value, type) and any(
+        klass.__qualname__ == "Optimizer" and klass.__module__ == "torch.optim.optimizer" for klass in type(value).__mro__)
 
 
 def _by_its_global_name(value: Any) -> dict[str, Any] | None:

@@ -530,6 +530,42 @@ def _dynamo_config(module):
 def _dynamo_decorators(module):
     if "compile-stance" in BROKEN:  # each stance set_stance makes, of another shape
         module.DynamoStance = _odd_stances(module.DynamoStance)
+    if "optimizer-static-address" in BROKEN:  # another signature than the hook reads: torch's calls still work
+        module.mark_static_address = _unreadable_signature(module.mark_static_address)
+
+
+def _unreadable_signature(original):
+    """``original`` as a function (a method where it is one) whose signature inspect cannot read."""
+    def call(*args, **kwargs):
+        return original(*args, **kwargs)
+
+    call.__signature__ = "misbehaving on purpose"  # not a Signature: inspect.signature raises TypeError
+    return call
+
+
+def _dynamo_optimizer(module):
+    if "optimizer-init-args" in BROKEN:
+        module.OptimizerVariable.get_python_args = _unreadable_signature(module.OptimizerVariable.get_python_args)
+
+
+def _optim(module):
+    if "optimizer-init" in BROKEN:  # as if renamed: torch's trace still calls them, hatch-precompile's call fails
+        for optimizer in vars(module).values():
+            if isinstance(optimizer, type) and "_init_group" in vars(optimizer):
+                optimizer._init_group = _renamed_past_dynamo(optimizer._init_group)
+
+
+def _renamed_past_dynamo(original):
+    """As _renamed, for a method each instance reaches through Dynamo's disabling wrapper."""
+    def call(*args, **kwargs):
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_globals.get("__name__") == "torch._dynamo.eval_frame":
+            frame = frame.f_back
+        if frame is not None and frame.f_globals.get("__name__", "").startswith("hatch_precompile"):
+            _raise()
+        return original(*args, **kwargs)
+
+    return call
 
 
 def _dynamo_init(module):
@@ -590,6 +626,8 @@ PATCHES = {
     "torch._dynamo.precompile_context": _precompile_context,
     "torch._dynamo.config": _dynamo_config,
     "torch._dynamo.decorators": _dynamo_decorators,
+    "torch._dynamo.variables.optimizer": _dynamo_optimizer,
+    "torch.optim": _optim,
     "torch._dynamo": _dynamo_init,
     "torch._guards": _guards_module,
     "torch._dynamo.eval_frame": _eval_frame,
@@ -616,7 +654,8 @@ BREAKERS = frozenset({
     "graph-load", "eager-backward", "graph-cache-log", "package-bypass", "bypass-log", "guard-text",
     "compile-context", "folded-calls", "dict-absent-key", "folded-call", "guard-create-log", "post-compile-graph",
     "decomp-table", "backend-debug", "extension-paths", "guard-sites", "compile-stance", "recompile-limit",
-    "cache-entry-list", "cache-size", "code-caches-reset", "frame-error",
+    "cache-entry-list", "cache-size", "code-caches-reset", "frame-error", "optimizer-static-address",
+    "optimizer-init-args", "optimizer-init",
 })
 
 

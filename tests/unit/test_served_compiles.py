@@ -666,6 +666,19 @@ def test_every_compile_of_a_function_is_kept_in_its_one_entry():
         PrecompileContext._dynamo_cache_entries.pop("k", None)
 
 
+def test_one_resume_function_two_compiles_made_is_one_code_installing_both_names():
+    # Torch keys an entry's codes by their code: two equal codes would install the last one's name only,
+    # and the first compile's bytecode would load a name the entry does not bring.
+    first = _Entry([_Code("step", ["g1"], ["fn1"]), _Code("resume", [], [], function_names=["__resume_at_42_2"],
+                                                       install_to_global=True)], _Sources(set()))
+    second = _Entry([_Code("step", ["g2"], ["fn2"]), _Code("resume", [], [], function_names=["__resume_at_42_18"],
+                                                        install_to_global=True)], _Sources(set()))
+    merged = compile_recorder.merged_entry([first, second])
+    assert [c.python_code for c in merged.codes] == ["step", "resume"]
+    assert merged.codes[1].function_names == ["__resume_at_42_2", "__resume_at_42_18"]
+    assert first.codes[1].function_names == ["__resume_at_42_2"]  # each compile's own entry as torch made it
+
+
 class _Artifact:  # torch's backend artifact: its graph made by after_deserialization()
     def __init__(self, name, fails=False):
         self.name, self.fails, self.loads = name, fails, 0

@@ -12,13 +12,15 @@ import sys
 import types
 from typing import Any
 
-from hatch_precompile.builder.served import dynamo_packaging, dynamo_reads, guard_sites
+from hatch_precompile.builder.served import dynamo_packaging, dynamo_reads, guard_sites, optimizer_steps
 from hatch_precompile.protocol import dynamo_sources, served_compiles
 from hatch_precompile.run.served import dependency_compiles
 from hatch_precompile.run.torch_internals import patching
 from hatch_precompile.run.torch_internals.registry import lookup
 
 _BYPASS = "Detected a package bypass:"  # torch's warning where it cannot package a compile
+_SAME_GUARDS = ("another compile of it saved the same guards, and held other objects (an optimizer of another "
+                "class): a new process cannot tell which of the two a call is for")
 
 
 def entry_code_key(code: Any) -> tuple[str | None, str]:
@@ -43,6 +45,7 @@ class Recorder:
         self.guarded: dict[str, dict[str, Any] | str] = {}  # sha256 of a guarded code's guards -> index value
         self.lines: dict[str, list[str] | None] = {}  # sha256 of a guarded code's guards -> them in words
         self.reads = dynamo_reads.TraceReads()
+        self.optimizers = optimizer_steps.OptimizerSteps()
         self.options: dict[str, list[dict[str, Any] | None]] = {}  # source key -> each package call's keywords
         # (None: not plain data, such as a backend given as a function)
         self.modules: dict[str, tuple[str, str]] = {}  # source key -> (module, qualname)
@@ -70,6 +73,7 @@ class Recorder:
         patching.wrap("package-bypass", after=self._bypassed)
         patching.wrap("frame-error", on_error=self._frame_failed)
         self.reads.install()
+        self.optimizers.install()
         point = lookup("dropped-guards", "logging")
         logging.getLogger(point.module).addFilter(self._dropped_log)
         logging.getLogger(lookup("bypass-log", "logging").module).addFilter(self._bypass_log)
@@ -226,6 +230,7 @@ class Recorder:
         from torch._dynamo.convert_frame import ConvertFrameReturn  # noqa: TID251  (the build's child)
 
         answer = ConvertFrameReturn()  # torch's own answer for a suppressed error: the frame runs as it is
+        self.optimizers.taken()  # what its trace made is no guarded code's
         key = compile_scope.innermost() or served_compiles.source_key(code.co_qualname, code.co_firstlineno)
         said = str(exc).strip().splitlines()
         self.failed.setdefault(key, f"torch failed to compile {code.co_qualname} "
@@ -242,24 +247,33 @@ class Recorder:
             if qualname is not None:
                 self.bypassed.setdefault(key, self._bypass_reason)
             self._bypass_reason = ""
+        inits, reason = self.optimizers.taken()  # the optimizer state its trace made
         state = arguments.get("guards_state")
         if not isinstance(state, bytes) or not state:  # empty: a bypassed compile's (_bypassed)
             return None
         kept: list[dict[str, Any]] = []
-        reason = None if self.filtered else "its guards were not seen while it compiled"
+        reason = reason or (None if self.filtered else "its guards were not seen while it compiled")
+        optimizers = [value for _, guard_type, _, value, has_value in self.entries
+                      if has_value and guard_type == "ID_MATCH" and dynamo_sources.is_optimizer(value)]
         named: set[tuple[str, str]] = set()
         memo: dict[str, Any] = {}  # source -> its object, for the guards deepcopy's memo made
         for (source, guard_type, derived, value, has_value), stack in zip(self.entries, self.stacks):
             if not {guard_type, *derived} & {*dynamo_sources.DROPPED, *dynamo_sources.HELD_TOO}:
                 continue
             named.add((guard_type, source))
+            if guard_type == "WEAKREF_ALIVE" and any(value is held for held in optimizers):
+                continue  # Dynamo's weak reference to an optimizer it holds (by class: run/served/held_objects.py)
             found = dynamo_sources.dropped_guard(source, guard_type, derived, value, has_value, guard_sites.made_at(stack))
             if isinstance(found, str) and has_value and guard_sites.made_by_memo(source, guard_type, derived, stack):
                 memo.setdefault(source, value)
             elif isinstance(found, str):
                 reason = reason or found  # one the memo made that is also made elsewhere: said here
             else:
+                if found["described"].get("kind") == dynamo_sources.OPTIMIZER and source in inits:
+                    found["init"] = inits.pop(source)
                 kept.append(found)
+        if inits and reason is None:  # a state a first call would not have before its guards
+            reason = f"its trace made the state of an optimizer it does not hold by class ({sorted(inits)[0]})"
         reason = reason or guard_sites.ids_kept(memo, arguments.get("dynamo_code"))
         kept += guard_sites.grouped(memo)
         unknown = sorted(self.logged - named)
@@ -271,7 +285,12 @@ class Recorder:
             reason = reason or record
         elif lines is None:
             reason = reason or "its guards, as torch rebuilds them, could not be read when it was traced"
-        self.guarded[sha] = {"held": kept, **record} if reason is None and isinstance(record, dict) else str(reason)
+        found = {"held": kept, **record} if reason is None and isinstance(record, dict) else str(reason)
+        before = self.guarded.get(sha)
+        if isinstance(before, str) or (isinstance(before, dict) and isinstance(found, dict) and before["held"] != kept):
+            # two compiles whose guards are the same bytes (what differs is held: an optimizer of another class)
+            found = before if isinstance(before, str) else _SAME_GUARDS
+        self.guarded[sha] = found
         self.lines[sha] = lines
         return None
 
@@ -290,6 +309,11 @@ def merged_entry(entries: list[Any]) -> Any:
         inlined |= set(entry.source_info.inlined_sources)
         for code in entry.codes:
             same = next((c for c in codes if _same_code(c, code)), None)
+            renamed = next((c for c in codes if c.install_to_global and _same_code(c, code, names=False)), None)
+            if same is None and renamed is not None:  # one resume function made by two compiles: torch keys
+                # an entry's codes by their code, so two would install one name; one installs both
+                renamed.function_names += [n for n in code.function_names if n not in renamed.function_names]
+                continue
             if same is None:
                 codes.append(_copied(code))
                 continue
@@ -322,7 +346,7 @@ def _copied(code: Any) -> Any:
                                import_sources=dict(code.import_sources), function_names=list(code.function_names))
 
 
-def _same_code(one: Any, other: Any) -> bool:
-    return ((one.python_module, one.code_source, one.install_to_global, one.function_names, one.python_code)
-            == (other.python_module, other.code_source, other.install_to_global, other.function_names,
-                other.python_code))
+def _same_code(one: Any, other: Any, names: bool = True) -> bool:
+    return ((one.python_module, one.code_source, one.install_to_global, one.python_code)
+            == (other.python_module, other.code_source, other.install_to_global, other.python_code)
+            and (not names or one.function_names == other.function_names))

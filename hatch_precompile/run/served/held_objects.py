@@ -6,7 +6,8 @@ the globals ``G`` or the call's locals ``L``) and describes the object that was 
 (protocol/dynamo_sources.py). Here each source is evaluated, its object described the same way,
 and a guard made that holds the source to that very object, as Dynamo's own would have. The
 identities ``copy.deepcopy``'s memo took are held otherwise: by which of their objects are one and
-the same, as at build (builder/served/guard_sites.py).
+the same, as at build (builder/served/guard_sites.py). An optimizer is held by its class, and its
+state made as the trace made it before its guards first see it (optimizer_state.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import builtins
 from typing import Any, Callable
 
 from hatch_precompile.protocol import dynamo_sources
+from hatch_precompile.run.served import optimizer_state
 
 
 def held(dropped: list[dict[str, Any]], scope: dict[str, Any]) -> tuple[Callable[[Any], bool] | None, int | str]:
@@ -25,7 +27,9 @@ def held(dropped: list[dict[str, Any]], scope: dict[str, Any]) -> tuple[Callable
     as the build's was. A source in the call's locals (``L['self'].__class__``) has no object until
     a call: the first call whose object there is described as the build's pins it, and every later
     call must bring that very object. Until one does, the guard fails and the call is traced. The
-    sources deepcopy's memo keyed are held by how their objects alias instead (``_aliasing``)."""
+    sources deepcopy's memo keyed are held by how their objects alias instead (``_aliasing``). An
+    optimizer is held by its class (``type(source) is`` the class, pinned as a local source is), and
+    its state is made before the guards that hold it, where the build recorded the trace making it."""
     memo = [guard for guard in dropped if guard["described"].get("kind") == dynamo_sources.DEEPCOPY_MEMO]
     dropped = [guard for guard in dropped if guard["described"].get("kind") != dynamo_sources.DEEPCOPY_MEMO]
     aliasing = _aliasing(memo, scope)
@@ -34,7 +38,7 @@ def held(dropped: list[dict[str, Any]], scope: dict[str, Any]) -> tuple[Callable
     if not dropped:
         return aliasing, len(memo)
     pins: list[Any] = []
-    tests, lazy = [], []
+    tests, lazy, inits = [], [], []
     for index, guard in enumerate(dropped):
         source = guard["source"]
         compiled = dynamo_sources.evaluator(source)
@@ -42,8 +46,11 @@ def held(dropped: list[dict[str, Any]], scope: dict[str, Any]) -> tuple[Callable
             return None, f"{source} is not a source this version evaluates"
         code, local = compiled
         path = f"({source}).__code__" if guard.get("code") else source  # CLOSURE_MATCH: its code, as Dynamo holds it
-        tests.append(f"({path}) is _pins[{index}]")
-        if local:
+        optimizer = guard["described"].get("kind") == dynamo_sources.OPTIMIZER
+        tests.append(f"type({path}) is _pins[{index}]" if optimizer else f"({path}) is _pins[{index}]")
+        if guard.get("init"):
+            inits.append((code, guard["init"]))
+        if local or optimizer:
             pins.append(_UNPINNED)
             lazy.append((index, code, guard))
             continue
@@ -64,7 +71,7 @@ def held(dropped: list[dict[str, Any]], scope: dict[str, Any]) -> tuple[Callable
         for index, code, guard in lazy:
             if pins[index] is not _UNPINNED:
                 continue
-            current = _evaluate(code, scope, frame_locals)
+            current = _held(_evaluate(code, scope, frame_locals), guard)
             if index in refused and refused[index] is current:
                 continue
             found = _found(code, guard, scope, frame_locals)
@@ -77,7 +84,8 @@ def held(dropped: list[dict[str, Any]], scope: dict[str, Any]) -> tuple[Callable
     def check(frame_locals: Any) -> bool:
         try:
             return aliasing(frame_locals) and (bool(test(frame_locals)) or (
-                bool(lazy) and pin(frame_locals) and bool(test(frame_locals))))
+                bool(lazy) and pin(frame_locals) and bool(test(frame_locals)))) and all(
+                optimizer_state.made(_evaluate(code, scope, frame_locals), calls) for code, calls in inits)
         except Exception:  # a name deleted, an attribute gone: not the object the entry was made for
             return False
 
@@ -120,13 +128,21 @@ def _evaluate(code: Any, scope: dict[str, Any], frame_locals: Any) -> Any:
 def _found(code: Any, guard: dict[str, Any], scope: dict[str, Any], frame_locals: Any) -> Any:
     """The object a source of ``guard`` is to be held to (a function's code, for CLOSURE_MATCH), or
     _UNPINNED where what is there is not described as the build's was."""
-    current = _evaluate(code, scope, frame_locals)
+    current = _held(_evaluate(code, scope, frame_locals), guard)
+    found: dict[str, Any] | None
     if guard.get("code"):
         current = getattr(current, "__code__", None)
         found = {"kind": "code", "code": dynamo_sources.code_digest(current)} if current is not None else None
+    elif guard["described"].get("kind") == dynamo_sources.OPTIMIZER:
+        found = {"kind": dynamo_sources.OPTIMIZER, "class": dynamo_sources.describe(current, 1)}
     else:
         found = dynamo_sources.describe(current)
     return current if found == guard["described"] else _UNPINNED
+
+
+def _held(value: Any, guard: dict[str, Any]) -> Any:
+    """What a guard pins of the object at its source: an optimizer's class, anything else itself."""
+    return type(value) if guard["described"].get("kind") == dynamo_sources.OPTIMIZER else value
 
 
 def _what(value: Any) -> str:

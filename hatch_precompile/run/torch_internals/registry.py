@@ -74,8 +74,7 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "load: skip the header for a kernel already built (run/caches/warm_shortcuts.py)",
                broken="passed through: the header is built"),
     Touchpoint("torch-key", CODECACHE, "torch_key", "prefetch", "load: hash torch's sources in the background "
-               "from the first compile on (run/caches/warm_shortcuts.py)",
-               broken="not started: torch hashes when it needs the key"),
+               "from the first compile on (run/caches/warm_shortcuts.py)", broken="not started: torch hashes when it needs the key"),
     Touchpoint("triton-key", CODECACHE, "triton_key", "prefetch", "load: hash Triton's in the background, or set "
                "the key this machine computed before (2.13+; before, `runtime.triton_compat.triton_key`)",
                elsewhere=TRITON_COMPAT,
@@ -93,26 +92,21 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "Triton's key where torch leaves it out of the graphs' keys (run/caches/warm_shortcuts.py)",
                broken="not functools' cache of a function of no arguments, an error, or answers that differ: left to torch, Triton's key prefetched"),
     Touchpoint("check-build", VEC_ISA, "VecISA.check_build", "wrap", "load and build: answer the ISA probes a "
-               "shipped set proved or this user passed, and remember those that pass (run/caches/isa_probes.py)",
-               broken="probed as usual"),
+               "shipped set proved or this user passed, and remember those that pass (run/caches/isa_probes.py)", broken="probed as usual"),
     Touchpoint("autotune-recheck", TRITON_HEURISTICS, "CachingAutotuner.recheck_autotune_cache", "wrap",
-               "load, on a GPU: find the shipped tuned configs (run/caches/tuned_configs.py)",
-               broken="the kernel is tuned again"),
+               "load, on a GPU: find the shipped tuned configs (run/caches/tuned_configs.py)", broken="the kernel is tuned again"),
     Touchpoint("triton-c-module", TRITON_DRIVER, "compile_module_from_src", "wrap",
                "build, on a GPU: keep the C helper modules Triton built (cuda_utils); load: serve the shipped ones "
                "instead of building them with the C compiler in each fresh cache (run/caches/triton_modules.py; Triton 3.6)",
                broken="Triton builds them as usual"),
     Touchpoint("triton-c-module-file", TRITON_DRIVER, "compile_module_from_file", "wrap",
-               "the same, where Triton names the source by its file (Triton 3.8)",
-               broken="Triton builds them as usual"),
+               "the same, where Triton names the source by its file (Triton 3.8)", broken="Triton builds them as usual"),
     Touchpoint("hash-details", CODECACHE, "FxGraphHashDetails.__init__", "wrap", "load: a stand-in compiler's key "
-               "(run/caches/cache_keys_as_built.py)",
-               broken="the key as torch made it: the graphs compile again"),
+               "(run/caches/cache_keys_as_built.py)", broken="the key as torch made it: the graphs compile again"),
     Touchpoint("inductor-config", CONFIG, "cpp.dynamic_threads", "setting", "load: the set's settings "
                "(run/caches/cache_keys_as_built.py), as the process's default (torch 2.13+ keeps a setting set "
                "per thread context), so that every thread's compiles find the shipped graphs; applied under "
-               "HATCH_PRECOMPILE_NO_PATCHES too",
-               broken="a setting it does not take is left alone (logged): the graphs compile again"),
+               "HATCH_PRECOMPILE_NO_PATCHES too", broken="a setting it does not take is left alone (logged): the graphs compile again"),
     Touchpoint("compile-command", CPP_BUILDER, "run_compile_cmd", "wrap", "build: portable kernels and their flags "
                "(builder/sets/isa.py, builder/steps/export.py)",
                broken="the command runs as torch made it; the set is recorded `native`"),
@@ -154,19 +148,16 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "code it runs is untrusted, for a step whose sha256 the manifest vouches for (run/steps/shipped_steps.py)",
                broken="its records pass as torch makes them"),
     Touchpoint("logs", "torch._logging", "set_logs", "logging", "build, snoop: graph breaks and float64 nodes from "
-               "torch's logs, kept from printing (child/observe.py)",
-               broken="no graph breaks or float64 recorded"),
+               "torch's logs, kept from printing (child/observe.py)", broken="no graph breaks or float64 recorded"),
     Touchpoint("metrics", DYNAMO_UTILS, "get_compilation_metrics", "read", "build, verify, snoop: each graph "
                "compiled, its seconds and source location (child/observe.py)",
                broken="no graphs listed; every field is read with a default"),
     Touchpoint("counters", DYNAMO_UTILS, "counters", "read", "build, verify, snoop: cache hits and misses "
                "(child/observe.py)", broken="empty: `verify` says it cannot tell and exits 1"),
     Touchpoint("guard-failures", DYNAMO_UTILS, "guard_failures", "read", "build, verify, snoop: recompiles and "
-               "why (child/observe.py)",
-               broken="no recompiles recorded"),
+               "why (child/observe.py)", broken="no recompiles recorded"),
     Touchpoint("compile-times", DYNAMO_UTILS, "compile_times", "read", "build: compile time by phase "
-               "(child/build_child.py)",
-               broken="no phases in `report`"),
+               "(child/build_child.py)", broken="no phases in `report`"),
     Touchpoint("megacache", "torch.compiler", "save_cache_artifacts", "call", "build's second pass: torch writes "
                "the Dynamo cache entries as it saves its Mega-Cache (builder/served/dynamo_pass.py; the bytes are not kept)",
                broken="no entries: the compiled functions are traced, warm from the shipped caches"),
@@ -207,8 +198,7 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                broken="load_step: the step runs its fallback, with the reason in `step.reason`"),
     Touchpoint("compile-calls", "torch", "compile", "wrap", "load: the package's own calls served from the Dynamo "
                "cache entries its build shipped (run/served/served_compile.py); build's second pass: each call's options and "
-               "caller (builder/served/dynamo_pass.py)",
-               broken="every call is torch's: traced, warm from the shipped caches"),
+               "caller (builder/served/dynamo_pass.py)", broken="every call is torch's: traced, warm from the shipped caches"),
     Touchpoint("compiler-config", "torch", "_TorchCompileInductorWrapper.get_compiler_config", "wrap",
                "load: for a call the package's entry serves, asked when the compiled object's "
                "`get_compiler_config()` is, not at the call (it imports Inductor's whole compiler; "
@@ -221,8 +211,7 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                broken="no second pass at build; at load, the compiled functions are traced"),
     Touchpoint("compile-package", "torch._dynamo.package", "CompilePackage, PrecompileCacheEntry", "call",
                "load: a shipped Dynamo cache entry installed on a compiled function's code, as torch installs its own "
-               "(run/torch_internals/served/dynamo_cache.py)",
-               broken="that function is traced; `served()` says why"),
+               "(run/torch_internals/served/dynamo_cache.py)", broken="that function is traced; `served()` says why"),
     Touchpoint("guard-load", "torch._dynamo.package", "load_guards_state, load_guard_manager", "wrap",
                "load: while an entry is installed, each guarded code is matched to the index, and its guards "
                "get one holding each dropped source to its object (run/torch_internals/served/dynamo_cache.py)",
@@ -234,8 +223,7 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
     Touchpoint("guard-state-tensor", "torch._dynamo.guards", "GuardsStatePickler._unpickle_tensor", "wrap",
                "load: while an entry is installed, a tensor whose `.grad` torch pickled as missing (a parameter with "
                "a gradient when it compiled; torch's own unpickler raises) is read back with none "
-               "(run/torch_internals/served/guard_states.py)",
-               broken="the entry is not installed: the function is traced"),
+               "(run/torch_internals/served/guard_states.py)", broken="the entry is not installed: the function is traced"),
     Touchpoint("compiler-settings", "torch._inductor.config, torch._functorch.config, torch._dynamo.config",
                "save_config_portable, get_config_copy, get_hash", "read",
                "build's second pass: the settings each guarded code compiled under; load: this process's, against "
@@ -373,6 +361,15 @@ REGISTRY: dict[str, Touchpoint] = {t.name: t for t in (
                "not package a compile, named in the build's line on a function not served, kept from printing "
                "(builder/served/dynamo_pass.py)", broken="the line says torch could not save the function's guards, "
                "without torch's reason; torch prints its own warning"),
+    Touchpoint("optimizer-static-address", "torch._dynamo.decorators", "mark_static_address", "wrap", "build's second "
+               "pass: an optimizer's tensors marked static unguarded, so that they are a compiled step's inputs and torch "
+               "saves its guards (builder/served/optimizer_steps.py)", broken="torch's: the step is traced, and the build says why"),
+    Touchpoint("optimizer-init-args", "torch._dynamo.variables.optimizer", "OptimizerVariable.get_python_args", "wrap",
+               "build's second pass: the arguments of the `_init_group` calls a step's trace made, for the first served "
+               "call to make that state (builder/served/optimizer_steps.py)", broken="not recorded: the step is traced"),
+    Touchpoint("optimizer-init", "torch.optim.optimizer", "Optimizer._init_group, state, param_groups", "call", "load: the "
+               "state a compiled step's trace makes, made before its first served call's guards (run/served/optimizer_state.py)",
+               broken="that guarded code's guard fails: the step is traced"),
     Touchpoint("dropped-guards", "torch._dynamo.guards", "log", "logging", "build's second pass: the guards torch says "
                "it dropped, checked against those recorded, kept from printing (builder/served/dynamo_pass.py)",
                broken="only the recorded ones are checked; torch prints a line per dropped guard"),

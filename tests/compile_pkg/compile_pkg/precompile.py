@@ -41,6 +41,7 @@ def workload() -> None:
     decorated()(x).sum().backward()
     summary(x)
     cached(x)
+    styles.trained_by_compiled_step()
     styles.self_compiled()(x).sum().backward()
     styles.regional()(x)
     styles.library_regional()(x)

@@ -1,5 +1,5 @@
-"""The ways users write torch.compile beside a plain call of it: a module's own ``compile()``
-returned to its user, who calls the module; inputs marked dynamic; another backend; regional
+"""The ways users write torch.compile beside a plain call of it: a compiled optimizer step; a
+module's own ``compile()`` returned to its user, who calls the module; inputs marked dynamic; another backend; regional
 compilation, as a loop of ``block.compile()`` and as a library's (regional_lib, as diffusers'
 ``compile_repeated_blocks``); a module-level numpy array read as a tensor, whose guard torch fails
 to create for saving (the build serves every other function)."""
@@ -10,7 +10,25 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from compile_pkg.model import make
+from compile_pkg.model import batch, make
+
+
+def trained_by_compiled_step(seed: int = 0, optimizer_class=torch.optim.Adam, steps: int = 2) -> list[float]:
+    """The package's model trained ``steps`` steps, its optimizer's step compiled (torch's tutorial):
+    each parameter's sum after."""
+    model = make(seed)
+    optimizer = optimizer_class(model.parameters(), lr=torch.tensor(0.01))
+
+    @torch.compile(fullgraph=False)
+    def step() -> None:
+        optimizer.step()
+
+    x, y = batch()
+    for _ in range(steps):
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        step()
+    return [p.double().sum().item() for p in model.parameters()]
 
 
 def self_compiled(seed: int = 0):
