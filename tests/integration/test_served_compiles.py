@@ -475,17 +475,17 @@ print(json.dumps({"out": out, "served": served_compile.served(), "traced": sum(1
 
 def test_a_compiled_optimizer_step_whose_state_cannot_be_made_is_traced_never_wrong(compile_build, tmp_path):
     """optimizer-init: the optimizer's ``_init_group`` fails when hatch-precompile calls it (torch's trace
-    still can): the step's first call is traced, as a cold process traces it, and computes the same."""
+    still can): the step's first call is traced, and computes what the served one does (a cold
+    compile's: the cases above)."""
     site = compile_build / "site"
     runs = {}
-    for name, env in (("served", {}), ("cold", {"PRECOMPILE": "0"}), ("broken", misbehaving("optimizer-init", site))):
+    for name, env in (("served", {}), ("broken", misbehaving("optimizer-init", site))):
         (tmp_path / name).mkdir()
         proc = run([sys.executable, "-c", OPTIMIZER_STEP], cwd=tmp_path / name,
                    env={"PYTHONPATH": str(site), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / name / "cache"), **env})
         runs[name] = json.loads(proc.stdout.strip().splitlines()[-1])
     step = "compile_pkg.styles.trained_by_compiled_step.<locals>.step"
-    assert runs["served"]["traced"] == 0 and runs["cold"]["traced"] >= 3, runs
-    assert runs["served"]["served"][step] == "served: 3 guarded code(s), " + runs["served"]["served"][step].split(", ", 1)[1]
+    assert runs["served"]["traced"] == 0 and runs["served"]["served"][step].startswith("served: 3 guarded code(s), ")
+    assert " call(s) traced here: " not in runs["served"]["served"][step], runs["served"]
     assert runs["broken"]["traced"] >= 1 and " call(s) traced here: " in runs["broken"]["served"][step], runs["broken"]
-    for name in ("served", "broken"):
-        assert runs[name]["out"] == pytest.approx(runs["cold"]["out"], rel=1e-6, abs=1e-7), name
+    assert runs["broken"]["out"] == pytest.approx(runs["served"]["out"], rel=1e-6, abs=1e-7)
