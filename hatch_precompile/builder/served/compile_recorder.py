@@ -285,12 +285,12 @@ class Recorder:
             reason = reason or record
         elif lines is None:
             reason = reason or "its guards, as torch rebuilds them, could not be read when it was traced"
-        found = {"held": kept, **record} if reason is None and isinstance(record, dict) else str(reason)
+        recorded = {"held": kept, **record} if reason is None and isinstance(record, dict) else str(reason)
         before = self.guarded.get(sha)
-        if isinstance(before, str) or (isinstance(before, dict) and isinstance(found, dict) and before["held"] != kept):
+        if isinstance(before, str) or (isinstance(before, dict) and isinstance(recorded, dict) and before["held"] != kept):
             # two compiles whose guards are the same bytes (what differs is held: an optimizer of another class)
-            found = before if isinstance(before, str) else _SAME_GUARDS
-        self.guarded[sha] = found
+            recorded = before if isinstance(before, str) else _SAME_GUARDS
+        self.guarded[sha] = recorded
         self.lines[sha] = lines
         return None
 
