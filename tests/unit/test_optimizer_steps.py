@@ -5,10 +5,12 @@ and fresh processes: tests/integration/test_served_compiles.py)."""
 
 from __future__ import annotations
 
+import types
+
 import pytest
 import torch
 
-from hatch_precompile.builder.served import optimizer_steps
+from hatch_precompile.builder.served import compile_recorder, optimizer_steps
 from hatch_precompile.protocol import dynamo_sources
 from hatch_precompile.run.served import held_objects, optimizer_state
 
@@ -73,12 +75,22 @@ def test_a_state_that_cannot_be_made_fails_the_guard_and_is_tried_again(monkeypa
 
 
 def test_a_loaded_step_is_moved_to_its_parameter_and_a_gpu_group_made_capturable_as_dynamo_does():
-    _, adam = _trained()
-    adam.step()  # a state, as a checkpoint loads it: `step` on the CPU
-    loaded = {id(p): dict(s) for p, s in adam.state.items()}
-    assert optimizer_state.made(adam, ADAM_INIT)
-    assert {id(p): s["step"].device for p, s in adam.state.items()} == {i: torch.device("cpu") for i in loaded}
-    assert adam.param_groups[0]["capturable"] is False  # on the CPU: left as it was
+    on_meta = torch.zeros(2, device="meta")  # a parameter on another device than its loaded `step`
+    loaded = types.SimpleNamespace(param_groups=[{"params": [on_meta], "capturable": False}],
+                                   state={on_meta: {"step": torch.tensor(3.0)}})
+    optimizer_state._step_on_its_device(loaded)
+    assert loaded.state[on_meta]["step"].device == torch.device("meta")
+    gpu = type("CudaParameter", (), {"is_cuda": True, "is_xpu": False})()  # as a CUDA parameter answers
+    fresh = types.SimpleNamespace(param_groups=[{"params": [gpu], "capturable": False}, {"params": [gpu]}], state={})
+    optimizer_state._capturable(fresh)
+    assert fresh.param_groups[0]["capturable"] is True and "capturable" not in fresh.param_groups[1]
+    stepped = types.SimpleNamespace(param_groups=[{"params": [gpu], "capturable": False}], state={gpu: {}})
+    optimizer_state._capturable(stepped)  # a state already: left as it is, as Dynamo leaves it
+    assert stepped.param_groups[0]["capturable"] is False
+    _, adam = _trained()  # on the CPU: neither changes anything
+    adam.step()
+    assert optimizer_state.made(adam, ADAM_INIT) and adam.param_groups[0]["capturable"] is False
+    assert {s["step"].device for s in adam.state.values()} == {torch.device("cpu")}
 
 
 def test_the_second_pass_unguards_the_optimizers_static_marks_only():
@@ -118,3 +130,12 @@ def test_an_argument_is_described_as_the_run_side_makes_it_again(value, describe
     _, adam = _trained()
     assert optimizer_steps._argument(adam, value) == described
     assert optimizer_state._argument(adam, described) == value
+
+
+def test_two_compiles_saving_the_same_guards_held_to_other_objects_are_neither_served():
+    adam = {"held": [{"source": "L['optimizer']", "described": {"kind": "optimizer", "class": "Adam"}}], "reads": []}
+    sgd = {"held": [{"source": "L['optimizer']", "described": {"kind": "optimizer", "class": "SGD"}}], "reads": []}
+    assert compile_recorder.one_record(None, adam) is adam
+    assert compile_recorder.one_record(adam, dict(adam)) == adam  # the same again (two Adams): served
+    assert compile_recorder.one_record(adam, sgd).startswith("another compile of it saved the same guards")
+    assert compile_recorder.one_record("a reason", adam) == "a reason"  # the first could not be served: neither is

@@ -286,13 +286,20 @@ class Recorder:
         elif lines is None:
             reason = reason or "its guards, as torch rebuilds them, could not be read when it was traced"
         recorded = {"held": kept, **record} if reason is None and isinstance(record, dict) else str(reason)
-        before = self.guarded.get(sha)
-        if isinstance(before, str) or (isinstance(before, dict) and isinstance(recorded, dict) and before["held"] != kept):
-            # two compiles whose guards are the same bytes (what differs is held: an optimizer of another class)
-            recorded = before if isinstance(before, str) else _SAME_GUARDS
-        self.guarded[sha] = recorded
+        self.guarded[sha] = one_record(self.guarded.get(sha), recorded)
         self.lines[sha] = lines
         return None
+
+
+def one_record(before: dict[str, Any] | str | None, recorded: dict[str, Any] | str) -> dict[str, Any] | str:
+    """The index's one record of the guards two compiles saved as the same bytes (the index keys a
+    guarded code by them): where they held other objects (an optimizer of another class), or the
+    first could not be served, neither is."""
+    if isinstance(before, str):
+        return before
+    if isinstance(before, dict) and isinstance(recorded, dict) and before["held"] != recorded["held"]:
+        return _SAME_GUARDS
+    return recorded
 
 
 def merged_entry(entries: list[Any]) -> Any:

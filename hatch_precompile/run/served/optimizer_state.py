@@ -29,6 +29,8 @@ _lock = threading.Lock()
 def made(optimizer: Any, calls: list[list[dict[str, Any]]]) -> bool:
     """Whether ``optimizer`` has the state a trace of its step would have made before its guards:
     made now, until the optimizer has one; False where it cannot be (its guards then fail: traced)."""
+    if optimizer in _made:  # every later call: no lock taken
+        return True
     with _lock:
         if optimizer in _made:
             return True
